@@ -1,0 +1,1 @@
+"""Side-by-side evaluation: run reports, comparison tables and benchmark suites."""

@@ -1,0 +1,126 @@
+"""The ``smartsched`` command.
+
+Owns argument parsing and the mapping of errors to one-line messages with
+exit status 2. Heavy libraries (ray, torch, matplotlib) are imported inside
+the commands that need them, so ``smartsched simulate`` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from smartsched.model.errors import SmartSchedError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Group(click.Group):
+    """Turn SmartSchedError anywhere below into one line on stderr and exit 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SmartSchedError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="smartsched")
+def main() -> None:
+    """SmartSched: learned placement for cloud and edge clusters, on a digital twin."""
+
+
+def _write_json(path: str | None, doc: Any) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+@main.command()
+@click.option("--cluster", default="small", show_default=True,
+              help="Preset (small, medium, large, openb-gpu, openb-all) or a .yaml/.parquet file.")
+@click.option("--workload", default="mixed", show_default=True,
+              help="openb:<variant>, mixed[:profile.yaml], or a .csv/.parquet pod file.")
+@click.option("--scheduler", default="first-fit", show_default=True)
+@click.option("--mode", type=click.Choice(["replay", "fill"]), default="replay", show_default=True)
+@click.option("--inflate", type=float, default=1.3, show_default=True,
+              help="fill mode: GPU demand as a multiple of cluster GPU capacity.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--hours", type=float, default=None,
+              help="Simulated hours (default: 24 for generators, the whole trace for files).")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Report folder (report.json, timeseries.parquet, PNG plots).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the report as JSON here.")
+@click.option("--plots/--no-plots", default=True, show_default=True)
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar (default: when stderr is a terminal).")
+def simulate(
+    cluster: str, workload: str, scheduler: str, mode: str, inflate: float, seed: int,
+    hours: float | None, out: str | None, json_path: str | None, plots: bool,
+    progress: bool | None,
+) -> None:
+    """Simulate one scheduler on one cluster and workload; print the headline metrics."""
+    from smartsched.bench.compare import comparison_table
+    from smartsched.bench.simulate import simulate as run_sim
+
+    if progress is None:
+        progress = sys.stderr.isatty()
+    report = run_sim(
+        cluster, workload, scheduler, mode=mode, inflate=inflate, seed=seed, hours=hours,
+        out=Path(out) if out else None, plots=plots, progress=progress,
+    )
+    click.echo(comparison_table([report]))
+    click.echo(f"\n{report['decisions']} decisions in {report['wall_seconds']:.2f} s wall"
+               + (f"; report in {out}" if out else ""))
+    _write_json(json_path, report)
+
+
+@main.command()
+@click.option("--out", type=click.Path(file_okay=False), default="reports/demo", show_default=True)
+@click.option("--cluster", default="small", show_default=True)
+@click.option("--hours", type=float, default=24.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--schedulers", default="first-fit,random", show_default=True)
+def demo(out: str, cluster: str, hours: float, seed: int, schedulers: str) -> None:
+    """End-to-end demo: the mixed workload for a simulated day, schedulers side by side."""
+    from smartsched.bench.compare import comparison_table
+    from smartsched.bench.simulate import simulate as run_sim
+
+    reports = []
+    for name in [s.strip() for s in schedulers.split(",") if s.strip()]:
+        click.echo(f"simulating {name} on {cluster} for {hours:g} h of the mixed workload ...")
+        reports.append(run_sim(cluster, "mixed", name, seed=seed, hours=hours,
+                               out=Path(out) / name, progress=sys.stderr.isatty()))
+    table = comparison_table(reports)
+    click.echo("\n" + table)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "comparison.txt").write_text(table + "\n")
+    _write_json(str(Path(out) / "comparison.json"), reports)
+    click.echo(f"\nreports, time series and plots in {out}/")
+
+
+@main.group()
+def bench() -> None:
+    """Benchmark suites that print figures (and write them with --json)."""
+
+
+@bench.command("speed")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--skip-large", is_flag=True, help="Skip the 24 h mixed run on the large preset.")
+def bench_speed(json_path: str | None, skip_large: bool) -> None:
+    """Wall time, decisions/s and peak memory of the reference runs (whole processes)."""
+    from smartsched.bench.speed import run_speed_suite
+
+    results = run_speed_suite(skip_large=skip_large, echo=click.echo)
+    _write_json(json_path, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Grid carbon-intensity series (gCO2/kWh) attached to regions and edge sites.
+
+Owns a regular time series and its lookup at simulation times, plus loaders
+for the public traces under SMARTSCHED_DATA_DIR. Irregular sources are
+resampled onto a fixed grid (mean per bin, gaps held) so lookups are one
+vectorized index.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from smartsched.model.errors import ValidationError
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CarbonSeries:
+    """Carbon intensity sampled every ``step_s`` seconds, repeating after its end."""
+
+    values: np.ndarray  # gCO2/kWh, float64
+    step_s: float = HOUR
+    name: str = "synthetic"
+
+    def __post_init__(self) -> None:
+        v = np.asarray(self.values, dtype=np.float64)
+        if v.ndim != 1 or v.size == 0:
+            raise ValidationError("carbon.values", "must be a non-empty 1-D series")
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValidationError("carbon.values", "must be finite and >= 0")
+        if not (self.step_s > 0 and math.isfinite(self.step_s)):
+            raise ValidationError("carbon.step_s", "must be a positive number")
+        object.__setattr__(self, "values", v)
+
+    def at(self, t: float | np.ndarray) -> np.ndarray | float:
+        """Intensity at simulation time(s) ``t`` (seconds), wrapping around the series."""
+        idx = (np.asarray(t, dtype=np.float64) // self.step_s).astype(np.int64) % self.values.size
+        out = self.values[idx]
+        return float(out) if np.ndim(out) == 0 else out
+
+    @staticmethod
+    def constant(value: float) -> CarbonSeries:
+        return CarbonSeries(np.array([value], dtype=np.float64), HOUR, f"constant:{value:g}")
+
+    @staticmethod
+    def diurnal(mean: float, amplitude: float, low_hour: float = 13.0) -> CarbonSeries:
+        """A solar-shaped day: lowest at ``low_hour``, hourly steps."""
+        hours = np.arange(24, dtype=np.float64)
+        v = mean + amplitude * np.cos(2 * np.pi * (hours - low_hour - 12.0) / 24.0)
+        return CarbonSeries(np.clip(v, 0.0, None), HOUR, f"diurnal:{mean:g}")
+
+
+# Named public series: file under the data dir, time column, value column.
+PUBLIC_SERIES: dict[str, tuple[str, str, str]] = {
+    "ger-2020": ("carbon-intensity-letswaitawhile-2020/ger_ci.csv", "Time", "Carbon Intensity"),
+    "gb-2020": ("carbon-intensity-letswaitawhile-2020/gb_ci.csv", "Time", "Carbon Intensity"),
+    "ca-2022": ("carbon-intensity-sustaindc-eia-2022/CA_NG_avgCI.csv", "timestamp", "avg_CI"),
+}
+
+
+def load_carbon_csv(
+    path: str | Path, time_column: str, value_column: str, step_s: float = 900.0
+) -> CarbonSeries:
+    """Load an irregular (time, intensity) CSV and resample to a fixed grid.
+
+    Empty values are dropped; empty bins hold the previous bin's value.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    df = pd.read_csv(path)
+    for col in (time_column, value_column):
+        if col not in df.columns:
+            raise ValidationError(col, "missing column", source=str(path))
+    ts = pd.to_datetime(df[time_column], utc=True, errors="coerce")
+    vals = pd.to_numeric(df[value_column], errors="coerce")
+    bad_time = ts.isna()
+    if bad_time.any():
+        row = int(np.flatnonzero(bad_time.to_numpy())[0])
+        raise ValidationError(time_column, "not a timestamp", row=row, source=str(path))
+    keep = vals.notna().to_numpy()
+    secs = (ts[keep] - ts.iloc[0]).dt.total_seconds().to_numpy()
+    v = vals[keep].to_numpy(dtype=np.float64)
+    if v.size == 0:
+        raise ValidationError(value_column, "no numeric values", source=str(path))
+    bins = (secs // step_s).astype(np.int64)
+    n = int(bins.max()) + 1
+    sums = np.bincount(bins, weights=v, minlength=n)
+    counts = np.bincount(bins, minlength=n)
+    grid = np.full(n, np.nan)
+    has = counts > 0
+    grid[has] = sums[has] / counts[has]
+    # hold last value across gaps (vectorized forward fill)
+    idx = np.where(has, np.arange(n), 0)
+    np.maximum.accumulate(idx, out=idx)
+    grid = grid[idx]
+    return CarbonSeries(grid, step_s, path.stem)
+
+
+def load_public_series(name: str, data_dir: Path) -> CarbonSeries:
+    """Load one of :data:`PUBLIC_SERIES` from ``data_dir``."""
+    if name not in PUBLIC_SERIES:
+        raise ValidationError(
+            "carbon", f"unknown series {name!r} (known: {', '.join(PUBLIC_SERIES)})"
+        )
+    rel, tcol, vcol = PUBLIC_SERIES[name]
+    series = load_carbon_csv(data_dir / rel, tcol, vcol)
+    return CarbonSeries(series.values, series.step_s, name)

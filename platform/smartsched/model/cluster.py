@@ -1,0 +1,260 @@
+"""Cluster topology: sites (cloud regions and MEC edge sites), zones, racks and nodes.
+
+Owns the static description of a cluster and its validation. A site carries
+what placement trades off across locations: network latency, PUE, prices and
+a carbon-intensity series. Nodes carry capacity, devices and scheduling
+metadata. The twin compiles a ``ClusterSpec`` into numpy arrays; nothing here
+changes over simulated time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from smartsched.model.carbon import CarbonSeries
+from smartsched.model.errors import UnknownReferenceError, ValidationError
+from smartsched.model.pod import Pod
+from smartsched.model.resources import (
+    DEVICE_MODELS,
+    FPGA_MODEL_NAMES,
+    GPU_MODEL_NAMES,
+    MAX_DEVICES_PER_NODE,
+    MAX_NODE_CPU_MILLI,
+    MAX_NODE_MEMORY_MIB,
+)
+from smartsched.model.topology import NodeTopology, node_topology
+
+SITE_KINDS: Final = ("cloud", "edge")
+# Fibre round trip: about 1 ms per 100 km.
+KM_PER_MS: Final = 100.0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Site:
+    """A cloud region or an MEC edge site.
+
+    ``access_latency_ms`` is the latency from a client at the site to a node in
+    it; distance between sites adds ``km / 100`` ms. Prices are USD per
+    powered-on core-hour and GPU-hour; ``pue`` multiplies IT power.
+    """
+
+    name: str
+    kind: str = "cloud"
+    coords_km: tuple[float, float] = (0.0, 0.0)
+    access_latency_ms: float = 5.0
+    pue: float = 1.3
+    price_core_hour: float = 0.04
+    price_gpu_hour: float = 2.0
+    carbon: CarbonSeries = field(default_factory=lambda: CarbonSeries.constant(400.0))
+
+    def __post_init__(self) -> None:
+        f = f"sites.{self.name}"
+        if not self.name:
+            raise ValidationError("sites.name", "must be non-empty")
+        if self.kind not in SITE_KINDS:
+            raise ValidationError(f"{f}.kind", f"{self.kind!r} is not one of {SITE_KINDS}")
+        _positive(f"{f}.access_latency_ms", self.access_latency_ms, allow_zero=True)
+        if not (1.0 <= self.pue <= 3.0):
+            raise ValidationError(f"{f}.pue", f"must be within 1.0..3.0, got {self.pue}")
+        _positive(f"{f}.price_core_hour", self.price_core_hour, allow_zero=True)
+        _positive(f"{f}.price_gpu_hour", self.price_gpu_hour, allow_zero=True)
+
+    def latency_ms_from(self, origin: Site) -> float:
+        """Client latency from ``origin`` to a node in this site."""
+        dx = self.coords_km[0] - origin.coords_km[0]
+        dy = self.coords_km[1] - origin.coords_km[1]
+        return self.access_latency_ms + math.hypot(dx, dy) / KM_PER_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Zone:
+    """An availability zone inside a site."""
+
+    name: str
+    site: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One machine. Capacity in millicores / MiB; devices are whole GPUs (1000 milli each)."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    zone: str
+    rack: str = "rack-0"
+    num_gpu: int = 0
+    gpu_model: str = ""
+    num_fpga: int = 0
+    fpga_model: str = ""
+    sockets: int = 2
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[str, ...] = ()  # "key=value:NoSchedule" style; NoSchedule semantics
+    unschedulable: bool = False
+    idle_watts: float | None = None  # host without devices; default from size
+    max_watts: float | None = None
+
+    def __post_init__(self) -> None:
+        f = f"nodes.{self.name}"
+        if not self.name:
+            raise ValidationError("nodes.name", "must be non-empty")
+        _int_in(f"{f}.cpu_milli", self.cpu_milli, 1, MAX_NODE_CPU_MILLI)
+        _int_in(f"{f}.memory_mib", self.memory_mib, 1, MAX_NODE_MEMORY_MIB)
+        _int_in(f"{f}.num_gpu", self.num_gpu, 0, MAX_DEVICES_PER_NODE)
+        _int_in(f"{f}.num_fpga", self.num_fpga, 0, MAX_DEVICES_PER_NODE)
+        _int_in(f"{f}.sockets", self.sockets, 1, 16)
+        if self.num_gpu > 0 and self.gpu_model not in GPU_MODEL_NAMES:
+            raise UnknownReferenceError(
+                f"{f}.gpu_model",
+                f"unknown GPU model {self.gpu_model!r} (known: {', '.join(GPU_MODEL_NAMES)})",
+            )
+        if self.num_gpu == 0 and self.gpu_model:
+            raise ValidationError(f"{f}.gpu_model", "set but num_gpu is 0")
+        if self.num_fpga > 0 and self.fpga_model not in FPGA_MODEL_NAMES:
+            raise UnknownReferenceError(
+                f"{f}.fpga_model", f"unknown FPGA model {self.fpga_model!r}"
+            )
+        for t in self.taints:
+            if not t or any(c.isspace() for c in t):
+                raise ValidationError(f"{f}.taints", f"malformed taint {t!r}")
+
+    @property
+    def host_idle_watts(self) -> float:
+        """Idle draw of the host without devices (about 1.5 W per core + 60 W base)."""
+        if self.idle_watts is not None:
+            return self.idle_watts
+        return 60.0 + 1.5 * self.cpu_milli / 1000
+
+    @property
+    def host_max_watts(self) -> float:
+        """Full-load draw of the host without devices (about 5 W per core + 100 W base)."""
+        if self.max_watts is not None:
+            return self.max_watts
+        return 100.0 + 5.0 * self.cpu_milli / 1000
+
+    def topology(self) -> NodeTopology:
+        nvlink = self.num_gpu > 1 and DEVICE_MODELS[self.gpu_model].nvlink
+        return node_topology(self.sockets, self.num_gpu, self.num_fpga, self.sockets, nvlink)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ClusterSpec:
+    """A whole cluster: sites, zones and nodes, validated for consistency."""
+
+    name: str
+    sites: tuple[Site, ...]
+    zones: tuple[Zone, ...]
+    nodes: tuple[NodeSpec, ...]
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValidationError("nodes", "a cluster needs at least one node")
+        site_names = _unique("sites", [s.name for s in self.sites])
+        zone_names = _unique("zones", [z.name for z in self.zones])
+        _unique("nodes", [n.name for n in self.nodes])
+        for z in self.zones:
+            if z.site not in site_names:
+                raise UnknownReferenceError(f"zones.{z.name}.site", f"unknown site {z.site!r}")
+        for n in self.nodes:
+            if n.zone not in zone_names:
+                raise UnknownReferenceError(f"nodes.{n.name}.zone", f"unknown zone {n.zone!r}")
+
+    def site(self, name: str) -> Site:
+        for s in self.sites:
+            if s.name == name:
+                return s
+        raise UnknownReferenceError("site", f"unknown site {name!r}")
+
+    def zone_site(self) -> dict[str, str]:
+        return {z.name: z.site for z in self.zones}
+
+    @property
+    def total_cpu_milli(self) -> int:
+        return sum(n.cpu_milli for n in self.nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.num_gpu for n in self.nodes)
+
+    def validate_pods(self, pods: Sequence[Pod]) -> None:
+        """Check pods against this cluster: unknown regions / origins, gangs larger than it.
+
+        Raises ValidationError naming the field and the pod's row.
+        """
+        sites = {s.name for s in self.sites}
+        total_cpu = self.total_cpu_milli
+        total_mem = sum(n.memory_mib for n in self.nodes)
+        total_gpu_milli = 1000 * self.total_gpus
+        max_node_cpu = max(n.cpu_milli for n in self.nodes)
+        gangs: dict[str, list[int]] = {}
+        for row, p in enumerate(pods):
+            for r in p.allowed_regions:
+                if r not in sites:
+                    raise UnknownReferenceError(
+                        "allowed_regions", f"unknown region {r!r}", row=row, source=p.id
+                    )
+            if p.origin_site is not None and p.origin_site not in sites:
+                raise UnknownReferenceError(
+                    "origin_site", f"unknown site {p.origin_site!r}", row=row, source=p.id
+                )
+            if p.cpu_milli > max_node_cpu:
+                raise ValidationError(
+                    "cpu_milli",
+                    f"{p.cpu_milli}m exceeds the largest node ({max_node_cpu}m)",
+                    row=row,
+                    source=p.id,
+                )
+            if p.gang_id:
+                gangs.setdefault(p.gang_id, []).append(row)
+        for gid, rows in gangs.items():
+            members = [pods[r] for r in rows]
+            size = members[0].gang_size
+            if any(m.gang_size != size for m in members):
+                raise ValidationError("gang_size", f"gang {gid!r} members disagree", row=rows[0])
+            if len(members) > size:
+                raise ValidationError(
+                    "gang_size", f"gang {gid!r} has {len(members)} members > {size}", row=rows[0]
+                )
+            need_cpu = sum(m.cpu_milli for m in members)
+            need_mem = sum(m.memory_mib for m in members)
+            need_gpu = sum(m.gpu_total_milli for m in members)
+            if (
+                size > len(self.nodes) * 1000
+                or need_cpu > total_cpu
+                or need_mem > total_mem
+                or need_gpu > total_gpu_milli
+            ):
+                raise ValidationError(
+                    "gang_size",
+                    f"gang {gid!r} ({size} pods) is larger than the whole cluster",
+                    row=rows[0],
+                )
+
+
+def _unique(field_name: str, names: Sequence[str]) -> set[str]:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise ValidationError(field_name, f"duplicate name {n!r}")
+        seen.add(n)
+    return seen
+
+
+def _int_in(field_name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(field_name, f"must be an integer, got {value!r}")
+    if value < low:
+        raise ValidationError(field_name, f"must be >= {low}, got {value}")
+    if value > high:
+        raise ValidationError(field_name, f"is absurdly large ({value} > {high})")
+
+
+def _positive(field_name: str, value: float, allow_zero: bool = False) -> None:
+    ok = isinstance(value, int | float) and math.isfinite(value)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValidationError(field_name, f"must be a {kind} number, got {value!r}")

@@ -1,0 +1,44 @@
+"""Typed errors for bad input.
+
+Owns the exception hierarchy every layer raises for invalid user input, so the
+CLI and the service can print one clear line naming the field (and the row of a
+trace) instead of a traceback. Must not import anything heavier than stdlib.
+"""
+
+from __future__ import annotations
+
+
+class SmartSchedError(Exception):
+    """Base of every error SmartSched raises on purpose (bad input, bad config)."""
+
+
+class ValidationError(SmartSchedError, ValueError):
+    """A value failed validation.
+
+    Attributes:
+        field: dotted name of the offending field (``pods.cpu_milli``).
+        row: 0-based data row of a trace or list, when the value came from one.
+        source: file or object the value came from, when known.
+    """
+
+    def __init__(
+        self, field: str, message: str, *, row: int | None = None, source: str | None = None
+    ) -> None:
+        self.field = field
+        self.row = row
+        self.source = source
+        self.message = message
+        where = f"{source}: " if source else ""
+        at_row = f" (row {row})" if row is not None else ""
+        super().__init__(f"{where}{field}{at_row}: {message}")
+
+
+class UnknownReferenceError(ValidationError):
+    """A name (GPU model, preset, region, node, scheduler) that is not defined."""
+
+
+class InfeasibleDecisionError(SmartSchedError):
+    """A placement decision that would over-allocate a node or a device.
+
+    The twin refuses such a decision instead of silently corrupting state.
+    """

@@ -1,0 +1,188 @@
+"""Pods and jobs: what a workload asks of the cluster.
+
+Owns the ``Pod`` record (requests, placement constraints, timing, gang, usage
+profile) and its validation. Pure data: the twin turns pods into arrays, the
+schedulers read them; nothing here knows about nodes or time stepping.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final, TypeVar
+
+from smartsched.model.errors import ValidationError
+from smartsched.model.resources import (
+    GPU_MODEL_IDS,
+    MAX_DEVICES_PER_NODE,
+    MAX_NODE_CPU_MILLI,
+    MAX_NODE_MEMORY_MIB,
+    MILLI_PER_DEVICE,
+)
+
+
+class PodClass(StrEnum):
+    """Workload classes; each gets its own latency percentiles in the report."""
+
+    ONLINE = "online"  # latency-sensitive service
+    BATCH = "batch"
+    AI_TRAIN = "ai-train"
+    AI_INFER = "ai-infer"
+    EDGE_RT = "edge-rt"  # real-time pod from an MEC site
+
+
+_E = TypeVar("_E", bound=StrEnum)
+
+POD_CLASSES: Final = tuple(PodClass)
+POD_CLASS_IDS: Final = {c: i for i, c in enumerate(POD_CLASSES)}
+
+
+class UsageKind(StrEnum):
+    """Shape of a pod's actual use over time, as a fraction of its request."""
+
+    CONSTANT = "constant"
+    DIURNAL = "diurnal"  # mean + amplitude * cos(2*pi*(hour - peak_hour)/24)
+    BURSTY = "bursty"  # mean, with seeded bursts to burst_factor in some windows
+
+
+USAGE_KINDS: Final = tuple(UsageKind)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageProfile:
+    """Actual use as a fraction of the request, so the twin reports usage, not only allocation.
+
+    A fraction above 1.0 is allowed (Burstable pods use more than they request);
+    that is how co-located pods come to contend for a node.
+    """
+
+    kind: UsageKind = UsageKind.CONSTANT
+    mean: float = 0.6
+    amplitude: float = 0.0
+    peak_hour: float = 14.0
+    burst_factor: float = 1.0
+    burst_probability: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", _enum(UsageKind, self.kind, "usage.kind"))
+        _check_range("usage.mean", self.mean, 0.0, 4.0)
+        _check_range("usage.amplitude", self.amplitude, 0.0, 4.0)
+        _check_range("usage.peak_hour", self.peak_hour, 0.0, 24.0)
+        _check_range("usage.burst_factor", self.burst_factor, 0.0, 10.0)
+        _check_range("usage.burst_probability", self.burst_probability, 0.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """One pod (or one member of a gang job).
+
+    Resource units: ``cpu_milli`` millicores, ``memory_mib`` MiB, ``num_gpu``
+    devices each with ``gpu_milli`` of 1000 (the Alibaba trace form: a share of
+    one GPU when ``gpu_milli < 1000``, or several whole GPUs). Times are seconds
+    from the start of the simulation; ``duration=None`` runs until the end.
+    """
+
+    id: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int = 0
+    gpu_milli: int = 0
+    num_fpga: int = 0
+    pod_class: PodClass = PodClass.BATCH
+    tenant: str = "default"
+    priority: int = 0
+    gpu_models: tuple[str, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[str, ...] = ()
+    allowed_regions: tuple[str, ...] = ()
+    origin_site: str | None = None
+    latency_slo_ms: float | None = None
+    arrival: float = 0.0
+    duration: float | None = None
+    deadline: float | None = None
+    gang_id: str | None = None
+    gang_size: int = 1
+    app: str | None = None
+    traffic_mbps: float = 0.0
+    usage: UsageProfile = field(default_factory=UsageProfile)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise ValidationError("id", "must be a non-empty string")
+        object.__setattr__(self, "pod_class", _enum(PodClass, self.pod_class, "class"))
+        _check_int("cpu_milli", self.cpu_milli, 0, MAX_NODE_CPU_MILLI)
+        _check_int("memory_mib", self.memory_mib, 0, MAX_NODE_MEMORY_MIB)
+        _check_int("num_gpu", self.num_gpu, 0, MAX_DEVICES_PER_NODE)
+        _check_int("gpu_milli", self.gpu_milli, 0, MILLI_PER_DEVICE)
+        _check_int("num_fpga", self.num_fpga, 0, MAX_DEVICES_PER_NODE)
+        if self.num_gpu > 0 and self.gpu_milli == 0:
+            raise ValidationError("gpu_milli", "must be > 0 when num_gpu > 0")
+        if self.num_gpu == 0 and self.gpu_milli > 0:
+            raise ValidationError("num_gpu", "must be >= 1 when gpu_milli > 0")
+        if self.num_gpu > 1 and self.gpu_milli != MILLI_PER_DEVICE:
+            raise ValidationError(
+                "gpu_milli", "a pod asking several GPUs must take whole GPUs (1000 milli each)"
+            )
+        if self.cpu_milli == 0 and self.memory_mib == 0 and self.num_gpu == 0:
+            raise ValidationError("cpu_milli", "a pod must request some cpu, memory or gpu")
+        for name in self.gpu_models:
+            if name not in GPU_MODEL_IDS:
+                raise ValidationError("gpu_models", f"unknown GPU model {name!r}")
+        _check_int("priority", self.priority, -(2**31), 2**31)
+        _check_float("arrival", self.arrival, 0.0)
+        if self.duration is not None:
+            _check_float("duration", self.duration, 0.0)
+        if self.deadline is not None:
+            _check_float("deadline", self.deadline, 0.0)
+            if self.deadline < self.arrival:
+                raise ValidationError("deadline", "is before arrival")
+        if self.latency_slo_ms is not None:
+            _check_float("latency_slo_ms", self.latency_slo_ms, 0.0)
+        _check_int("gang_size", self.gang_size, 1, 100_000)
+        if self.gang_size > 1 and not self.gang_id:
+            raise ValidationError("gang_id", "required when gang_size > 1")
+        _check_float("traffic_mbps", self.traffic_mbps, 0.0)
+
+    @property
+    def gpu_total_milli(self) -> int:
+        """GPU milli the pod takes in all (num_gpu * gpu_milli)."""
+        return self.num_gpu * self.gpu_milli
+
+    @property
+    def is_gpu_share(self) -> bool:
+        """True for a pod that takes a fraction of one GPU."""
+        return self.num_gpu == 1 and self.gpu_milli < MILLI_PER_DEVICE
+
+
+def _enum(enum: type[_E], value: object, field_name: str) -> _E:
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(e.value for e in enum)
+        raise ValidationError(field_name, f"{value!r} is not one of: {allowed}") from None
+
+
+def _check_int(field_name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(field_name, f"must be an integer, got {value!r}")
+    if value < low:
+        raise ValidationError(field_name, f"must be >= {low}, got {value}")
+    if value > high:
+        raise ValidationError(field_name, f"is absurdly large ({value} > {high})")
+
+
+def _check_float(field_name: str, value: object, low: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(field_name, f"must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValidationError(field_name, f"must be finite, got {value}")
+    if value < low:
+        raise ValidationError(field_name, f"must be >= {low}, got {value}")
+
+
+def _check_range(field_name: str, value: object, low: float, high: float) -> None:
+    _check_float(field_name, value, low)
+    assert isinstance(value, int | float)
+    if value > high:
+        raise ValidationError(field_name, f"must be <= {high}, got {value}")

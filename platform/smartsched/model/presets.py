@@ -1,0 +1,275 @@
+"""Named cluster presets and loading clusters from YAML.
+
+Owns the preset catalogue (`small`, `medium`, `large`, `openb-gpu`,
+`openb-all`) and the YAML schema for user clusters. Synthetic presets are
+built deterministically (no randomness) so every run of a preset is the same
+cluster; the openb presets read the public trace's node lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from smartsched.model.carbon import CarbonSeries, load_public_series
+from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
+from smartsched.model.errors import UnknownReferenceError, ValidationError
+from smartsched.paths import data_dir
+
+GPU_NODE_TAINT = "nvidia.com/gpu=present:NoSchedule"
+
+
+def _pool(
+    prefix: str,
+    count: int,
+    zones: list[str],
+    rack_size: int,
+    **node: Any,
+) -> list[NodeSpec]:
+    """``count`` identical nodes spread round-robin over ``zones``, ``rack_size`` per rack."""
+    out = []
+    for i in range(count):
+        zone = zones[i % len(zones)]
+        rack = f"{zone}-{prefix}-r{(i // len(zones)) // rack_size}"
+        out.append(NodeSpec(name=f"{prefix}-{i:05d}", zone=zone, rack=rack, **node))
+    return out
+
+
+def _edge_sites(n: int, center: tuple[float, float], radius_km: float) -> list[Site]:
+    import math
+
+    sites = []
+    for i in range(n):
+        ang = 2 * math.pi * i / max(1, n)
+        coords = (center[0] + radius_km * math.cos(ang), center[1] + radius_km * math.sin(ang))
+        sites.append(
+            Site(
+                name=f"mec-{i}",
+                kind="edge",
+                coords_km=coords,
+                access_latency_ms=1.0,
+                pue=1.6,
+                price_core_hour=0.06,
+                price_gpu_hour=1.2,
+                carbon=CarbonSeries.diurnal(380.0, 60.0),
+            )
+        )
+    return sites
+
+
+def small() -> ClusterSpec:
+    """16 nodes: one region with 2 zones (10 CPU nodes, 4 GPU nodes) and one MEC site (2 nodes)."""
+    region = Site(
+        "region-a", "cloud", (0.0, 0.0), 5.0, 1.3, 0.04, 2.0, CarbonSeries.diurnal(300, 80)
+    )
+    edge = _edge_sites(1, (0.0, 0.0), 400.0)
+    zones = [
+        Zone("region-a-1", "region-a"), Zone("region-a-2", "region-a"), Zone("mec-0-1", "mec-0")
+    ]
+    cloud_zones = ["region-a-1", "region-a-2"]
+    nodes = _pool("cpu", 10, cloud_zones, 8, cpu_milli=32_000, memory_mib=131_072)
+    nodes += _pool(
+        "gpu", 2, cloud_zones, 8, cpu_milli=64_000, memory_mib=262_144, num_gpu=8,
+        gpu_model="A100", taints=(GPU_NODE_TAINT,),
+    )
+    nodes += _pool(
+        "t4", 2, cloud_zones, 8, cpu_milli=32_000, memory_mib=131_072, num_gpu=4,
+        gpu_model="T4", taints=(GPU_NODE_TAINT,),
+    )
+    nodes += _pool(
+        "edge0", 2, ["mec-0-1"], 8, cpu_milli=16_000, memory_mib=65_536, num_gpu=1,
+        gpu_model="T4", labels={"node-role/edge": "true"},
+    )
+    return ClusterSpec("small", tuple([region, *edge]), tuple(zones), tuple(nodes))
+
+
+def _regions(n: int) -> list[Site]:
+    # Three regions ~1,000 km apart with different grids and prices.
+    specs = [
+        ("region-a", (0.0, 0.0), 1.25, 0.040, 2.2, CarbonSeries.diurnal(250, 90)),
+        ("region-b", (900.0, 300.0), 1.35, 0.034, 1.9, CarbonSeries.diurnal(420, 50)),
+        ("region-c", (300.0, 1100.0), 1.15, 0.046, 2.5, CarbonSeries.diurnal(120, 40)),
+    ]
+    return [
+        Site(name, "cloud", xy, 5.0, pue, pc, pg, ci) for name, xy, pue, pc, pg, ci in specs[:n]
+    ]
+
+
+def medium() -> ClusterSpec:
+    """200 nodes: 2 regions x 2 zones (160 CPU nodes, 32 GPU nodes) plus 2 MEC sites (8 nodes)."""
+    regions = _regions(2)
+    edges = _edge_sites(2, (400.0, 150.0), 500.0)
+    zones = [Zone(f"{r.name}-{z}", r.name) for r in regions for z in (1, 2)]
+    zones += [Zone(f"{e.name}-1", e.name) for e in edges]
+    cloud_zones = [z.name for z in zones if z.site.startswith("region")]
+    nodes = _pool("cpu", 160, cloud_zones, 20, cpu_milli=64_000, memory_mib=262_144)
+    nodes += _pool(
+        "a100", 16, cloud_zones, 8, cpu_milli=96_000, memory_mib=786_432, num_gpu=8,
+        gpu_model="A100", taints=(GPU_NODE_TAINT,),
+    )
+    nodes += _pool(
+        "t4", 16, cloud_zones, 8, cpu_milli=48_000, memory_mib=196_608, num_gpu=4,
+        gpu_model="T4", taints=(GPU_NODE_TAINT,),
+    )
+    for e in edges:
+        nodes += _pool(
+            f"{e.name}-n", 4, [f"{e.name}-1"], 4, cpu_milli=16_000, memory_mib=65_536,
+            num_gpu=1, gpu_model="T4", labels={"node-role/edge": "true"},
+        )
+    return ClusterSpec("medium", tuple(regions + edges), tuple(zones), tuple(nodes))
+
+
+def large() -> ClusterSpec:
+    """The seed's case: 3 regions, 6 zones, >=100,000 cores and >=5,000 GPUs, plus 4 MEC sites.
+
+    1,000 CPU nodes x 64 cores, 400 x 8 A100 and 240 x 8 V100M32 GPU nodes
+    (64 cores each), 160 T4 inference nodes (4 GPUs, 32 cores), and 4 MEC
+    sites of 12 nodes: 110,848 cores and 5,808 GPUs.
+    """
+    regions = _regions(3)
+    edges = _edge_sites(4, (400.0, 450.0), 700.0)
+    zones = [Zone(f"{r.name}-{z}", r.name) for r in regions for z in (1, 2)]
+    zones += [Zone(f"{e.name}-1", e.name) for e in edges]
+    cloud_zones = [z.name for z in zones if z.site.startswith("region")]
+    nodes = _pool("cpu", 1000, cloud_zones, 40, cpu_milli=64_000, memory_mib=262_144)
+    nodes += _pool(
+        "a100", 400, cloud_zones, 16, cpu_milli=64_000, memory_mib=1_048_576, num_gpu=8,
+        gpu_model="A100", taints=(GPU_NODE_TAINT,),
+    )
+    nodes += _pool(
+        "v100", 240, cloud_zones, 16, cpu_milli=64_000, memory_mib=524_288, num_gpu=8,
+        gpu_model="V100M32", taints=(GPU_NODE_TAINT,),
+    )
+    nodes += _pool(
+        "t4", 160, cloud_zones, 16, cpu_milli=32_000, memory_mib=196_608, num_gpu=4,
+        gpu_model="T4", taints=(GPU_NODE_TAINT,),
+    )
+    for e in edges:
+        nodes += _pool(
+            f"{e.name}-n", 12, [f"{e.name}-1"], 12, cpu_milli=16_000, memory_mib=65_536,
+            num_gpu=1, gpu_model="T4", labels={"node-role/edge": "true"},
+        )
+    return ClusterSpec("large", tuple(regions + edges), tuple(zones), tuple(nodes))
+
+
+def openb(variant: str = "gpu_node", root: Path | None = None) -> ClusterSpec:
+    """The openb trace's node list: one site, one zone, racks of 32 nodes in file order."""
+    from smartsched.workloads.openb import load_openb_nodes
+
+    path = (root or data_dir()) / "alibaba-openb-gpu-2023" / f"openb_node_list_{variant}.csv"
+    site = Site("openb", "cloud", (0.0, 0.0), 5.0, 1.3, 0.04, 2.0, CarbonSeries.constant(400.0))
+    nodes = load_openb_nodes(path, zone="openb-1", rack_size=32)
+    return ClusterSpec(f"openb-{variant}", (site,), (Zone("openb-1", "openb"),), tuple(nodes))
+
+
+PRESETS: dict[str, Callable[[], ClusterSpec]] = {
+    "small": small,
+    "medium": medium,
+    "large": large,
+    "openb-gpu": lambda: openb("gpu_node"),
+    "openb-all": lambda: openb("all_node"),
+}
+
+
+def load_cluster(spec: str) -> ClusterSpec:
+    """Resolve a preset name or a path to a cluster file (.yaml/.yml or .parquet)."""
+    if spec in PRESETS:
+        return PRESETS[spec]()
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") and path.is_file():
+        return cluster_from_yaml(path)
+    if path.suffix == ".parquet" and path.is_file():
+        from smartsched.workloads.parquet_io import read_cluster
+
+        return read_cluster(path)
+    known = ", ".join(PRESETS)
+    raise UnknownReferenceError(
+        "cluster", f"{spec!r} is neither a preset ({known}) nor an existing .yaml/.parquet file"
+    )
+
+
+def cluster_from_yaml(path: Path) -> ClusterSpec:
+    """Load a cluster file.
+
+    Schema (all lists)::
+
+        name: my-cluster
+        sites:  [{name, kind, coords_km: [x, y], access_latency_ms, pue,
+                  price_core_hour, price_gpu_hour, carbon: <number|public-series-name>}]
+        zones:  [{name, site}]
+        nodes:  [{name, zone, cpu_milli, memory_mib, num_gpu, gpu_model, rack,
+                  labels: {k: v}, taints: [..], count: N}]   # count expands a pool
+    """
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValidationError("cluster", f"not valid YAML: {e}", source=str(path)) from None
+    if not isinstance(doc, dict):
+        raise ValidationError("cluster", "top level must be a mapping", source=str(path))
+    return cluster_from_dict(doc, source=str(path))
+
+
+def cluster_from_dict(doc: dict[str, Any], source: str = "cluster") -> ClusterSpec:
+    """Build a ``ClusterSpec`` from plain data (the YAML schema of :func:`cluster_from_yaml`)."""
+    try:
+        sites = [_site(s) for s in _list(doc, "sites", source)]
+        zones = [Zone(str(z["name"]), str(z["site"])) for z in _list(doc, "zones", source)]
+        nodes: list[NodeSpec] = []
+        for i, n in enumerate(_list(doc, "nodes", source)):
+            nodes.extend(_nodes(n, i))
+    except KeyError as e:
+        raise ValidationError(str(e.args[0]), "missing field", source=source) from None
+    except TypeError as e:
+        raise ValidationError("cluster", f"wrong type: {e}", source=source) from None
+    return ClusterSpec(str(doc.get("name", source)), tuple(sites), tuple(zones), tuple(nodes))
+
+
+def _list(doc: dict[str, Any], key: str, source: str) -> list[dict[str, Any]]:
+    v = doc.get(key)
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+        raise ValidationError(key, "must be a list of mappings", source=source)
+    return v
+
+
+def _site(s: dict[str, Any]) -> Site:
+    carbon = s.get("carbon", 400.0)
+    if isinstance(carbon, int | float):
+        series = CarbonSeries.constant(float(carbon))
+    else:
+        series = load_public_series(str(carbon), data_dir())
+    xy = s.get("coords_km", (0.0, 0.0))
+    return Site(
+        name=str(s["name"]),
+        kind=str(s.get("kind", "cloud")),
+        coords_km=(float(xy[0]), float(xy[1])),
+        access_latency_ms=float(s.get("access_latency_ms", 5.0)),
+        pue=float(s.get("pue", 1.3)),
+        price_core_hour=float(s.get("price_core_hour", 0.04)),
+        price_gpu_hour=float(s.get("price_gpu_hour", 2.0)),
+        carbon=series,
+    )
+
+
+_NODE_KEYS = {
+    "name", "zone", "cpu_milli", "memory_mib", "num_gpu", "gpu_model", "num_fpga",
+    "fpga_model", "rack", "labels", "taints", "unschedulable", "sockets", "count",
+    "idle_watts", "max_watts",
+}
+
+
+def _nodes(n: dict[str, Any], i: int) -> Iterable[NodeSpec]:
+    unknown = set(n) - _NODE_KEYS
+    if unknown:
+        raise ValidationError(f"nodes[{i}].{sorted(unknown)[0]}", "unknown field")
+    count = n.get("count", 1)
+    if not isinstance(count, int) or count < 1 or count > 1_000_000:
+        raise ValidationError(f"nodes[{i}].count", f"must be a positive integer, got {count!r}")
+    base = {k: v for k, v in n.items() if k not in ("count", "name")}
+    base["taints"] = tuple(base.get("taints", ()))
+    base["labels"] = dict(base.get("labels", {}))
+    name = str(n["name"])
+    for j in range(count):
+        yield NodeSpec(name=name if count == 1 else f"{name}-{j:05d}", **base)

@@ -1,0 +1,1 @@
+"""The Kubernetes-style scheduling framework: filters, scorers, binders and profiles."""

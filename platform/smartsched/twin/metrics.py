@@ -1,0 +1,344 @@
+"""Metrics: computed only here, identically for every scheduler.
+
+Owns every figure a report shows. Quantities that change only at events
+(allocation, powered-on capacity, idle power, price) are integrated exactly
+between events; quantities that depend on actual use (usage, dynamic power,
+contention, fairness, cross-zone traffic, fragmentation) are sampled at metric
+ticks and held until the next one. Latency percentiles come from the pod
+table at the end.
+
+Definitions (time-weighted over the simulated span T):
+  allocation[r]      = int allocated_r dt / int capacity_r dt                (all capacity)
+  allocation_on[r]   = int allocated_r dt / int powered-on capacity_r dt
+  usage[r], usage_on[r]  likewise with actual use
+  gpu_allocation_rate = allocation[gpu] (replay); allocated/total at the end (fill)
+  energy_kwh         = int sum_nodes (idle + dynamic watts) * PUE(site) dt
+                       dynamic = (max-idle)_host * cpu_use + sum_gpu (max-idle) * gpu_use
+  carbon_kg          = int energy rate * carbon intensity(site, t) dt
+  cost_usd           = int sum powered-on nodes (cores * core-hour + gpus * gpu-hour price) dt
+  fairness_jain      = mean over ticks of (sum x)^2 / (n sum x^2), x = tenants' dominant shares
+  cross_zone_gb_per_h = mean over ticks of sum_pods traffic * (share of app peers in other zones)
+  slo                = online pod-time on nodes whose use exceeds capacity; edge/latency pods
+                       whose client latency exceeds their SLO
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from smartsched.model.cluster import ClusterSpec
+from smartsched.model.pod import POD_CLASSES, PodClass
+from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, GPU_MODEL_NAMES, MEM
+from smartsched.twin.fragmentation import TargetWorkload, cluster_fragmentation
+from smartsched.twin.podtable import BOUND, DONE, FAILED, PENDING, RUNNING, PodTable
+from smartsched.twin.state import POWER_OFF, POWER_ON, ClusterState
+from smartsched.twin.usage import usage_factor
+
+USAGE_RES = (CPU, MEM, GPU)
+_ONLINE = POD_CLASSES.index(PodClass.ONLINE)
+
+
+class MetricsRecorder:
+    """Accumulates the twin's metrics as the engine advances."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        state: ClusterState,
+        table: PodTable,
+        target: TargetWorkload,
+        seed: int,
+    ) -> None:
+        self.state = state
+        self.table = table
+        self.target = target
+        self.seed = seed
+        n_sites = len(spec.sites)
+        self.site_pue = np.array([s.pue for s in spec.sites])
+        self.site_carbon = [s.carbon for s in spec.sites]
+        gpu_idle = np.array([0.0] + [DEVICE_MODELS[m].idle_watts for m in GPU_MODEL_NAMES])
+        gpu_max = np.array([0.0] + [DEVICE_MODELS[m].max_watts for m in GPU_MODEL_NAMES])
+        gpu_price = np.array([0.0] + [DEVICE_MODELS[m].price_factor for m in GPU_MODEL_NAMES])
+        host_idle = np.array([n.host_idle_watts for n in spec.nodes])
+        host_max = np.array([n.host_max_watts for n in spec.nodes])
+        gm = state.gpu_model
+        self.node_idle_w = host_idle + state.gpu_count * gpu_idle[gm]
+        self.node_host_dyn_w = host_max - host_idle
+        self.node_gpu_dyn_w = state.gpu_count * (gpu_max[gm] - gpu_idle[gm])
+        core_price = np.array([s.price_core_hour for s in spec.sites])[state.site_id]
+        gpu_hour = np.array([s.price_gpu_hour for s in spec.sites])[state.site_id]
+        self.node_price_h = (
+            state.capacity[:, CPU] / 1000.0 * core_price
+            + state.gpu_count * gpu_hour * gpu_price[gm]
+        )
+        # Sums over powered-on (or booting) nodes, kept current by power_changed().
+        on = state.power != POWER_OFF
+        self.on_capacity = state.capacity[on].sum(axis=0).astype(np.float64)
+        self.on_nodes = int(on.sum())
+        self.on_idle_w_site = np.bincount(state.site_id[on], self.node_idle_w[on], n_sites)
+        self.on_price_h = float(self.node_price_h[on].sum())
+        self.dyn_w_site = np.zeros(n_sites)
+        self.alloc_total = np.zeros(state.capacity.shape[1], dtype=np.float64)
+        self.tenant_alloc = np.zeros((len(table.tenants), state.capacity.shape[1]))
+        self.tenant_seen = np.zeros(len(table.tenants), dtype=bool)
+        self.capacity_total = state.capacity.sum(axis=0).astype(np.float64)
+
+        # Integrals.
+        self.t_start: float | None = None
+        self.t_last = 0.0
+        self.int_alloc = np.zeros_like(self.alloc_total)
+        self.int_on_cap = np.zeros_like(self.alloc_total)
+        self.int_cap = np.zeros_like(self.alloc_total)
+        self.int_on_nodes = 0.0
+        self.int_usage = np.zeros(3)
+        self.int_usage_time = 0.0
+        self.energy_j = 0.0
+        self.carbon_g = 0.0
+        self.cost_usd = 0.0
+        self.online_pod_s = 0.0
+        self.online_contended_pod_s = 0.0
+        self.contended_pods: set[int] = set()
+        self.fairness: list[float] = []
+        self.cross_zone: list[float] = []
+        self.frag: list[float] = []
+        self.rows: list[dict[str, float]] = []
+        self.rejections: dict[str, int] = {}
+        self.evictions = 0
+        self.decision_seconds: list[float] = []
+
+    # ----------------------------------------------------------- event hooks
+    def advance(self, t0: float, t1: float) -> None:
+        """Integrate event-constant quantities over [t0, t1)."""
+        if self.t_start is None:
+            self.t_start = t0
+        dt = t1 - t0
+        self.t_last = t1
+        if dt <= 0:
+            return
+        self.int_alloc += self.alloc_total * dt
+        self.int_on_cap += self.on_capacity * dt
+        self.int_cap += self.capacity_total * dt
+        self.int_on_nodes += self.on_nodes * dt
+        watts = (self.on_idle_w_site + self.dyn_w_site) * self.site_pue
+        self.energy_j += float(watts.sum()) * dt
+        ci = np.array([c.at(t0) for c in self.site_carbon])
+        self.carbon_g += float((watts * ci).sum()) * dt / 3.6e6  # W*s -> kWh, * g/kWh
+        self.cost_usd += self.on_price_h * dt / 3600.0
+
+    def bound(self, pod: int) -> None:
+        req = self.table.requests[pod]
+        self.alloc_total += req
+        self.tenant_alloc[self.table.tenant[pod]] += req
+
+    def released(self, pod: int) -> None:
+        req = self.table.requests[pod]
+        self.alloc_total -= req
+        self.tenant_alloc[self.table.tenant[pod]] -= req
+
+    def arrived(self, pod: int) -> None:
+        self.tenant_seen[self.table.tenant[pod]] = True
+
+    def power_changed(self, node: int, old: int, new: int) -> None:
+        was_on, is_on = old != POWER_OFF, new != POWER_OFF
+        if was_on == is_on:
+            return
+        sign = 1.0 if is_on else -1.0
+        self.on_capacity += sign * self.state.capacity[node]
+        self.on_nodes += int(sign)
+        self.on_idle_w_site[self.state.site_id[node]] += sign * self.node_idle_w[node]
+        self.on_price_h += sign * self.node_price_h[node]
+
+    def rejected(self, reasons: tuple[str, ...]) -> None:
+        """Count a rejection under each reason ("3 nodes: insufficient gpu" -> the reason)."""
+        for r in reasons or ("unschedulable",):
+            key = r.split(": ", 1)[-1]
+            self.rejections[key] = self.rejections.get(key, 0) + 1
+
+    # ------------------------------------------------------------------ ticks
+    def tick(self, t: float, dt: float, queue_length: int, extra: dict[str, float]) -> None:
+        """Sample use-dependent metrics at ``t``; ``dt`` is the span this sample stands for."""
+        st, tb = self.state, self.table
+        n = st.num_nodes
+        run = np.flatnonzero(tb.status == RUNNING)
+        nodes = tb.node[run]
+        f = usage_factor(
+            t, run, tb.usage_kind[run], tb.usage_mean[run], tb.usage_amplitude[run],
+            tb.usage_peak[run], tb.usage_burst[run], tb.usage_burst_p[run], self.seed,
+        )
+        for j, r in enumerate(USAGE_RES):
+            st.usage[:, j] = np.bincount(nodes, tb.requests[run, r] * f, minlength=n)
+        cap = st.capacity
+        cpu_util = np.minimum(st.usage[:, 0] / cap[:, CPU], 1.0)
+        gpu_util = np.minimum(st.usage[:, 2] / np.maximum(cap[:, GPU], 1), 1.0)
+        on = st.power == POWER_ON
+        dyn = np.where(on, self.node_host_dyn_w * cpu_util + self.node_gpu_dyn_w * gpu_util, 0.0)
+        self.dyn_w_site = np.bincount(st.site_id, dyn, minlength=self.dyn_w_site.size)
+        usage_sum = st.usage.sum(axis=0)
+        self.int_usage += usage_sum * dt
+        self.int_usage_time += dt
+
+        # Contention: online pods on nodes whose actual use exceeds capacity.
+        over = (st.usage[:, 0] > cap[:, CPU]) | (st.usage[:, 1] > cap[:, MEM])
+        online = run[tb.cls[run] == _ONLINE]
+        self.online_pod_s += online.size * dt
+        hit = online[over[tb.node[online]]]
+        self.online_contended_pod_s += hit.size * dt
+        self.contended_pods.update(hit.tolist())
+
+        # Fairness: Jain's index over tenants' dominant shares.
+        seen = self.tenant_seen
+        if seen.any():
+            share = (self.tenant_alloc[seen] / np.maximum(self.capacity_total, 1)).max(axis=1)
+            sq = float((share**2).sum())
+            self.fairness.append(float(share.sum() ** 2 / (seen.sum() * sq)) if sq > 0 else 1.0)
+
+        # Cross-zone traffic between pods of one app.
+        cz = 0.0
+        with_app = run[tb.app[run] >= 0]
+        if with_app.size:
+            apps, zones = tb.app[with_app], st.zone_id[tb.node[with_app]]
+            n_zone = len(st.zone_names)
+            key = apps * n_zone + zones
+            per_key = np.bincount(key, minlength=(apps.max() + 1) * n_zone)
+            per_app = np.bincount(apps)
+            peers = per_app[apps] - 1
+            other = per_app[apps] - per_key[key]
+            share = np.divide(other, peers, out=np.zeros(peers.size), where=peers > 0)
+            cz = float((tb.traffic_mbps[with_app] * share).sum()) * 3600 / 8 / 1000  # GB/h
+        self.cross_zone.append(cz)
+
+        frag_total, frag_idle = cluster_fragmentation(st, self.target)
+        self.frag.append(frag_total)
+        pct = 100.0 / np.maximum(self.capacity_total, 1)
+        on_pct = 100.0 / np.maximum(self.on_capacity, 1)
+        row = {
+            "time_s": t,
+            "alloc_cpu_pct": self.alloc_total[CPU] * pct[CPU],
+            "alloc_mem_pct": self.alloc_total[MEM] * pct[MEM],
+            "alloc_gpu_pct": self.alloc_total[GPU] * pct[GPU],
+            "alloc_cpu_on_pct": self.alloc_total[CPU] * on_pct[CPU],
+            "alloc_gpu_on_pct": self.alloc_total[GPU] * on_pct[GPU],
+            "usage_cpu_pct": usage_sum[0] * pct[CPU],
+            "usage_mem_pct": usage_sum[1] * pct[MEM],
+            "usage_gpu_pct": usage_sum[2] * pct[GPU],
+            "usage_cpu_on_pct": usage_sum[0] * on_pct[CPU],
+            "powered_on_nodes": float(self.on_nodes),
+            "running_pods": float(run.size),
+            "queue_length": float(queue_length),
+            "power_kw": float(((self.on_idle_w_site + self.dyn_w_site) * self.site_pue).sum())
+            / 1000,
+            "gpu_frag_pct": frag_total,
+            "gpu_frag_idle_pct": frag_idle,
+            "cross_zone_gb_per_h": cz,
+            **extra,
+        }
+        self.rows.append(row)
+
+    # ----------------------------------------------------------------- report
+    def report(self, mode: str, fill_curve: list[tuple[float, float]]) -> dict[str, Any]:
+        """All metrics as a JSON-ready dict (percentages in 0..100)."""
+        tb, st = self.table, self.state
+        span = max(self.t_last - (self.t_start or 0.0), 0.0)
+
+        def ratio(num: np.ndarray | float, den: np.ndarray | float) -> Any:
+            return np.divide(num, den, out=np.zeros_like(np.asarray(num, float)),
+                             where=np.asarray(den) > 0) * 100
+
+        names = ("cpu", "memory", "gpu")
+        if span > 0:
+            alloc = ratio(self.int_alloc, self.int_cap)
+            alloc_on = ratio(self.int_alloc, self.int_on_cap)
+            usage_avg = self.int_usage / max(self.int_usage_time, 1e-9)
+            avg_on_cap = self.int_on_cap / span
+        else:  # fill mode: no time passes, report the final snapshot
+            alloc = ratio(self.alloc_total, self.capacity_total)
+            alloc_on = ratio(self.alloc_total, self.on_capacity)
+            usage_avg = st.usage.sum(axis=0)
+            avg_on_cap = self.on_capacity
+        usage = ratio(usage_avg, self.capacity_total[list(USAGE_RES)])
+        usage_on = ratio(usage_avg, avg_on_cap[list(USAGE_RES)])
+        final_gpu_alloc = float(ratio(self.alloc_total[GPU], self.capacity_total[GPU]))
+        gpu_rate = final_gpu_alloc if mode == "fill" else float(alloc[GPU])
+
+        per_class: dict[str, Any] = {}
+        for ci, cls in enumerate(POD_CLASSES):
+            sel = tb.cls == ci
+            arrived = sel & (tb.status != 0)
+            if not arrived.any():
+                continue
+            sched = arrived & np.isfinite(tb.scheduled_at)
+            started = arrived & np.isfinite(tb.started_at)
+            q = tb.scheduled_at[sched] - tb.arrival[sched]
+            s = tb.started_at[started] - tb.arrival[started]
+            per_class[cls.value] = {
+                "arrived": int(arrived.sum()),
+                "placed": int(sched.sum()),
+                "failed": int((arrived & (tb.status == FAILED)).sum()),
+                "pending_at_end": int((arrived & (tb.status == PENDING)).sum()),
+                "queueing_delay_s": _percentiles(q),
+                "start_latency_s": _percentiles(s),
+            }
+        lat = np.flatnonzero(np.isfinite(tb.latency_ms))
+        slo = np.array([tb.pods[i].latency_slo_ms or np.inf for i in lat])
+        lat_viol = int((tb.latency_ms[lat] > slo).sum())
+        dec = np.array(self.decision_seconds)
+        metrics: dict[str, Any] = {
+            "gpu_allocation_rate": gpu_rate,
+            "gpu_allocation_final": final_gpu_alloc,
+            "allocation_pct": dict(zip(names, map(float, alloc[list(USAGE_RES)]), strict=True)),
+            "allocation_on_pct": dict(
+                zip(names, map(float, alloc_on[list(USAGE_RES)]), strict=True)
+            ),
+            "usage_pct": dict(zip(names, map(float, usage), strict=True)),
+            "usage_on_pct": dict(zip(names, map(float, usage_on), strict=True)),
+            "gpu_fragmentation_pct": float(np.mean(self.frag)) if self.frag else 0.0,
+            "gpu_fragmentation_final_pct": self.frag[-1] if self.frag else 0.0,
+            "powered_on_nodes_avg": self.int_on_nodes / span if span > 0 else float(
+                self.on_nodes
+            ),
+            "classes": per_class,
+            "slo": {
+                "online_contended_time_pct": float(
+                    ratio(self.online_contended_pod_s, self.online_pod_s)
+                ),
+                "online_pods_contended": len(self.contended_pods),
+                "latency_pods": int(lat.size),
+                "latency_violations": lat_viol,
+            },
+            "cross_zone_gb_per_h": float(np.mean(self.cross_zone)) if self.cross_zone else 0.0,
+            "energy_kwh": self.energy_j / 3.6e6,
+            "carbon_kg": self.carbon_g / 1000,
+            "cost_usd": self.cost_usd,
+            "fairness_jain": float(np.mean(self.fairness)) if self.fairness else 1.0,
+            "pods": {
+                "total": len(tb),
+                "arrived": int((tb.status != 0).sum()),
+                "placed": int(np.isfinite(tb.scheduled_at).sum()),
+                "running_at_end": int(((tb.status == RUNNING) | (tb.status == BOUND)).sum()),
+                "completed": int((tb.status == DONE).sum()),
+                "failed": int((tb.status == FAILED).sum()),
+                "pending_at_end": int((tb.status == PENDING).sum()),
+                "evictions": self.evictions,
+            },
+            "rejections_by_reason": dict(sorted(self.rejections.items())),
+            "decision_latency_us": {
+                "p50": float(np.percentile(dec, 50) * 1e6) if dec.size else 0.0,
+                "p99": float(np.percentile(dec, 99) * 1e6) if dec.size else 0.0,
+            },
+            "decisions_per_second": float(dec.size / dec.sum()) if dec.sum() > 0 else 0.0,
+            "simulated_hours": span / 3600,
+        }
+        if mode == "fill":
+            metrics["gpu_allocation_curve"] = [
+                {"arrived_gpu_pct": a, "gpu_allocation_pct": b} for a, b in fill_curve
+            ]
+        return metrics
+
+
+def _percentiles(x: np.ndarray) -> dict[str, float]:
+    if x.size == 0:
+        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0}
+    p = np.percentile(x, [50, 95, 99])
+    return {"p50": float(p[0]), "p95": float(p[1]), "p99": float(p[2]), "mean": float(x.mean())}

@@ -1,0 +1,69 @@
+"""Pods as structure-of-arrays, with their lifecycle status.
+
+Owns the per-pod numpy arrays the engine and the metrics read (requests,
+times, class, tenant, app, usage profile parameters, status, placement) so
+per-tick work is vectorized over pods instead of looping over objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+
+from smartsched.model.pod import POD_CLASS_IDS, Pod
+from smartsched.model.resources import NUM_RESOURCES
+from smartsched.twin.usage import KIND_IDS
+
+# Lifecycle.
+NOT_ARRIVED: Final = 0
+PENDING: Final = 1
+BOUND: Final = 2  # placed on a node that is still booting
+RUNNING: Final = 3
+DONE: Final = 4
+FAILED: Final = 5
+
+
+class PodTable:
+    """Arrays over P pods, in the order given (index = pod index)."""
+
+    def __init__(self, pods: Sequence[Pod]) -> None:
+        p = len(pods)
+        self.pods = list(pods)
+        self.requests = np.zeros((p, NUM_RESOURCES), dtype=np.int64)
+        for i, pod in enumerate(pods):
+            self.requests[i] = (pod.cpu_milli, pod.memory_mib, pod.gpu_total_milli, pod.num_fpga)
+        self.num_gpu = np.array([x.num_gpu for x in pods], dtype=np.int64)
+        self.gpu_milli = np.array([x.gpu_milli for x in pods], dtype=np.int64)
+        self.arrival = np.array([x.arrival for x in pods], dtype=np.float64)
+        self.duration = np.array(
+            [np.inf if x.duration is None else x.duration for x in pods], dtype=np.float64
+        )
+        self.priority = np.array([x.priority for x in pods], dtype=np.int64)
+        self.cls = np.array([POD_CLASS_IDS[x.pod_class] for x in pods], dtype=np.int8)
+        self.tenants: list[str] = sorted({x.tenant for x in pods})
+        t_idx = {t: i for i, t in enumerate(self.tenants)}
+        self.tenant = np.array([t_idx[x.tenant] for x in pods], dtype=np.int32)
+        self.apps: list[str] = sorted({x.app for x in pods if x.app})
+        a_idx = {a: i for i, a in enumerate(self.apps)}
+        self.app = np.array([a_idx[x.app] if x.app else -1 for x in pods], dtype=np.int32)
+        self.traffic_mbps = np.array([x.traffic_mbps for x in pods], dtype=np.float64)
+        self.usage_kind = np.array([KIND_IDS[x.usage.kind] for x in pods], dtype=np.int8)
+        self.usage_mean = np.array([x.usage.mean for x in pods], dtype=np.float64)
+        self.usage_amplitude = np.array([x.usage.amplitude for x in pods], dtype=np.float64)
+        self.usage_peak = np.array([x.usage.peak_hour for x in pods], dtype=np.float64)
+        self.usage_burst = np.array([x.usage.burst_factor for x in pods], dtype=np.float64)
+        self.usage_burst_p = np.array([x.usage.burst_probability for x in pods], np.float64)
+
+        self.status = np.full(p, NOT_ARRIVED, dtype=np.int8)
+        self.node = np.full(p, -1, dtype=np.int32)
+        self.devices: list[tuple[int, ...]] = [()] * p
+        self.scheduled_at = np.full(p, np.nan)
+        self.started_at = np.full(p, np.nan)
+        self.finished_at = np.full(p, np.nan)
+        self.latency_ms = np.full(p, np.nan)
+        self.epoch = np.zeros(p, dtype=np.int32)  # bumped on eviction: stale completions ignored
+
+    def __len__(self) -> int:
+        return len(self.pods)

@@ -1,0 +1,261 @@
+"""ClusterState: the cluster as structure-of-arrays numpy, and the one definition of "fits".
+
+Owns node capacity, allocation, per-device free GPU milli, usage, labels and
+taints as boolean matrices, node up/down and power state. ``resource_fit``
+is the only place that decides whether a request fits a node's free
+resources; schedulers' filters, the RL action mask and the placement service
+all call it, so they can never disagree with the accounting in ``allocate``.
+
+Must not import scheduling, rl or serving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from smartsched.model.cluster import ClusterSpec
+from smartsched.model.errors import InfeasibleDecisionError, UnknownReferenceError
+from smartsched.model.pod import Pod
+from smartsched.model.resources import (
+    CPU,
+    FPGA,
+    GPU,
+    GPU_MODEL_IDS,
+    MEM,
+    MILLI_PER_DEVICE,
+    NUM_RESOURCES,
+)
+
+POWER_OFF: Final = 0
+POWER_BOOTING: Final = 1
+POWER_ON: Final = 2
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PodRequest:
+    """A pod compiled against a cluster's vocabularies, ready for vectorized checks.
+
+    ``models_ok`` is indexed by GPU model id (None: any model). Label and
+    toleration columns refer to ``ClusterState.label_vocab`` / ``taint_vocab``;
+    ``selector_unknown`` is True when the selector names a label no node has.
+    """
+
+    pod: Pod
+    vector: np.ndarray  # [R] int64: cpu, mem, gpu total milli, fpga
+    num_gpu: int
+    gpu_milli: int
+    models_ok: np.ndarray | None
+    selector_cols: np.ndarray
+    selector_unknown: bool
+    tolerated: np.ndarray  # [T] bool over taint_vocab
+    allowed_sites: np.ndarray | None  # [S] bool over site ids
+
+
+def taint_tolerated(taint: str, toleration: str) -> bool:
+    """Whether ``toleration`` tolerates ``taint``.
+
+    Taints are ``key=value:Effect`` or ``key:Effect``. A toleration is ``key``
+    (operator Exists), ``key=value`` (operator Equal) or the full taint string.
+    """
+    kv = taint.split(":", 1)[0]
+    key = kv.split("=", 1)[0]
+    return toleration in (taint, kv, key)
+
+
+class ClusterState:
+    """Mutable cluster state; ``fork()`` copies the arrays for sandbox runs.
+
+    Arrays (N nodes, R resources, D = max devices per node):
+      capacity[N,R], allocated[N,R], free_res[N,R] (= capacity - allocated)  int64
+      gpu_free[N,D]  int32, milli free per device; 0 for devices that do not exist
+      gpu_count[N]   int32, gpu_model[N] int16 (0: none)
+      usage[N,3]     float64, actual cpu / memory / gpu-milli use (set by the engine)
+      labels[N,L], taints[N,T]  bool
+      up[N], unschedulable[N]  bool;  power[N] int8 (OFF / BOOTING / ON)
+      zone_id[N], site_id[N], rack_id[N]  int32
+      pod_count[N]   int32
+    """
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        nodes = spec.nodes
+        n = len(nodes)
+        self.spec = spec
+        self.names: list[str] = [x.name for x in nodes]
+        self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
+        self.site_names: list[str] = [s.name for s in spec.sites]
+        self.zone_names: list[str] = [z.name for z in spec.zones]
+        site_idx = {s: i for i, s in enumerate(self.site_names)}
+        zone_idx = {z: i for i, z in enumerate(self.zone_names)}
+        zone_site = spec.zone_site()
+        racks: dict[str, int] = {}
+
+        self.capacity = np.zeros((n, NUM_RESOURCES), dtype=np.int64)
+        self.capacity[:, CPU] = [x.cpu_milli for x in nodes]
+        self.capacity[:, MEM] = [x.memory_mib for x in nodes]
+        self.gpu_count = np.array([x.num_gpu for x in nodes], dtype=np.int32)
+        self.capacity[:, GPU] = self.gpu_count.astype(np.int64) * MILLI_PER_DEVICE
+        self.capacity[:, FPGA] = [x.num_fpga for x in nodes]
+        self.allocated = np.zeros_like(self.capacity)
+        self.free_res = self.capacity.copy()  # capacity - allocated, kept in step
+        self.max_devices = max(1, int(self.gpu_count.max()))
+        dev = np.arange(self.max_devices)[None, :]
+        self.gpu_exists = dev < self.gpu_count[:, None]
+        self.gpu_free = np.where(self.gpu_exists, MILLI_PER_DEVICE, 0).astype(np.int32)
+        self.gpu_model = np.array(
+            [GPU_MODEL_IDS[x.gpu_model] if x.num_gpu else 0 for x in nodes], dtype=np.int16
+        )
+        self.zone_id = np.array([zone_idx[x.zone] for x in nodes], dtype=np.int32)
+        self.site_id = np.array([site_idx[zone_site[x.zone]] for x in nodes], dtype=np.int32)
+        self.rack_id = np.array([racks.setdefault(x.rack, len(racks)) for x in nodes], np.int32)
+        self.num_racks = len(racks)
+
+        self.label_vocab: dict[str, int] = {}
+        for x in nodes:
+            for k, v in x.labels.items():
+                self.label_vocab.setdefault(f"{k}={v}", len(self.label_vocab))
+        self.labels = np.zeros((n, max(1, len(self.label_vocab))), dtype=bool)
+        self.taint_vocab: dict[str, int] = {}
+        for x in nodes:
+            for t in x.taints:
+                self.taint_vocab.setdefault(t, len(self.taint_vocab))
+        self.taints = np.zeros((n, max(1, len(self.taint_vocab))), dtype=bool)
+        for i, x in enumerate(nodes):
+            for k, v in x.labels.items():
+                self.labels[i, self.label_vocab[f"{k}={v}"]] = True
+            for t in x.taints:
+                self.taints[i, self.taint_vocab[t]] = True
+
+        self.up = np.ones(n, dtype=bool)
+        self.unschedulable = np.array([x.unschedulable for x in nodes], dtype=bool)
+        self.power = np.full(n, POWER_ON, dtype=np.int8)
+        self.usage = np.zeros((n, 3), dtype=np.float64)
+        self.pod_count = np.zeros(n, dtype=np.int32)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def num_nodes(self) -> int:
+        return len(self.names)
+
+    def node_index(self, name: str) -> int:
+        try:
+            return self.index[name]
+        except KeyError:
+            raise UnknownReferenceError("node", f"unknown node {name!r}") from None
+
+    def compile(self, pod: Pod) -> PodRequest:
+        """Compile ``pod`` against this cluster's vocabularies (labels, taints, sites)."""
+        vec = np.array(
+            [pod.cpu_milli, pod.memory_mib, pod.gpu_total_milli, pod.num_fpga], dtype=np.int64
+        )
+        models_ok = None
+        if pod.gpu_models and pod.num_gpu > 0:
+            models_ok = np.zeros(len(GPU_MODEL_IDS) + 1, dtype=bool)
+            models_ok[[GPU_MODEL_IDS[m] for m in pod.gpu_models]] = True
+        cols = [self.label_vocab.get(f"{k}={v}", -1) for k, v in pod.node_selector]
+        tolerated = np.zeros(self.taints.shape[1], dtype=bool)
+        for name, j in self.taint_vocab.items():
+            tolerated[j] = any(taint_tolerated(name, t) for t in pod.tolerations)
+        sites = None
+        if pod.allowed_regions:
+            sites = np.zeros(len(self.site_names), dtype=bool)
+            for r in pod.allowed_regions:
+                if r in self.site_names:
+                    sites[self.site_names.index(r)] = True
+        return PodRequest(
+            pod=pod,
+            vector=vec,
+            num_gpu=pod.num_gpu,
+            gpu_milli=pod.gpu_milli,
+            models_ok=models_ok,
+            selector_cols=np.array([c for c in cols if c >= 0], dtype=np.int64),
+            selector_unknown=any(c < 0 for c in cols),
+            tolerated=tolerated,
+            allowed_sites=sites,
+        )
+
+    def resource_fit(self, req: PodRequest) -> np.ndarray:
+        """Boolean mask of nodes that are up and have room for ``req`` (the one definition).
+
+        CPU, memory, FPGA and total GPU milli: request <= capacity - allocated. GPUs: at least
+        ``num_gpu`` devices of an allowed model each with ``gpu_milli`` free.
+        """
+        ok = self.up & (self.free_res >= req.vector).all(axis=1)
+        if req.num_gpu:
+            ok &= np.count_nonzero(self.gpu_free >= req.gpu_milli, axis=1) >= req.num_gpu
+            if req.models_ok is not None:
+                ok &= req.models_ok[self.gpu_model]
+        return ok
+
+    def pick_devices(self, node: int, req: PodRequest) -> tuple[int, ...]:
+        """Default device binder: the tightest-fitting devices (least free milli that fits).
+
+        Ties go to the lowest index. This is Open-GPU-Share's "best" selection;
+        topology-aware binders live in scheduling and pass devices explicitly.
+        """
+        if not req.num_gpu:
+            return ()
+        free = self.gpu_free[node]
+        cand = np.flatnonzero(free >= req.gpu_milli)
+        if cand.size < req.num_gpu:
+            raise InfeasibleDecisionError(
+                f"node {self.names[node]}: {cand.size} devices with {req.gpu_milli} milli free, "
+                f"need {req.num_gpu}"
+            )
+        order = cand[np.argsort(free[cand], kind="stable")]
+        return tuple(int(d) for d in np.sort(order[: req.num_gpu]))
+
+    # --------------------------------------------------------------- mutations
+    def allocate(self, node: int, req: PodRequest, devices: tuple[int, ...]) -> None:
+        """Take ``req`` on ``node`` and ``devices``; refuse anything that would over-allocate."""
+        if not 0 <= node < self.num_nodes:
+            raise InfeasibleDecisionError(f"node index {node} out of range")
+        if not self.up[node]:
+            raise InfeasibleDecisionError(f"node {self.names[node]} is down")
+        v = req.vector
+        if np.any(self.allocated[node] + v > self.capacity[node]):
+            raise InfeasibleDecisionError(
+                f"node {self.names[node]}: request {v.tolist()} exceeds free "
+                f"{(self.capacity[node] - self.allocated[node]).tolist()}"
+            )
+        if len(devices) != req.num_gpu or len(set(devices)) != len(devices):
+            raise InfeasibleDecisionError(
+                f"pod {req.pod.id}: needs {req.num_gpu} distinct devices, got {devices}"
+            )
+        if req.num_gpu:
+            if req.models_ok is not None and not req.models_ok[self.gpu_model[node]]:
+                raise InfeasibleDecisionError(f"node {self.names[node]}: GPU model not allowed")
+            d = np.asarray(devices, dtype=np.int64)
+            if np.any(d < 0) or np.any(d >= self.gpu_count[node]):
+                raise InfeasibleDecisionError(f"node {self.names[node]}: no device in {devices}")
+            if np.any(self.gpu_free[node, d] < req.gpu_milli):
+                raise InfeasibleDecisionError(
+                    f"node {self.names[node]}: devices {devices} lack {req.gpu_milli} milli"
+                )
+            self.gpu_free[node, d] -= req.gpu_milli
+        self.allocated[node] += v
+        self.free_res[node] -= v
+        self.pod_count[node] += 1
+
+    def release(self, node: int, req: PodRequest, devices: tuple[int, ...]) -> None:
+        """Give back exactly what :meth:`allocate` took."""
+        self.allocated[node] -= req.vector
+        self.free_res[node] += req.vector
+        if devices:
+            self.gpu_free[node, np.asarray(devices, dtype=np.int64)] += req.gpu_milli
+        self.pod_count[node] -= 1
+        if np.any(self.allocated[node] < 0) or np.any(
+            self.gpu_free[node] > np.where(self.gpu_exists[node], MILLI_PER_DEVICE, 0)
+        ):
+            raise InfeasibleDecisionError(f"node {self.names[node]}: released more than taken")
+
+    def fork(self) -> ClusterState:
+        """An independent copy of the mutable arrays (static metadata is shared)."""
+        other = object.__new__(ClusterState)
+        other.__dict__.update(self.__dict__)
+        for name in ("allocated", "free_res", "gpu_free", "usage", "up", "unschedulable", "power",
+                     "pod_count", "labels", "taints"):
+            setattr(other, name, getattr(self, name).copy())
+        return other

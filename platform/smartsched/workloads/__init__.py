@@ -1,0 +1,1 @@
+"""Sources of pods: public-trace loaders, synthetic generators and Parquet I/O."""

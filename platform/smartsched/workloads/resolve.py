@@ -1,0 +1,43 @@
+"""Resolve a ``--workload`` argument to a list of pods.
+
+Owns the workload naming scheme: ``openb:<variant>`` (the Alibaba trace under
+the data dir), ``mixed`` or ``mixed:<profile.yaml>`` (the synthetic
+generator), or a path to an openb-format CSV or a SmartSched Parquet file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from smartsched.model.cluster import ClusterSpec
+from smartsched.model.errors import UnknownReferenceError, ValidationError
+from smartsched.model.pod import Pod
+
+
+def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> list[Pod]:
+    """Pods for ``spec`` (see module docstring); ``hours``/``seed`` drive generators."""
+    if spec.startswith("openb:"):
+        from smartsched.workloads.openb import load_openb_pods, openb_pod_path
+
+        path = openb_pod_path(spec.split(":", 1)[1])
+        if not path.is_file():
+            raise UnknownReferenceError("workload", f"no openb variant file {path}")
+        return load_openb_pods(path)
+    if spec == "mixed" or spec.startswith("mixed:"):
+        from smartsched.workloads.mixed import generate_mixed, load_profile
+
+        profile = load_profile(spec.split(":", 1)[1]) if ":" in spec else None
+        return generate_mixed(cluster, hours=hours, seed=seed, profile=profile)
+    path = Path(spec)
+    if path.suffix == ".csv" and path.is_file():
+        from smartsched.workloads.openb import load_openb_pods
+
+        return load_openb_pods(path)
+    if path.suffix == ".parquet" and path.is_file():
+        from smartsched.workloads.parquet_io import read_pods
+
+        return read_pods(path)
+    raise ValidationError(
+        "workload",
+        f"{spec!r} is not openb:<variant>, mixed[:profile.yaml], or an existing .csv/.parquet file",
+    )

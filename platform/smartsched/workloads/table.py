@@ -1,0 +1,87 @@
+"""Strict reading of tabular traces (CSV or Parquet) into typed numpy columns.
+
+Owns the checks every trace loader shares: required columns present, numeric
+columns numeric, integral where they must be, nothing negative. Each failure
+names the column and the first bad data row (0-based, header excluded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from smartsched.model.errors import ValidationError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def read_frame(path: Path) -> pd.DataFrame:
+    """Read a CSV or Parquet file with every column as text (CSV) so checks see raw values."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise ValidationError("path", f"no such file: {path}")
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+    except (ValueError, OSError) as e:  # pandas' parser errors derive from ValueError
+        raise ValidationError("file", f"cannot parse: {e}", source=str(path)) from None
+
+
+def require_columns(df: pd.DataFrame, columns: Sequence[str], source: str) -> None:
+    for col in columns:
+        if col not in df.columns:
+            have = ", ".join(map(str, df.columns))
+            raise ValidationError(col, f"missing column (have: {have})", source=source)
+
+
+def numeric_column(
+    df: pd.DataFrame,
+    col: str,
+    source: str,
+    *,
+    integral: bool = False,
+    allow_empty: bool = False,
+    low: float = 0.0,
+) -> np.ndarray:
+    """Column ``col`` as float64 (NaN for empty cells when ``allow_empty``), validated."""
+    import pandas as pd
+
+    raw = df[col]
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if allow_empty:
+        empty = raw.astype(str).str.strip().eq("").to_numpy() if raw.dtype == object else np.zeros(
+            len(raw), bool
+        )
+        bad &= ~empty
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise ValidationError(
+            col, f"not a number: {raw.iloc[row]!r}", row=row, source=source
+        )
+    finite = np.isfinite(values)
+    below = finite & (values < low)
+    if below.any():
+        row = int(np.flatnonzero(below)[0])
+        raise ValidationError(
+            col, f"must be >= {low:g}, got {values[row]:g}", row=row, source=source
+        )
+    if integral:
+        frac = finite & (np.mod(values, 1.0) != 0)
+        if frac.any():
+            row = int(np.flatnonzero(frac)[0])
+            raise ValidationError(
+                col, f"must be an integer, got {values[row]:g}", row=row, source=source
+            )
+    return values
+
+
+def text_column(df: pd.DataFrame, col: str) -> np.ndarray:
+    """Column ``col`` as an object array of stripped strings ('' for missing)."""
+    return df[col].fillna("").astype(str).str.strip().to_numpy(dtype=object)

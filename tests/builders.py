@@ -1,0 +1,22 @@
+"""Small builders for test clusters and pods (``node(...)``, ``pod(...)``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
+from smartsched.model.pod import Pod
+
+
+def node(name: str, cpu: int = 8000, mem: int = 32768, gpus: int = 0, model: str = "A100",
+         zone: str = "z1", **kw: Any) -> NodeSpec:
+    return NodeSpec(name=name, cpu_milli=cpu, memory_mib=mem, num_gpu=gpus,
+                    gpu_model=model if gpus else "", zone=zone, **kw)
+
+
+def cluster(*nodes: NodeSpec, zones: tuple[str, ...] = ("z1", "z2")) -> ClusterSpec:
+    return ClusterSpec("test", (Site("r1"),), tuple(Zone(z, "r1") for z in zones), tuple(nodes))
+
+
+def pod(pid: str, cpu: int = 1000, mem: int = 1024, **kw: Any) -> Pod:
+    return Pod(id=pid, cpu_milli=cpu, memory_mib=mem, **kw)

@@ -1,0 +1,156 @@
+"""Model validation: bad values raise a typed error naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smartsched.model.errors import UnknownReferenceError, ValidationError
+from smartsched.model.pod import Pod, UsageProfile
+from smartsched.model.presets import cluster_from_yaml, load_cluster
+from tests.builders import cluster, node, pod
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cpu_milli": -1}, "cpu_milli"),
+        ({"memory_mib": -5}, "memory_mib"),
+        ({"cpu_milli": 10**12}, "cpu_milli"),
+        ({"cpu_milli": 1.5}, "cpu_milli"),
+        ({"num_gpu": 1, "gpu_milli": 0}, "gpu_milli"),
+        ({"num_gpu": 0, "gpu_milli": 500}, "num_gpu"),
+        ({"num_gpu": 2, "gpu_milli": 500}, "gpu_milli"),
+        ({"num_gpu": 1, "gpu_milli": 1500}, "gpu_milli"),
+        ({"num_gpu": 99, "gpu_milli": 1000}, "num_gpu"),
+        ({"num_gpu": 1, "gpu_milli": 500, "gpu_models": ("B9000",)}, "gpu_models"),
+        ({"gang_size": 3}, "gang_id"),
+        ({"arrival": -1.0}, "arrival"),
+        ({"arrival": float("nan")}, "arrival"),
+        ({"arrival": 10.0, "deadline": 5.0}, "deadline"),
+        ({"pod_class": "gaming"}, "class"),
+    ],
+)
+def test_bad_pod_fields_are_named(kwargs: dict, field: str) -> None:
+    base = {"id": "p", "cpu_milli": 1000, "memory_mib": 1024}
+    with pytest.raises(ValidationError) as e:
+        Pod(**{**base, **kwargs})
+    assert e.value.field == field
+
+
+def test_empty_pod_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="must request"):
+        Pod(id="p", cpu_milli=0, memory_mib=0)
+
+
+def test_usage_profile_bounds() -> None:
+    with pytest.raises(ValidationError) as e:
+        UsageProfile(mean=-0.1)
+    assert e.value.field == "usage.mean"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"cpu": 0}, "nodes.n.cpu_milli"),
+        ({"mem": -1}, "nodes.n.memory_mib"),
+        ({"gpus": 2, "model": "Voodoo"}, "nodes.n.gpu_model"),
+        ({"gpus": 100}, "nodes.n.num_gpu"),
+    ],
+)
+def test_bad_node_fields_are_named(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        node("n", **kwargs)
+    assert e.value.field == field
+
+
+def test_unknown_gpu_model_is_unknown_reference() -> None:
+    with pytest.raises(UnknownReferenceError):
+        node("n", gpus=1, model="Voodoo")
+
+
+def test_cluster_rejects_unknown_zone_and_duplicates() -> None:
+    with pytest.raises(UnknownReferenceError, match="zone"):
+        cluster(node("a", zone="nowhere"))
+    with pytest.raises(ValidationError, match="duplicate"):
+        cluster(node("a"), node("a"))
+
+
+def test_gang_larger_than_cluster_is_rejected() -> None:
+    c = cluster(node("g0", gpus=2, cpu=64000, mem=262144))
+    gang = [
+        pod(f"m{i}", num_gpu=2, gpu_milli=1000, gang_id="g", gang_size=2) for i in range(2)
+    ]
+    with pytest.raises(ValidationError) as e:
+        c.validate_pods(gang)
+    assert e.value.field == "gang_size"
+
+
+def test_pod_larger_than_any_node_is_rejected_with_row() -> None:
+    c = cluster(node("a", cpu=4000))
+    with pytest.raises(ValidationError) as e:
+        c.validate_pods([pod("ok"), pod("big", cpu=8000)])
+    assert e.value.field == "cpu_milli" and e.value.row == 1
+
+
+def test_unknown_region_in_pod() -> None:
+    c = cluster(node("a"))
+    with pytest.raises(UnknownReferenceError) as e:
+        c.validate_pods([pod("p", allowed_regions=("mars",))])
+    assert e.value.field == "allowed_regions"
+
+
+def test_presets_sizes() -> None:
+    small = load_cluster("small")
+    assert len(small.nodes) == 16
+    medium = load_cluster("medium")
+    assert 180 <= len(medium.nodes) <= 220
+    large = load_cluster("large")
+    cloud = [s for s in large.sites if s.kind == "cloud"]
+    edge = [s for s in large.sites if s.kind == "edge"]
+    assert len(cloud) == 3 and len(edge) == 4
+    assert len([z for z in large.zones if z.site.startswith("region")]) == 6
+    assert large.total_cpu_milli >= 100_000_000 and large.total_gpus >= 5000
+
+
+def test_unknown_preset() -> None:
+    with pytest.raises(UnknownReferenceError) as e:
+        load_cluster("gigantic")
+    assert e.value.field == "cluster"
+
+
+def test_cluster_yaml_round_trip_and_errors(tmp_path: Path) -> None:
+    good = tmp_path / "c.yaml"
+    good.write_text(
+        "name: mine\n"
+        "sites: [{name: r1, pue: 1.2, carbon: 300}]\n"
+        "zones: [{name: z1, site: r1}]\n"
+        "nodes:\n"
+        "  - {name: cpu, zone: z1, cpu_milli: 16000, memory_mib: 65536, count: 3}\n"
+        "  - {name: gpu, zone: z1, cpu_milli: 32000, memory_mib: 131072, num_gpu: 4,"
+        " gpu_model: T4}\n"
+    )
+    spec = cluster_from_yaml(good)
+    assert [n.name for n in spec.nodes] == ["cpu-00000", "cpu-00001", "cpu-00002", "gpu"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.read_text().replace("cpu_milli: 16000", "cpu_milli: -3"))
+    with pytest.raises(ValidationError, match="cpu_milli"):
+        cluster_from_yaml(bad)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(good.read_text().replace("memory_mib: 65536", "memroy_mib: 65536"))
+    with pytest.raises(ValidationError, match="memroy_mib"):
+        cluster_from_yaml(typo)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("nodes: [unclosed")
+    with pytest.raises(ValidationError, match="YAML"):
+        cluster_from_yaml(broken)
+
+
+def test_node_topology_graph() -> None:
+    n = node("g", gpus=8, cpu=64000, mem=262144)
+    topo = n.topology()
+    kinds = [c.kind for c in topo.components]
+    assert kinds.count("gpu") == 8 and kinds.count("socket") == 2 and kinds.count("switch") == 4
+    assert any(link.kind == "nvlink" for link in topo.links)  # A100
+    assert set(topo.gpu_socket()) == {0, 1}

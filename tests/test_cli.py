@@ -1,0 +1,87 @@
+"""End-to-end through the real ``smartsched`` command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+
+def smartsched(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "smartsched.cli", *args], capture_output=True,
+                          text=True, timeout=600, check=False)
+
+
+def test_simulate_mixed_replay_writes_report(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = smartsched("simulate", "--cluster", "small", "--workload", "mixed", "--scheduler",
+                   "random", "--hours", "6", "--seed", "3", "--out", str(out), "--json",
+                   str(tmp_path / "r.json"))
+    assert r.returncode == 0, r.stderr
+    assert "GPU allocation rate" in r.stdout
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["scheduler"] == "random" and rep["mode"] == "replay" and rep["seed"] == 3
+    m = rep["metrics"]
+    for key in ("gpu_allocation_rate", "energy_kwh", "carbon_kg", "cost_usd", "fairness_jain",
+                "cross_zone_gb_per_h", "classes", "slo", "decisions_per_second"):
+        assert key in m
+    assert 0 <= m["gpu_allocation_rate"] <= 100
+    assert rep["decisions"] > 0 and rep["wall_seconds"] > 0
+    ts = pq.read_table(out / "timeseries.parquet")
+    assert ts.num_rows >= 6 * 12 and "alloc_gpu_pct" in ts.column_names
+    for png in ("utilization.png", "queue.png", "start_latency_cdf.png"):
+        assert (out / png).stat().st_size > 1000
+    assert json.loads((tmp_path / "r.json").read_text())["metrics"] == m
+
+
+@pytest.mark.slow
+def test_simulate_openb_fill(data_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "fill"
+    r = smartsched("simulate", "--cluster", "openb-gpu", "--workload", "openb:default",
+                   "--mode", "fill", "--inflate", "1.3", "--seed", "42", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    m = json.loads((out / "report.json").read_text())["metrics"]
+    curve = m["gpu_allocation_curve"]
+    assert curve[-1]["arrived_gpu_pct"] >= 125
+    assert 50 < m["gpu_allocation_rate"] <= 100
+    assert (out / "gpu_allocation_curve.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--cluster", "nonesuch"], "cluster"),
+        (["--workload", "openb:nonesuch"], "workload"),
+        (["--workload", "whatever.txt"], "workload"),
+        (["--scheduler", "oracle"], "scheduler"),
+        (["--hours", "-3"], "hours"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    r = smartsched("simulate", *args, "--no-plots")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0]
+    assert "Traceback" not in r.stderr
+
+
+def test_corrupt_trace_file_is_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "pods.csv"
+    f.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,abc,10,0,0\n")
+    r = smartsched("simulate", "--workload", str(f), "--no-plots")
+    assert r.returncode == 2
+    assert "cpu_milli (row 0)" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_demo_runs_two_schedulers(tmp_path: Path) -> None:
+    r = smartsched("demo", "--out", str(tmp_path / "demo"), "--hours", "6")
+    assert r.returncode == 0, r.stderr
+    assert "first-fit" in r.stdout and "random" in r.stdout
+    reports = json.loads((tmp_path / "demo" / "comparison.json").read_text())
+    assert [x["scheduler"] for x in reports] == ["first-fit", "random"]
+    assert (tmp_path / "demo" / "first-fit" / "utilization.png").is_file()

@@ -1,0 +1,125 @@
+"""The openb trace loader on the shared files, and on corrupted copies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smartsched.model.errors import ValidationError
+from smartsched.model.presets import load_cluster
+from smartsched.workloads.openb import load_openb_nodes, load_openb_pods
+
+OPENB = "alibaba-openb-gpu-2023"
+
+
+@pytest.mark.parametrize(
+    ("variant", "rows"),
+    [("default", 8152), ("cpu050", 7439), ("gpushare40", 8152), ("gpuspec33", 8152),
+     ("multigpu20", 8324), ("multigpu50", 9061)],
+)
+def test_row_counts(data_dir: Path, variant: str, rows: int) -> None:
+    pods = load_openb_pods(data_dir / OPENB / f"openb_pod_list_{variant}.csv")
+    assert len(pods) == rows
+
+
+def test_default_trace_contents(data_dir: Path) -> None:
+    pods = load_openb_pods(data_dir / OPENB / "openb_pod_list_default.csv")
+    by_gpus = {}
+    for p in pods:
+        by_gpus[p.num_gpu] = by_gpus.get(p.num_gpu, 0) + 1
+    assert by_gpus == {0: 1088, 1: 6989, 2: 16, 4: 15, 8: 44}  # per the data README
+    assert sum(1 for p in pods if p.is_gpu_share) == 3078
+    assert pods[1].arrival == 427061 and pods[1].gpu_milli == 460
+    assert all(p.duration is not None and p.duration >= 0 for p in pods)
+
+
+def test_five_column_variant_has_no_times(data_dir: Path) -> None:
+    pods = load_openb_pods(data_dir / OPENB / "openb_pod_list_multigpu30.csv")
+    assert len(pods) == 8508
+    assert all(p.arrival == 0 and p.duration is None and not p.gpu_models for p in pods)
+
+
+def test_node_lists(data_dir: Path) -> None:
+    gpu = load_cluster("openb-gpu")
+    assert len(gpu.nodes) == 1213 and gpu.total_gpus == 6212
+    everything = load_cluster("openb-all")
+    assert len(everything.nodes) == 1523 and everything.total_gpus == 6212
+
+
+def _corrupt(src: Path, dst: Path, fn) -> Path:
+    lines = src.read_text().splitlines()
+    dst.write_text("\n".join(fn(lines)) + "\n")
+    return dst
+
+
+def test_missing_column_is_named(data_dir: Path, tmp_path: Path) -> None:
+    src = data_dir / OPENB / "openb_pod_list_default.csv"
+
+    def drop_creation(lines: list[str]) -> list[str]:
+        out = []
+        for line in lines:
+            cells = line.split(",")
+            del cells[8]  # creation_time
+            out.append(",".join(cells))
+        return out
+
+    bad = _corrupt(src, tmp_path / "no_creation.csv", drop_creation)
+    with pytest.raises(ValidationError) as e:
+        load_openb_pods(bad)
+    assert e.value.field == "creation_time"
+
+    bad = _corrupt(src, tmp_path / "no_cpu.csv",
+                   lambda ls: [",".join(c for j, c in enumerate(x.split(",")) if j != 1)
+                               for x in ls])
+    with pytest.raises(ValidationError) as e:
+        load_openb_pods(bad)
+    assert e.value.field == "cpu_milli"
+
+
+def test_non_numeric_value_names_column_and_row(data_dir: Path, tmp_path: Path) -> None:
+    src = data_dir / OPENB / "openb_pod_list_default.csv"
+
+    def poison(lines: list[str]) -> list[str]:
+        cells = lines[101].split(",")
+        cells[2] = "lots"  # memory_mib of data row 100
+        lines[101] = ",".join(cells)
+        return lines
+
+    bad = _corrupt(src, tmp_path / "poison.csv", poison)
+    with pytest.raises(ValidationError) as e:
+        load_openb_pods(bad)
+    assert e.value.field == "memory_mib" and e.value.row == 100
+    assert "lots" in str(e.value)
+
+
+def test_negative_and_unknown_model_rows(data_dir: Path, tmp_path: Path) -> None:
+    src = data_dir / OPENB / "openb_pod_list_default.csv"
+
+    def negative(lines: list[str]) -> list[str]:
+        cells = lines[5].split(",")
+        cells[1] = "-4000"
+        lines[5] = ",".join(cells)
+        return lines
+
+    with pytest.raises(ValidationError) as e:
+        load_openb_pods(_corrupt(src, tmp_path / "neg.csv", negative))
+    assert e.value.field == "cpu_milli" and e.value.row == 4
+
+    def unknown_model(lines: list[str]) -> list[str]:
+        cells = lines[3].split(",")
+        cells[5] = "Z900"
+        lines[3] = ",".join(cells)
+        return lines
+
+    with pytest.raises(ValidationError) as e:
+        load_openb_pods(_corrupt(src, tmp_path / "model.csv", unknown_model))
+    assert e.value.field == "gpu_spec" and e.value.row == 2
+
+
+def test_node_list_bad_model(tmp_path: Path) -> None:
+    f = tmp_path / "nodes.csv"
+    f.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,Q7\n")
+    with pytest.raises(ValidationError) as e:
+        load_openb_nodes(f, zone="z")
+    assert e.value.row == 0 and "gpu_model" in e.value.field

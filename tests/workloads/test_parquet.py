@@ -1,0 +1,42 @@
+"""Pods and clusters round-trip through Parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smartsched.model.errors import ValidationError
+from smartsched.model.presets import load_cluster
+from smartsched.twin.state import ClusterState
+from smartsched.workloads.mixed import generate_mixed
+from smartsched.workloads.parquet_io import read_cluster, read_pods, write_cluster, write_pods
+
+
+def test_pods_round_trip(tmp_path: Path) -> None:
+    spec = load_cluster("small")
+    pods = generate_mixed(spec, hours=6, seed=0)
+    write_pods(pods, tmp_path / "p.parquet")
+    assert read_pods(tmp_path / "p.parquet") == pods
+
+
+def test_cluster_round_trip(tmp_path: Path) -> None:
+    spec = load_cluster("medium")
+    write_cluster(spec, tmp_path / "c.parquet")
+    back = read_cluster(tmp_path / "c.parquet")
+    assert back.nodes == spec.nodes
+    assert [z.name for z in back.zones] == [z.name for z in spec.zones]
+    a, b = ClusterState(spec), ClusterState(back)
+    assert (a.capacity == b.capacity).all() and (a.taints == b.taints).all()
+    assert (back.sites[1].carbon.values == spec.sites[1].carbon.values).all()
+
+
+def test_bad_pod_row_names_row(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": ["a", "b"], "cpu_milli": [100, -1], "memory_mib": [1, 1]}),
+                   tmp_path / "bad.parquet")
+    with pytest.raises(ValidationError) as e:
+        read_pods(tmp_path / "bad.parquet")
+    assert e.value.field == "cpu_milli" and e.value.row == 1
