@@ -54,6 +54,8 @@ def _write_json(path: str | None, doc: Any) -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--hours", type=float, default=None,
               help="Simulated hours (default: 24 for generators, the whole trace for files).")
+@click.option("--warmup-hours", type=float, default=0.0, show_default=True,
+              help="replay: simulate this long first and measure only after it.")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Report folder (report.json, timeseries.parquet, PNG plots).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -63,8 +65,8 @@ def _write_json(path: str | None, doc: Any) -> None:
               help="Progress bar (default: when stderr is a terminal).")
 def simulate(
     cluster: str, workload: str, scheduler: str, mode: str, inflate: float, seed: int,
-    hours: float | None, out: str | None, json_path: str | None, plots: bool,
-    progress: bool | None,
+    hours: float | None, warmup_hours: float, out: str | None, json_path: str | None,
+    plots: bool, progress: bool | None,
 ) -> None:
     """Simulate one scheduler on one cluster and workload; print the headline metrics."""
     from smartsched.bench.compare import comparison_table
@@ -74,7 +76,7 @@ def simulate(
         progress = sys.stderr.isatty()
     report = run_sim(
         cluster, workload, scheduler, mode=mode, inflate=inflate, seed=seed, hours=hours,
-        out=Path(out) if out else None, plots=plots, progress=progress,
+        warmup_hours=warmup_hours, out=Path(out) if out else None, plots=plots, progress=progress,
     )
     click.echo(comparison_table([report]))
     click.echo(f"\n{report['decisions']} decisions in {report['wall_seconds']:.2f} s wall"
@@ -87,8 +89,10 @@ def simulate(
 @click.option("--cluster", default="small", show_default=True)
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--warmup-hours", type=float, default=6.0, show_default=True)
 @click.option("--schedulers", default="first-fit,random", show_default=True)
-def demo(out: str, cluster: str, hours: float, seed: int, schedulers: str) -> None:
+def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
+         schedulers: str) -> None:
     """End-to-end demo: the mixed workload for a simulated day, schedulers side by side."""
     from smartsched.bench.compare import comparison_table
     from smartsched.bench.simulate import simulate as run_sim
@@ -96,8 +100,10 @@ def demo(out: str, cluster: str, hours: float, seed: int, schedulers: str) -> No
     reports = []
     for name in [s.strip() for s in schedulers.split(",") if s.strip()]:
         click.echo(f"simulating {name} on {cluster} for {hours:g} h of the mixed workload ...")
-        reports.append(run_sim(cluster, "mixed", name, seed=seed, hours=hours,
-                               out=Path(out) / name, progress=sys.stderr.isatty()))
+        reports.append(run_sim(
+            cluster, "mixed", name, seed=seed, hours=hours, warmup_hours=warmup_hours,
+            out=Path(out) / name, progress=sys.stderr.isatty(),
+        ))
     table = comparison_table(reports)
     click.echo("\n" + table)
     Path(out).mkdir(parents=True, exist_ok=True)

@@ -153,3 +153,15 @@ def test_engine_config_validation() -> None:
     with pytest.raises(ValidationError) as e:
         EngineConfig(tick_s=0)
     assert e.value.field == "tick_s"
+
+
+def test_warmup_is_not_measured() -> None:
+    spec = cluster(node("a"), node("b"))
+    pods = [pod("early", arrival=0.0, duration=7200.0), pod("late", arrival=4000.0,
+                                                              duration=100.0)]
+    e, m = _run(spec, pods, power_management=False, warmup_s=3600.0, horizon_s=7200.0)
+    assert m["pods"]["arrived"] == 1  # only "late" arrived in the measured window
+    assert m["simulated_hours"] == pytest.approx(1.0)
+    # "early" runs through the whole window: 1000m of 16000m, time-weighted.
+    assert m["allocation_pct"]["cpu"] > 1000 / 16000 * 100 - 1e-6
+    assert all(r["time_s"] >= 3600.0 for r in e.timeseries)

@@ -54,4 +54,4 @@ def test_pressure_at_peak_and_idle_at_night() -> None:
     assert gpu.max() > 1.0, "GPU demand should exceed capacity at peak"
     online = [p for p in pods if p.pod_class is PodClass.ONLINE]
     cpu = _demand_by_hour(online, lambda p: p.cpu_milli)
-    assert cpu[8] < 0.7 * cpu[20]  # morning trough well below the evening peak
+    assert cpu[5] < 0.7 * cpu[20]  # small-hours trough well below the evening peak

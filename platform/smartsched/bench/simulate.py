@@ -28,6 +28,7 @@ def simulate(
     inflate: float = 1.3,
     seed: int = 0,
     hours: float | None = None,
+    warmup_hours: float = 0.0,
     out: Path | None = None,
     plots: bool = True,
     progress: bool = False,
@@ -36,18 +37,21 @@ def simulate(
     """Run one simulation; write ``out`` if given; return the report dict.
 
     ``hours``: span of generated workloads and the replay horizon (None: 24 h
-    for generators, the whole trace for files).
+    for generators, the whole trace for files). ``warmup_hours``: simulate this
+    long first and measure only after it (the cluster is not empty at the start
+    of the measured window).
     """
     t0 = time.perf_counter()
     spec = load_cluster(cluster)
     is_generator = workload.split(":", 1)[0] == "mixed"
     gen_hours = hours if hours is not None else DEFAULT_GENERATOR_HOURS
-    pods = load_workload(workload, spec, gen_hours, seed)
+    warm = warmup_hours if mode == "replay" else 0.0
+    pods = load_workload(workload, spec, gen_hours + (warm if is_generator else 0.0), seed)
     horizon = None
     if mode == "replay" and (hours is not None or is_generator):
-        horizon = gen_hours * 3600.0
+        horizon = (warm + gen_hours) * 3600.0
     config = EngineConfig(mode=mode, seed=seed, inflate=inflate, horizon_s=horizon,
-                          **(engine_overrides or {}))
+                          warmup_s=warm * 3600.0, **(engine_overrides or {}))
     engine = Engine(spec, pods, config)
     sched = make_scheduler(scheduler, seed)
     metrics = run(engine, sched, progress=progress)
@@ -60,6 +64,7 @@ def simulate(
         "workload": workload,
         "inflate": inflate if mode == "fill" else None,
         "hours": gen_hours if horizon is not None else None,
+        "warmup_hours": warm,
     }
     report = {**settings, "metrics": metrics, "decisions": len(engine.metrics.decision_seconds)}
     if out is not None:

@@ -78,6 +78,7 @@ class EngineConfig:
         mode: "replay" or "fill".
         seed: seeds every random choice (fill sampling, failures, bursts).
         horizon_s: stop at this simulated time (None: when nothing more can happen).
+        warmup_s: metrics cover [warmup_s, end); the cluster fills up before.
         tick_s: metric sampling period in replay mode.
         flush_s: unschedulable pods are retried at least this often.
         power_management: power idle nodes down (replay only).
@@ -94,6 +95,7 @@ class EngineConfig:
     mode: str = "replay"
     seed: int = 0
     horizon_s: float | None = None
+    warmup_s: float = 0.0
     tick_s: float = 300.0
     flush_s: float = 300.0
     power_management: bool = True
@@ -117,6 +119,8 @@ class EngineConfig:
             raise ValidationError("power_up_s", f"must be >= 0, got {self.power_up_s!r}")
         if self.horizon_s is not None and not (0 < self.horizon_s < math.inf):
             raise ValidationError("horizon_s", f"must be a positive number, got {self.horizon_s}")
+        if not (0 <= self.warmup_s < (self.horizon_s or math.inf)):
+            raise ValidationError("warmup_s", "must be >= 0 and before the horizon")
         if not (0 < self.inflate <= 100):
             raise ValidationError("inflate", f"must be within (0, 100], got {self.inflate}")
         if self.node_mtbf_hours is not None and not self.node_mtbf_hours > 0:
@@ -177,7 +181,10 @@ class Engine:
             gpu_milli = int(self.state.capacity[:, GPU].sum())
             pods = tune_pods_to_gpu_target(pods, gpu_milli, config.inflate, self.rng)
         self.table = PodTable(pods)
-        self.metrics = MetricsRecorder(spec, self.state, self.table, target, config.seed)
+        self.metrics = MetricsRecorder(
+            spec, self.state, self.table, target, config.seed,
+            measure_from=config.warmup_s if config.mode == "replay" else 0.0,
+        )
         self.now = 0.0
         self._seq = itertools.count()
         self._events: list[_Event] = []

@@ -20,6 +20,9 @@ Definitions (time-weighted over the simulated span T):
   cross_zone_gb_per_h = mean over ticks of sum_pods traffic * (share of app peers in other zones)
   slo                = online pod-time on nodes whose use exceeds capacity; edge/latency pods
                        whose client latency exceeds their SLO
+
+A warm-up (``measure_from``) lets the cluster fill before measuring: nothing
+before it counts, and per-pod figures cover pods arriving after it.
 """
 
 from __future__ import annotations
@@ -50,7 +53,9 @@ class MetricsRecorder:
         table: PodTable,
         target: TargetWorkload,
         seed: int,
+        measure_from: float = 0.0,
     ) -> None:
+        self.measure_from = measure_from
         self.state = state
         self.table = table
         self.target = target
@@ -110,7 +115,10 @@ class MetricsRecorder:
 
     # ----------------------------------------------------------- event hooks
     def advance(self, t0: float, t1: float) -> None:
-        """Integrate event-constant quantities over [t0, t1)."""
+        """Integrate event-constant quantities over [t0, t1) (only after the warm-up)."""
+        t0 = max(t0, self.measure_from)
+        if t1 < t0:
+            return
         if self.t_start is None:
             self.t_start = t0
         dt = t1 - t0
@@ -176,6 +184,8 @@ class MetricsRecorder:
         dyn = np.where(on, self.node_host_dyn_w * cpu_util + self.node_gpu_dyn_w * gpu_util, 0.0)
         self.dyn_w_site = np.bincount(st.site_id, dyn, minlength=self.dyn_w_site.size)
         usage_sum = st.usage.sum(axis=0)
+        if t < self.measure_from:
+            return  # warm-up: keep power current, record nothing
         self.int_usage += usage_sum * dt
         self.int_usage_time += dt
 
@@ -263,8 +273,9 @@ class MetricsRecorder:
         gpu_rate = final_gpu_alloc if mode == "fill" else float(alloc[GPU])
 
         per_class: dict[str, Any] = {}
+        measured = tb.arrival >= self.measure_from
         for ci, cls in enumerate(POD_CLASSES):
-            sel = tb.cls == ci
+            sel = (tb.cls == ci) & measured
             arrived = sel & (tb.status != 0)
             if not arrived.any():
                 continue
@@ -280,7 +291,7 @@ class MetricsRecorder:
                 "queueing_delay_s": _percentiles(q),
                 "start_latency_s": _percentiles(s),
             }
-        lat = np.flatnonzero(np.isfinite(tb.latency_ms))
+        lat = np.flatnonzero(np.isfinite(tb.latency_ms) & measured)
         slo = np.array([tb.pods[i].latency_slo_ms or np.inf for i in lat])
         lat_viol = int((tb.latency_ms[lat] > slo).sum())
         dec = np.array(self.decision_seconds)
@@ -314,8 +325,8 @@ class MetricsRecorder:
             "fairness_jain": float(np.mean(self.fairness)) if self.fairness else 1.0,
             "pods": {
                 "total": len(tb),
-                "arrived": int((tb.status != 0).sum()),
-                "placed": int(np.isfinite(tb.scheduled_at).sum()),
+                "arrived": int(((tb.status != 0) & measured).sum()),
+                "placed": int((np.isfinite(tb.scheduled_at) & measured).sum()),
                 "running_at_end": int(((tb.status == RUNNING) | (tb.status == BOUND)).sum()),
                 "completed": int((tb.status == DONE).sum()),
                 "failed": int((tb.status == FAILED).sum()),
@@ -329,6 +340,7 @@ class MetricsRecorder:
             },
             "decisions_per_second": float(dec.size / dec.sum()) if dec.sum() > 0 else 0.0,
             "simulated_hours": span / 3600,
+            "warmup_hours": self.measure_from / 3600,
         }
         if mode == "fill":
             metrics["gpu_allocation_curve"] = [

@@ -55,6 +55,7 @@ class _Gen:
         self.rng = np.random.default_rng(seed)
         day = profile.get("day", {})
         self.peak_hour = float(day.get("peak_hour", 20.0))
+        self.trough_hour = float(day.get("trough_hour", 4.0))
         self.floor = float(day.get("night_floor", 0.25))
         zone_site = cluster.zone_site()
         kinds = {s.name: s.kind for s in cluster.sites}
@@ -75,9 +76,18 @@ class _Gen:
         return sec
 
     def shape(self, t: np.ndarray, daytime: float = 1.0) -> np.ndarray:
-        """Diurnal rate shape in [floor, 1]: 1 at peak_hour."""
-        h = (t / HOUR) % 24.0
-        d = 0.5 + 0.5 * np.cos(2 * np.pi * (h - self.peak_hour) / 24.0)
+        """Diurnal rate shape in [floor, 1]: 1 at peak_hour, floor at trough_hour.
+
+        Half-cosine rise from trough to peak and half-cosine fall back, so an
+        evening peak can have its trough in the small hours (not 12 h later).
+        """
+        rise = (self.peak_hour - self.trough_hour) % 24.0 or 12.0
+        phase = ((t / HOUR) % 24.0 - self.trough_hour) % 24.0
+        d = np.where(
+            phase < rise,
+            0.5 - 0.5 * np.cos(np.pi * phase / rise),
+            0.5 + 0.5 * np.cos(np.pi * (phase - rise) / (24.0 - rise)),
+        )
         floor = 1.0 - daytime * (1.0 - self.floor)
         return floor + (1.0 - floor) * d
 
