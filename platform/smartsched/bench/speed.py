@@ -58,8 +58,24 @@ def run_case(args: list[str]) -> dict[str, Any]:
     }
 
 
+def fork_cost(cluster: str = "openb-all", repeats: int = 2000) -> dict[str, Any]:
+    """Mean wall time of ``ClusterState.fork()`` (the per-decision sandbox copy)."""
+    from smartsched.model.presets import load_cluster
+    from smartsched.twin.state import ClusterState
+
+    state = ClusterState(load_cluster(cluster))
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        state.fork()
+    per = (time.perf_counter() - t0) / repeats
+    return {"cluster": cluster, "nodes": state.num_nodes, "fork_us": per * 1e6}
+
+
 def run_speed_suite(skip_large: bool = False, echo: Callable[[str], Any] = print) -> dict[str, Any]:
     results: dict[str, Any] = {}
+    fk = fork_cost()
+    results["fork"] = fk
+    echo(f"ClusterState.fork() on {fk['cluster']} ({fk['nodes']} nodes): {fk['fork_us']:.1f} us")
     for name, args, target in CASES:
         if skip_large and "large" in args:
             continue
