@@ -1,4 +1,4 @@
-"""Reference schedulers and the shared filters, with per-filter rejection reasons."""
+"""Profiles as schedulers: filters, reasons, first-fit and random."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import pytest
 
 from smartsched.model.errors import UnknownReferenceError
 from smartsched.scheduling.base import make_scheduler, scheduler_names
-from smartsched.scheduling.filters import feasible, rejection_reasons
 from smartsched.twin.state import ClusterState
 from tests.builders import cluster, node, pod
 
@@ -40,16 +39,25 @@ def _state() -> ClusterState:
 )
 def test_feasible_mask(p, expected) -> None:
     st = _state()
-    assert feasible(st, st.compile(p)).tolist() == expected
+    sched = make_scheduler("k8s-default")
+    ok, _ = sched.feasible(st, st.compile(p))
+    assert ok.tolist() == expected
 
 
 def test_rejection_reasons_blame_first_failing_filter() -> None:
     st = _state()
-    reasons = rejection_reasons(st, st.compile(pod("huge", cpu=40000)))
-    assert reasons == (
-        "1 nodes: node down or unschedulable",
-        "1 nodes: untolerated taint",
-        "2 nodes: insufficient cpu",
+    d = make_scheduler("k8s-default").decide(st, st.compile(pod("huge", cpu=40000)))
+    assert d.node is None
+    assert d.reasons == (
+        "1 nodes: node(s) were unschedulable or down",
+        "3 nodes: Insufficient cpu",
+    )
+    d = make_scheduler("k8s-default").decide(st, st.compile(pod("gpu", num_gpu=1,
+                                                                   gpu_milli=100)))
+    assert d.reasons == (
+        "1 nodes: node(s) were unschedulable or down",
+        "2 nodes: Insufficient gpu",
+        "1 nodes: node(s) had untolerated taint",
     )
 
 
@@ -65,6 +73,6 @@ def test_first_fit_and_random_choose_feasible_nodes() -> None:
 
 
 def test_registry() -> None:
-    assert {"first-fit", "random"} <= set(scheduler_names())
+    assert {"first-fit", "random", "k8s-default", "fgd", "bestfit"} <= set(scheduler_names())
     with pytest.raises(UnknownReferenceError):
         make_scheduler("nope")

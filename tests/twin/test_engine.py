@@ -165,3 +165,56 @@ def test_warmup_is_not_measured() -> None:
     # "early" runs through the whole window: 1000m of 16000m, time-weighted.
     assert m["allocation_pct"]["cpu"] > 1000 / 16000 * 100 - 1e-6
     assert all(r["time_s"] >= 3600.0 for r in e.timeseries)
+
+
+def test_failures_without_horizon_terminate() -> None:
+    spec = cluster(node("a"), node("b"))
+    pods = [pod("p0", arrival=0.0, duration=100.0), pod("p1", arrival=50000.0, duration=100.0)]
+    e, m = _run(spec, pods, node_mtbf_hours=1.0, repair_s=60, seed=2)
+    assert m["pods"]["completed"] == 2 and e.now < 10 * 86400
+
+
+def test_fill_curve_ends_at_final_allocation() -> None:
+    spec = cluster(node("g0", cpu=64000, mem=262144, gpus=8))
+    pods = [pod(f"p{i}", num_gpu=1, gpu_milli=1000) for i in range(8)]
+    _, m = _run(spec, pods, mode="fill", inflate=1.0)
+    assert m["gpu_allocation_curve"][-1]["gpu_allocation_pct"] == m["gpu_allocation_final"] == 100
+
+
+def test_evicted_gang_restarts_members_not_done() -> None:
+    spec = cluster(node("a"), node("b"), node("c"))
+    gang = [pod("m0", arrival=0.0, duration=10.0, gang_id="g", gang_size=2),
+            pod("m1", arrival=0.0, duration=1000.0, gang_id="g", gang_size=2),
+            pod("filler", arrival=200.0, duration=10.0)]  # gives the loop a step at t=200
+    e = Engine(spec, gang, EngineConfig(power_management=False, horizon_s=5000))
+    sched = make_scheduler("first-fit")
+    failed = False
+    while (req := e.next_decision()) is not None:
+        e.apply(sched.decide(e.state, req.request))
+        if not failed and e.now >= 100 and e.table.status[1] == RUNNING:
+            e._fail(int(e.table.node[1]))
+            failed = True
+    assert failed and e.metrics.evictions >= 1
+    assert e.table.status[0] == DONE and e.table.status[1] == DONE
+    assert e.table.started_at[1] >= 100  # m1 restarted alone; m0 was not re-run
+
+
+def test_deferred_pod_is_retried_without_horizon() -> None:
+    spec = cluster(node("a"))
+    e = Engine(spec, [pod("p", duration=10.0)], EngineConfig(power_management=False))
+    first = True
+    while e.next_decision() is not None:
+        e.apply(Decision(None, defer=True) if first else Decision(0))
+        first = False
+    assert e.table.status[0] == DONE
+
+
+def test_gang_size_must_match_members_and_seed_is_validated() -> None:
+    spec = cluster(node("a"), node("b"))
+    with pytest.raises(ValidationError) as err:
+        Engine(spec, [pod("m0", gang_id="g", gang_size=3)], EngineConfig())
+    assert err.value.field == "gang_size"
+    for bad in (None, -1, 1.5):
+        with pytest.raises(ValidationError) as err:
+            EngineConfig(seed=bad)  # type: ignore[arg-type]
+        assert err.value.field == "seed"

@@ -214,9 +214,11 @@ class ClusterSpec:
             size = members[0].gang_size
             if any(m.gang_size != size for m in members):
                 raise ValidationError("gang_size", f"gang {gid!r} members disagree", row=rows[0])
-            if len(members) > size:
+            if len(members) != size:
                 raise ValidationError(
-                    "gang_size", f"gang {gid!r} has {len(members)} members > {size}", row=rows[0]
+                    "gang_size",
+                    f"gang {gid!r} has {len(members)} members, gang_size says {size}",
+                    row=rows[0],
                 )
             need_cpu = sum(m.cpu_milli for m in members)
             need_mem = sum(m.memory_mib for m in members)

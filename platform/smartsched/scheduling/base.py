@@ -1,8 +1,10 @@
-"""The scheduler interface every placement policy implements.
+"""The scheduler interface and how a ``--scheduler`` name becomes a scheduler.
 
-Owns the ``Scheduler`` protocol (``decide(state, request) -> Decision``) and
-the registry of named schedulers. A scheduler reads the twin's state and the
-offered pod and returns a Decision; it never mutates the state.
+Owns the ``Scheduler`` protocol (``decide(state, request) -> Decision``,
+optionally ``prepare(pods)``) and the name resolution: programmatic
+registrations first (the RL policy registers ``rl:`` later), then packaged
+profiles (``scheduling/profiles/*.yaml``) or a user profile file. A scheduler
+reads the twin's state and never mutates it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from smartsched.model.errors import UnknownReferenceError
 from smartsched.twin.engine import Decision
 from smartsched.twin.state import ClusterState, PodRequest
 
@@ -26,29 +27,27 @@ class Scheduler(Protocol):
         ...
 
 
-SchedulerFactory = Callable[[int], Scheduler]
-_REGISTRY: dict[str, SchedulerFactory] = {}
+SchedulerFactory = Callable[[str, int], Scheduler]
+_PREFIXES: dict[str, SchedulerFactory] = {}
 
 
-def register(name: str, factory: SchedulerFactory) -> None:
-    """Make ``name`` resolvable by :func:`make_scheduler` (factory gets the seed)."""
-    _REGISTRY[name] = factory
+def register_prefix(prefix: str, factory: SchedulerFactory) -> None:
+    """Resolve names ``<prefix>:<rest>`` with ``factory(rest, seed)`` (e.g. ``rl:PATH``)."""
+    _PREFIXES[prefix] = factory
 
 
 def scheduler_names() -> list[str]:
-    _ensure_builtins()
-    return sorted(_REGISTRY)
+    from smartsched.scheduling.registry import builtin_profiles
+
+    return sorted(builtin_profiles())
 
 
 def make_scheduler(name: str, seed: int = 0) -> Scheduler:
-    """Build the scheduler registered as ``name``."""
-    _ensure_builtins()
-    if name not in _REGISTRY:
-        raise UnknownReferenceError(
-            "scheduler", f"unknown scheduler {name!r} (known: {', '.join(sorted(_REGISTRY))})"
-        )
-    return _REGISTRY[name](seed)
+    """A packaged profile, a profile YAML path, a split profile, or ``<prefix>:...``."""
+    from smartsched.scheduling.framework import ProfileScheduler
+    from smartsched.scheduling.registry import load_profile
 
-
-def _ensure_builtins() -> None:
-    from smartsched.scheduling import simple  # noqa: F401  (registers on import)
+    prefix, _, rest = name.partition(":")
+    if rest and prefix in _PREFIXES:
+        return _PREFIXES[prefix](rest, seed)
+    return ProfileScheduler(load_profile(name), seed)

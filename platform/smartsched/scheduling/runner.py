@@ -22,6 +22,8 @@ def run(engine: Engine, scheduler: Scheduler, progress: bool = False) -> dict[st
 
         bar = tqdm(total=len(engine.table), unit="pod", desc=scheduler.name, mininterval=0.5,
                    leave=False)
+    if hasattr(scheduler, "prepare"):
+        scheduler.prepare(engine.source_pods)
     perf = time.perf_counter
     done = 0
     while (req := engine.next_decision()) is not None:

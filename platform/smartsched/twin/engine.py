@@ -109,6 +109,16 @@ class EngineConfig:
     frag_include_cpu_pods: bool = False
 
     def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValidationError("seed", f"must be an integer >= 0, got {self.seed!r}")
+        for name in ("horizon_s", "warmup_s", "tick_s", "flush_s", "idle_power_down_s",
+                     "power_up_s", "node_mtbf_hours", "repair_s", "inflate",
+                     "fill_frag_every_pct", "frag_coverage"):
+            v = getattr(self, name)
+            if v is None and name in ("horizon_s", "node_mtbf_hours"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise ValidationError(name, f"must be a finite number, got {v!r}")
         if self.mode not in MODES:
             raise ValidationError("mode", f"{self.mode!r} is not one of {MODES}")
         for name in ("tick_s", "flush_s", "idle_power_down_s", "repair_s", "fill_frag_every_pct"):
@@ -176,6 +186,7 @@ class Engine:
         self.rng = np.random.default_rng(config.seed)
         spec.validate_pods(pods)
         self.state = ClusterState(spec)
+        self.source_pods: list[Pod] = list(pods)  # before fill-mode tuning: the workload's shape
         target = typical_pods(pods, config.frag_coverage, config.frag_include_cpu_pods)
         if config.mode == "fill":
             gpu_milli = int(self.state.capacity[:, GPU].sum())
@@ -224,6 +235,13 @@ class Engine:
         self._next_curve_pct = 1
         self._next_frag_pct = 0.0
 
+        # Failures are drawn only before this time, so a run without a horizon ends.
+        self._failure_end = (
+            config.horizon_s if config.horizon_s is not None
+            else float(self.table.arrival.max(initial=0.0))
+        )
+        self._binds = 0
+        self._binds_at_final_flush = -1
         self._seed_events()
 
     # ------------------------------------------------------------ public API
@@ -243,9 +261,12 @@ class Engine:
                 _, _, _, unit = heapq.heappop(self._active)
                 if unit < 0:
                     g = -unit - 1
-                    members = [m for m in self._gang_members[g]
-                               if self.table.status[m] == PENDING]
-                    if len(members) == self._gang_size[g]:
+                    st = self.table.status[self._gang_members[g]]
+                    members = [m for m, s in zip(self._gang_members[g], st, strict=True)
+                               if s == PENDING]
+                    # Members that already finished are not re-run after an eviction.
+                    needed = int(((st != DONE) & (st != FAILED)).sum())
+                    if members and len(members) == needed and g not in self._gang_running(g):
                         self._gang_todo = members
                         self._gang_placed = []
                         break
@@ -257,6 +278,11 @@ class Engine:
             if not self._step_events():
                 self._finish()
                 return None
+
+    def _gang_running(self, g: int) -> set[int]:
+        """{g} if some member of gang g is still bound or running (then it must not restart)."""
+        st = self.table.status[self._gang_members[g]]
+        return {g} if ((st == RUNNING) | (st == BOUND)).any() else set()
 
     def apply(self, decision: Decision) -> None:
         """Commit the scheduler's decision for the pod last offered by ``next_decision``.
@@ -299,12 +325,12 @@ class Engine:
             if self._gang_todo:
                 return
             placed, self._gang_placed = self._gang_placed, []
-            self._arrive_gpu([p for p, _, _ in placed])
             for p, nd, dv in placed:
                 self._bind(p, nd, dv)
+            self._arrive_gpu([p for p, _, _ in placed])
         else:
-            self._arrive_gpu([i])
             self._bind(i, node, devices)
+            self._arrive_gpu([i])
 
     def record_decision_time(self, seconds: float) -> None:
         """Wall time a driver spent deciding (and applying) one pod."""
@@ -340,8 +366,7 @@ class Engine:
                 self._push(cfg.idle_power_down_s, EV_POWER_DOWN, (n, 0))
         if cfg.node_mtbf_hours is not None:
             ttf = self.rng.exponential(cfg.node_mtbf_hours * 3600.0, self.state.num_nodes)
-            end = cfg.horizon_s if cfg.horizon_s is not None else float(tb.arrival.max(initial=0))
-            for n in np.flatnonzero(ttf < end):
+            for n in np.flatnonzero(ttf < self._failure_end):
                 self._push(float(ttf[n]), EV_FAIL, int(n))
 
     def _offer(self, i: int, remaining: int) -> DecisionRequest:
@@ -356,6 +381,12 @@ class Engine:
             return self._fill_next()
         horizon = self.config.horizon_s
         if not self._events or (self._non_tick_events == 0 and not self._can_progress()):
+            # Nothing else can happen. Retry waiting pods once more if anything was
+            # placed since the last such retry (a deferred pod may fit now).
+            if self._unschedulable and self._binds != self._binds_at_final_flush:
+                self._binds_at_final_flush = self._binds
+                self._cluster_event()
+                return True
             if horizon is not None and self.now < horizon:
                 self._advance(horizon)
             return False
@@ -364,11 +395,16 @@ class Engine:
             self._advance(horizon)
             return False
         self._advance(t)
+        handled = False
         while self._events and self._events[0].time == t:
+            if self._events[0].kind == EV_TICK and handled:
+                # Sample only after the pods these events released have been placed.
+                break
             ev = heapq.heappop(self._events)
             if ev.kind != EV_TICK:
                 self._non_tick_events -= 1
             self._handle(ev)
+            handled = True
         return True
 
     def _can_progress(self) -> bool:
@@ -407,7 +443,9 @@ class Engine:
             self._cluster_event()
             mtbf = self.config.node_mtbf_hours
             if mtbf is not None:
-                self._push(self.now + float(self.rng.exponential(mtbf * 3600.0)), EV_FAIL, p)
+                nxt = self.now + float(self.rng.exponential(mtbf * 3600.0))
+                if nxt < self._failure_end:
+                    self._push(nxt, EV_FAIL, p)
 
     def _arrive(self, i: int) -> None:
         tb = self.table
@@ -464,13 +502,15 @@ class Engine:
         if self.now - self._last_flush >= cfg.flush_s:
             self._last_flush = self.now
             self._cluster_event()
-        self.metrics.tick(self.now, cfg.tick_s, self.queue_length, {})
+        span = cfg.tick_s if cfg.horizon_s is None else min(cfg.tick_s, cfg.horizon_s - self.now)
+        self.metrics.tick(self.now, span, self.queue_length, {})
         nxt = self.now + cfg.tick_s
         if self._non_tick_events > 0 or (cfg.horizon_s is not None and nxt <= cfg.horizon_s):
             self._push(nxt, EV_TICK, None)
 
     def _bind(self, i: int, node: int, devices: tuple[int, ...]) -> None:
         tb, st = self.table, self.state
+        self._binds += 1
         tb.node[i] = node
         tb.devices[i] = devices
         if not np.isfinite(tb.scheduled_at[i]):

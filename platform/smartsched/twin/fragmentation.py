@@ -39,6 +39,8 @@ class TargetWorkload:
     num_gpu: np.ndarray  # [K]
     models_ok: np.ndarray  # [K, M+1] bool over GPU model ids
     weight: np.ndarray  # [K] popularity, sums to 1
+    g_values: np.ndarray  # [G] distinct nonzero gpu_milli among the types
+    g_index: np.ndarray  # [K] index into g_values, -1 for CPU-only types
 
 
 def typical_pods(
@@ -71,12 +73,17 @@ def typical_pods(
             models_ok[i] = False
             models_ok[i, [GPU_MODEL_IDS[m] for m in models]] = True
     w = np.array([c for _, c in kept], dtype=np.float64)
+    gpu_milli = np.array([key[1] for key, _ in kept], dtype=np.int64)
+    g_values = np.unique(gpu_milli[gpu_milli > 0])
+    g_index = np.where(gpu_milli > 0, np.searchsorted(g_values, gpu_milli), -1)
     return TargetWorkload(
         cpu=np.array([key[0] for key, _ in kept], dtype=np.int64),
-        gpu_milli=np.array([key[1] for key, _ in kept], dtype=np.int64),
+        gpu_milli=gpu_milli,
         num_gpu=np.array([key[2] for key, _ in kept], dtype=np.int64),
         models_ok=models_ok,
         weight=w / w.sum() if k else w,
+        g_values=g_values,
+        g_index=g_index.astype(np.int64),
     )
 
 
@@ -87,26 +94,31 @@ def node_fragmentation(
     up: np.ndarray,
     target: TargetWorkload,
 ) -> np.ndarray:
-    """Expected fragmented GPU milli per node, ``F_n`` above, as float [N]."""
+    """Expected fragmented GPU milli per node, ``F_n`` above, as float [N].
+
+    Vectorized over nodes and task types at once: per distinct per-device
+    demand g, the count of devices with >= g free and the milli stranded on
+    devices with < g free; then one [N, K] selection and a weighted sum.
+    """
     left = gpu_free.astype(np.int64)
     idle = left.sum(axis=1).astype(np.float64)
-    out = np.zeros(left.shape[0], dtype=np.float64)
-    for g in np.unique(target.gpu_milli):
-        sel = np.flatnonzero(target.gpu_milli == g)
-        if g == 0:
-            out += target.weight[sel].sum() * idle
-            continue
-        usable = left >= g
-        small = np.where(usable, 0, left).sum(axis=1).astype(np.float64)
-        n_usable = usable.sum(axis=1)
-        for m in sel:
-            hosts = (
-                (n_usable >= target.num_gpu[m])
-                & (free_cpu >= target.cpu[m])
-                & target.models_ok[m][gpu_model]
-            )
-            out += target.weight[m] * np.where(hosts, small, idle)
-    return np.where(up, out, idle)
+    if target.weight.size == 0:
+        return np.where(up, 0.0, idle)
+    g_vals = target.g_values  # [G] distinct nonzero per-device demands
+    usable = left[:, :, None] >= g_vals[None, None, :]  # [N, D, G]
+    n_usable = usable.sum(axis=1)  # [N, G]
+    small = np.where(usable, 0, left[:, :, None]).sum(axis=1).astype(np.float64)  # [N, G]
+    gi = target.g_index  # [K], -1 for CPU-only types
+    gpu_task = gi >= 0
+    gic = np.where(gpu_task, gi, 0)
+    hosts = (
+        (n_usable[:, gic] >= target.num_gpu[None, :])
+        & (free_cpu[:, None] >= target.cpu[None, :])
+        & target.models_ok[:, gpu_model].T
+        & gpu_task[None, :]
+    )  # [N, K]
+    frag = np.where(hosts, small[:, gic], idle[:, None])
+    return np.where(up, frag @ target.weight, idle)
 
 
 def cluster_fragmentation(state: object, target: TargetWorkload) -> tuple[float, float]:

@@ -184,8 +184,8 @@ class MetricsRecorder:
         dyn = np.where(on, self.node_host_dyn_w * cpu_util + self.node_gpu_dyn_w * gpu_util, 0.0)
         self.dyn_w_site = np.bincount(st.site_id, dyn, minlength=self.dyn_w_site.size)
         usage_sum = st.usage.sum(axis=0)
-        if t < self.measure_from:
-            return  # warm-up: keep power current, record nothing
+        if t < self.measure_from or dt <= 0:
+            return  # warm-up (or the instant at the horizon): keep power current only
         self.int_usage += usage_sum * dt
         self.int_usage_time += dt
 
@@ -292,7 +292,10 @@ class MetricsRecorder:
                 "start_latency_s": _percentiles(s),
             }
         lat = np.flatnonzero(np.isfinite(tb.latency_ms) & measured)
-        slo = np.array([tb.pods[i].latency_slo_ms or np.inf for i in lat])
+        slo = np.array([
+            np.inf if tb.pods[i].latency_slo_ms is None else tb.pods[i].latency_slo_ms
+            for i in lat
+        ])
         lat_viol = int((tb.latency_ms[lat] > slo).sum())
         dec = np.array(self.decision_seconds)
         metrics: dict[str, Any] = {
@@ -327,10 +330,12 @@ class MetricsRecorder:
                 "total": len(tb),
                 "arrived": int(((tb.status != 0) & measured).sum()),
                 "placed": int((np.isfinite(tb.scheduled_at) & measured).sum()),
-                "running_at_end": int(((tb.status == RUNNING) | (tb.status == BOUND)).sum()),
-                "completed": int((tb.status == DONE).sum()),
-                "failed": int((tb.status == FAILED).sum()),
-                "pending_at_end": int((tb.status == PENDING).sum()),
+                "running_at_end": int(
+                    (((tb.status == RUNNING) | (tb.status == BOUND)) & measured).sum()
+                ),
+                "completed": int(((tb.status == DONE) & measured).sum()),
+                "failed": int(((tb.status == FAILED) & measured).sum()),
+                "pending_at_end": int(((tb.status == PENDING) & measured).sum()),
                 "evictions": self.evictions,
             },
             "rejections_by_reason": dict(sorted(self.rejections.items())),
@@ -349,8 +354,9 @@ class MetricsRecorder:
         return metrics
 
 
-def _percentiles(x: np.ndarray) -> dict[str, float]:
+def _percentiles(x: np.ndarray) -> dict[str, float | None]:
+    """p50/p95/p99/mean of ``x``; None for an empty set (no pod to measure is not 0 s)."""
     if x.size == 0:
-        return {"p50": 0.0, "p95": 0.0, "p99": 0.0, "mean": 0.0}
+        return {"p50": None, "p95": None, "p99": None, "mean": None}
     p = np.percentile(x, [50, 95, 99])
     return {"p50": float(p[0]), "p95": float(p[1]), "p99": float(p[2]), "mean": float(x.mean())}

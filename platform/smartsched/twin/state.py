@@ -11,6 +11,7 @@ Must not import scheduling, rl or serving.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Final
 
@@ -29,6 +30,16 @@ from smartsched.model.resources import (
     NUM_RESOURCES,
 )
 
+# kube-scheduler's defaults for pods that request no cpu / memory, used by its
+# NodeResourcesFit scoring ("non-zero requests").
+DEFAULT_MILLI_CPU_REQUEST: Final = 100
+DEFAULT_MEMORY_REQUEST_MIB: Final = 200
+NO_SCHEDULE_EFFECTS: Final = ("NoSchedule", "NoExecute")
+
+# Every mutation of a node stamps it with a number unique across all states and
+# forks, so a plugin may cache per-node results keyed by (node, version).
+_VERSIONS = itertools.count(1)
+
 POWER_OFF: Final = 0
 POWER_BOOTING: Final = 1
 POWER_ON: Final = 2
@@ -45,6 +56,7 @@ class PodRequest:
 
     pod: Pod
     vector: np.ndarray  # [R] int64: cpu, mem, gpu total milli, fpga
+    nonzero: np.ndarray  # [2] int64: cpu, mem with kube's defaults for zero requests
     num_gpu: int
     gpu_milli: int
     models_ok: np.ndarray | None
@@ -52,6 +64,11 @@ class PodRequest:
     selector_unknown: bool
     tolerated: np.ndarray  # [T] bool over taint_vocab
     allowed_sites: np.ndarray | None  # [S] bool over site ids
+
+
+def gpu_tag(req: PodRequest) -> int:
+    """Shape tag of a GPU pod: 0 for a GPU share, k for k whole GPUs."""
+    return 0 if req.gpu_milli < MILLI_PER_DEVICE else req.num_gpu
 
 
 def taint_tolerated(taint: str, toleration: str) -> bool:
@@ -100,6 +117,7 @@ class ClusterState:
         self.capacity[:, FPGA] = [x.num_fpga for x in nodes]
         self.allocated = np.zeros_like(self.capacity)
         self.free_res = self.capacity.copy()  # capacity - allocated, kept in step
+        self.nonzero_alloc = np.zeros((n, 2), dtype=np.int64)  # cpu, mem with kube's defaults
         self.max_devices = max(1, int(self.gpu_count.max()))
         dev = np.arange(self.max_devices)[None, :]
         self.gpu_exists = dev < self.gpu_count[:, None]
@@ -107,6 +125,14 @@ class ClusterState:
         self.gpu_model = np.array(
             [GPU_MODEL_IDS[x.gpu_model] if x.num_gpu else 0 for x in nodes], dtype=np.int16
         )
+        # Device topology: NUMA socket and PCIe switch of each GPU (-1 where none).
+        self.gpu_socket = np.full((n, self.max_devices), -1, dtype=np.int16)
+        self.gpu_switch = np.full((n, self.max_devices), -1, dtype=np.int16)
+        for i, x in enumerate(nodes):
+            if x.num_gpu:
+                topo = x.topology()
+                self.gpu_socket[i, : x.num_gpu] = topo.gpu_socket()
+                self.gpu_switch[i, : x.num_gpu] = topo.gpu_switch()
         self.zone_id = np.array([zone_idx[x.zone] for x in nodes], dtype=np.int32)
         self.site_id = np.array([site_idx[zone_site[x.zone]] for x in nodes], dtype=np.int32)
         self.rack_id = np.array([racks.setdefault(x.rack, len(racks)) for x in nodes], np.int32)
@@ -122,6 +148,11 @@ class ClusterState:
             for t in x.taints:
                 self.taint_vocab.setdefault(t, len(self.taint_vocab))
         self.taints = np.zeros((n, max(1, len(self.taint_vocab))), dtype=bool)
+        # Taint effect per vocabulary column; untyped taints ("key=value") mean NoSchedule.
+        effects = [t.rsplit(":", 1)[1] if ":" in t else "NoSchedule" for t in self.taint_vocab]
+        effects += ["NoSchedule"] * (self.taints.shape[1] - len(effects))
+        self.taint_hard = np.array([e in NO_SCHEDULE_EFFECTS for e in effects], dtype=bool)
+        self.taint_prefer = np.array([e == "PreferNoSchedule" for e in effects], dtype=bool)
         for i, x in enumerate(nodes):
             for k, v in x.labels.items():
                 self.labels[i, self.label_vocab[f"{k}={v}"]] = True
@@ -133,6 +164,11 @@ class ClusterState:
         self.power = np.full(n, POWER_ON, dtype=np.int8)
         self.usage = np.zeros((n, 3), dtype=np.float64)
         self.pod_count = np.zeros(n, dtype=np.int32)
+        self.version = np.zeros(n, dtype=np.int64)
+        # GPU pods per node by shape tag: column 0 = GPU-share pods, k = pods of k whole GPUs.
+        self.gpu_pod_tags = np.zeros((n, self.max_devices + 1), dtype=np.int32)
+        # Pods per app per node, for spreading and affinity plugins (kube's snapshot of pods).
+        self.app_pods: dict[str, np.ndarray] = {}
 
     # ------------------------------------------------------------------ queries
     @property
@@ -167,6 +203,8 @@ class ClusterState:
         return PodRequest(
             pod=pod,
             vector=vec,
+            nonzero=np.array([pod.cpu_milli or DEFAULT_MILLI_CPU_REQUEST,
+                              pod.memory_mib or DEFAULT_MEMORY_REQUEST_MIB], dtype=np.int64),
             num_gpu=pod.num_gpu,
             gpu_milli=pod.gpu_milli,
             models_ok=models_ok,
@@ -237,12 +275,27 @@ class ClusterState:
             self.gpu_free[node, d] -= req.gpu_milli
         self.allocated[node] += v
         self.free_res[node] -= v
+        self.nonzero_alloc[node] += req.nonzero
         self.pod_count[node] += 1
+        self.version[node] = next(_VERSIONS)
+        if req.num_gpu:
+            self.gpu_pod_tags[node, gpu_tag(req)] += 1
+        if req.pod.app:
+            counts = self.app_pods.get(req.pod.app)
+            if counts is None:
+                counts = self.app_pods[req.pod.app] = np.zeros(self.num_nodes, dtype=np.int32)
+            counts[node] += 1
 
     def release(self, node: int, req: PodRequest, devices: tuple[int, ...]) -> None:
         """Give back exactly what :meth:`allocate` took."""
         self.allocated[node] -= req.vector
         self.free_res[node] += req.vector
+        self.nonzero_alloc[node] -= req.nonzero
+        self.version[node] = next(_VERSIONS)
+        if req.num_gpu:
+            self.gpu_pod_tags[node, gpu_tag(req)] -= 1
+        if req.pod.app:
+            self.app_pods[req.pod.app][node] -= 1
         if devices:
             self.gpu_free[node, np.asarray(devices, dtype=np.int64)] += req.gpu_milli
         self.pod_count[node] -= 1
@@ -255,7 +308,9 @@ class ClusterState:
         """An independent copy of the mutable arrays (static metadata is shared)."""
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
-        for name in ("allocated", "free_res", "gpu_free", "usage", "up", "unschedulable", "power",
+        other.app_pods = {k: v.copy() for k, v in self.app_pods.items()}
+        for name in ("allocated", "free_res", "nonzero_alloc", "gpu_free", "version",
+                     "gpu_pod_tags", "usage", "up", "unschedulable", "power",
                      "pod_count", "labels", "taints"):
             setattr(other, name, getattr(self, name).copy())
         return other

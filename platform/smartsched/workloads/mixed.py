@@ -270,16 +270,18 @@ def generate_mixed(
     profile: dict[str, Any] | None = None,
 ) -> list[Pod]:
     """Generate the mixed workload for ``cluster`` over ``hours``, sorted by arrival."""
-    if not (0 < hours <= 24 * 366):
+    if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= 24 * 366:
         raise ValidationError("hours", f"must be within (0, 8784], got {hours}")
-    gen = _Gen(cluster, profile or load_profile(), hours, seed)
-    try:
-        gen.online()
-        gen.ai_train()
-        gen.ai_infer()
-        gen.batch()
-        gen.edge()
-    except KeyError as e:
-        raise ValidationError(f"workload.{e.args[0]}", "missing field in profile") from None
+    gen = _Gen(cluster, load_profile() if profile is None else profile, hours, seed)
+    for section, step in (("online", gen.online), ("ai-train", gen.ai_train),
+                          ("ai-infer", gen.ai_infer), ("batch", gen.batch), ("edge-rt", gen.edge)):
+        try:
+            step()
+        except KeyError as e:
+            raise ValidationError(f"workload.{section}.{e.args[0]}", "missing field") from None
+        except (TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+            if isinstance(e, ValidationError):
+                raise
+            raise ValidationError(f"workload.{section}", f"bad value: {e}") from None
     gen.pods.sort(key=lambda p: (p.arrival, p.id))
     return gen.pods

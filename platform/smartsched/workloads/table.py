@@ -56,9 +56,7 @@ def numeric_column(
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values)
     if allow_empty:
-        empty = raw.astype(str).str.strip().eq("").to_numpy() if raw.dtype == object else np.zeros(
-            len(raw), bool
-        )
+        empty = (raw.isna() | raw.astype(str).str.strip().eq("")).to_numpy(dtype=bool)
         bad &= ~empty
     if bad.any():
         row = int(np.flatnonzero(bad)[0])

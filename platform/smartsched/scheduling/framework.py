@@ -1,0 +1,186 @@
+"""The scheduling framework: extension points, a cycle context, and profiles that run them.
+
+Owns the Protocols every plugin implements (one per extension point, as in
+kube-scheduler's framework), the per-cycle context handed to plugins, and
+``ProfileScheduler``, which runs a profile: filters -> scores (each 0..100,
+normalized over the feasible nodes) -> weighted sum -> highest score, ties
+broken uniformly at random from a seeded generator (kube-scheduler's
+selectHost) or by lowest index -> the binder picks devices.
+
+Every plugin is vectorized over all nodes: one numpy expression per plugin,
+never a Python loop over nodes. A rejection is a value (a Decision with
+reasons "N nodes: <reason>", each node blamed on the first filter that fails
+it), never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from smartsched.twin.engine import Decision
+from smartsched.twin.state import ClusterState, PodRequest
+
+MAX_NODE_SCORE = 100
+
+
+@dataclass
+class CycleContext:
+    """One scheduling cycle: the snapshot, the pod, and a store plugins share.
+
+    Plugins must not mutate ``state``; ``cache`` holds values several plugins
+    derive from the same snapshot (kube's CycleState).
+    """
+
+    state: ClusterState
+    request: PodRequest
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def cached(self, key: str, fn: Any) -> Any:
+        if key not in self.cache:
+            self.cache[key] = fn()
+        return self.cache[key]
+
+
+@runtime_checkable
+class FilterPlugin(Protocol):
+    """Filter extension point: which nodes can run the pod."""
+
+    name: str
+
+    def filter(self, ctx: CycleContext) -> np.ndarray:
+        """Boolean mask [N] of nodes that pass."""
+        ...
+
+    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
+        """(reason, passing mask) per check, in order; used only when the pod is rejected."""
+        ...
+
+
+@runtime_checkable
+class ScorePlugin(Protocol):
+    """Score extension point: how good each feasible node is, normalized to 0..100."""
+
+    name: str
+
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+        """Float [N] in 0..100 (values on infeasible nodes are ignored)."""
+        ...
+
+
+@runtime_checkable
+class BindPlugin(Protocol):
+    """Bind extension point: which devices on the chosen node the pod gets."""
+
+    name: str
+
+    def devices(self, ctx: CycleContext, node: int) -> tuple[int, ...] | None:
+        """Device indices on ``node`` (None: the twin's default best-fit binder)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named list of filters, weighted scorers, a binder and a tie-break rule."""
+
+    name: str
+    filters: tuple[FilterPlugin, ...]
+    scorers: tuple[tuple[ScorePlugin, float], ...]
+    binder: BindPlugin | None = None
+    # "random": uniform among the best (kube's selectHost); "first": lowest index;
+    # "rank": lowest position in a seeded random node order (the FGD simulator's rule:
+    # smallest name, names prefixed by a seeded permutation).
+    tie_break: str = "random"
+
+    def plugins(self) -> list[object]:
+        out: list[object] = [*self.filters, *(p for p, _ in self.scorers)]
+        if self.binder is not None and all(self.binder is not p for p in out):
+            out.append(self.binder)
+        return out
+
+
+class ProfileScheduler:
+    """Runs one profile as a ``Scheduler`` (see ``scheduling.base``)."""
+
+    def __init__(self, profile: Profile, seed: int = 0) -> None:
+        self.profile = profile
+        self.name = profile.name
+        self.rng = np.random.default_rng(seed)
+        self.last_scores: np.ndarray | None = None
+        self._rank: np.ndarray | None = None
+        for p in profile.plugins():
+            if hasattr(p, "reseed"):
+                p.reseed(seed)
+
+    def prepare(self, pods: Sequence[object]) -> None:
+        """Give plugins that model the workload (FGD's typical pods) the pods to come."""
+        for p in self.profile.plugins():
+            if hasattr(p, "prepare"):
+                p.prepare(pods)
+
+    def feasible(self, state: ClusterState, request: PodRequest) -> tuple[np.ndarray, CycleContext]:
+        ctx = CycleContext(state, request)
+        ok = np.ones(state.num_nodes, dtype=bool)
+        for f in self.profile.filters:
+            ok &= f.filter(ctx)
+        return ok, ctx
+
+    def decide(self, state: ClusterState, request: PodRequest) -> Decision:
+        ok, ctx = self.feasible(state, request)
+        idx = np.flatnonzero(ok)
+        if idx.size == 0:
+            return Decision.reject(*self.reasons(ctx))
+        if idx.size == 1 or not self.profile.scorers:
+            total = np.zeros(state.num_nodes)
+        else:
+            total = np.zeros(state.num_nodes)
+            for plugin, weight in self.profile.scorers:
+                total += weight * plugin.score(ctx, ok)
+        self.last_scores = total
+        cand = total[idx]
+        best = idx[cand == cand.max()]
+        if best.size == 1 or self.profile.tie_break == "first":
+            node = int(best[0])
+        elif self.profile.tie_break == "rank":
+            if self._rank is None or self._rank.size != state.num_nodes:
+                self._rank = self.rng.permutation(state.num_nodes)
+            node = int(best[np.argmin(self._rank[best])])
+        else:
+            node = int(best[self.rng.integers(best.size)])
+        devices = self.profile.binder.devices(ctx, node) if self.profile.binder else None
+        return Decision(node, devices)
+
+    def reasons(self, ctx: CycleContext) -> tuple[str, ...]:
+        """"N nodes: <reason>" per check, blaming each node on its first failing check."""
+        remaining = np.ones(ctx.state.num_nodes, dtype=bool)
+        out: list[str] = []
+        for f in self.profile.filters:
+            for reason, passing in f.explain(ctx):
+                failed = remaining & ~passing
+                n = int(failed.sum())
+                if n:
+                    out.append(f"{n} nodes: {reason}")
+                remaining &= ~failed
+        return tuple(out)
+
+
+def min_max_normalize(raw: np.ndarray, feasible: np.ndarray) -> np.ndarray:
+    """Scale ``raw`` linearly over the feasible nodes to 0..100 (all 0 when it is constant)."""
+    vals = raw[feasible]
+    lo, hi = vals.min(), vals.max()
+    if hi == lo:
+        return np.zeros_like(raw, dtype=np.float64)
+    return (raw - lo) * (MAX_NODE_SCORE / (hi - lo))
+
+
+def default_normalize(raw: np.ndarray, feasible: np.ndarray, reverse: bool) -> np.ndarray:
+    """kube-scheduler's DefaultNormalizeScore: scale by the max (integer), optionally reversed."""
+    max_count = int(raw[feasible].max()) if feasible.any() else 0
+    r = raw.astype(np.int64)
+    if max_count == 0:
+        return np.full(raw.shape, MAX_NODE_SCORE if reverse else 0, dtype=np.float64)
+    s = MAX_NODE_SCORE * r // max_count
+    return (MAX_NODE_SCORE - s if reverse else s).astype(np.float64)

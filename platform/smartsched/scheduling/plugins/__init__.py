@@ -1,0 +1,1 @@
+"""Plugins: one small class per kube-scheduler or published-heuristic scoring rule."""

@@ -1,0 +1,255 @@
+"""kube-scheduler's default plugins, as far as the twin models them, with upstream formulas.
+
+Owns NodeUnschedulable, NodeResourcesFit (filter; score by LeastAllocated or
+MostAllocated), NodeResourcesBalancedAllocation, NodeAffinity (required
+selector), TaintToleration, PodTopologySpread (the system default
+constraints) and RegionAllowed (compliance). Formulas follow
+kubernetes/pkg/scheduler/framework/plugins (v1.30), including integer
+arithmetic where upstream uses int64:
+
+  LeastAllocated  per resource: (alloc - req) * 100 // alloc  (0 if req > alloc)
+                  node: sum(w_r * s_r) // sum(w_r); req = node non-zero requests + pod's
+  MostAllocated   per resource: min(req, alloc) * 100 // alloc
+  Balanced        f_r = min(req_r / alloc_r, 1) over cpu, memory (actual requests);
+                  score = int((1 - |f_cpu - f_mem| / 2) * 100)
+  PodTopologySpread (defaults: zone maxSkew 5, hostname maxSkew 3, ScheduleAnyway)
+                  raw = round(sum_c cnt_c * log(size_c + 2) + (maxSkew_c - 1));
+                  normalized = 100 * (max + min - raw) // max  (all 100 if max == 0)
+  TaintToleration raw = untolerated PreferNoSchedule taints; DefaultNormalizeScore reversed
+
+Memory is compared in bytes, as upstream does, so integer rounding matches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from smartsched.model.resources import CPU, FPGA, MEM
+from smartsched.scheduling.framework import MAX_NODE_SCORE, CycleContext, default_normalize
+
+MIB = 1024 * 1024
+HOSTNAME_MAX_SKEW = 3
+ZONE_MAX_SKEW = 5
+
+
+class NoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NodeUnschedulable:
+    """Filter out nodes that are down or cordoned (spec.unschedulable)."""
+
+    name = "NodeUnschedulable"
+    Args = NoArgs
+
+    def __init__(self, args: NoArgs | None = None) -> None:
+        pass
+
+    def filter(self, ctx: CycleContext) -> np.ndarray:
+        return ctx.state.up & ~ctx.state.unschedulable
+
+    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
+        return [("node(s) were unschedulable or down", self.filter(ctx))]
+
+
+class ResourceWeights(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cpu: int = Field(1, ge=0, le=100)
+    memory: int = Field(1, ge=0, le=100)
+
+
+class NodeResourcesFitArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    strategy: Literal["LeastAllocated", "MostAllocated"] = "LeastAllocated"
+    resources: ResourceWeights = ResourceWeights()
+
+
+class NodeResourcesFit:
+    """Filter: the twin's resource fit (cpu, memory, fpga and the GPU-share device layer).
+
+    Score: LeastAllocated (spread) or MostAllocated (bin-pack) over cpu and
+    memory with kube's non-zero request defaults.
+    """
+
+    name = "NodeResourcesFit"
+    Args = NodeResourcesFitArgs
+
+    def __init__(self, args: NodeResourcesFitArgs | None = None) -> None:
+        self.args = args or NodeResourcesFitArgs()
+        w = self.args.resources
+        if w.cpu + w.memory == 0:
+            raise ValueError("resources: at least one weight must be > 0")
+
+    def filter(self, ctx: CycleContext) -> np.ndarray:
+        return ctx.cached("fit", lambda: ctx.state.resource_fit(ctx.request))
+
+    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
+        st, req = ctx.state, ctx.request
+        free = st.free_res
+        out = [
+            ("Insufficient cpu", free[:, CPU] >= req.vector[CPU]),
+            ("Insufficient memory", free[:, MEM] >= req.vector[MEM]),
+            ("Insufficient fpga", free[:, FPGA] >= req.vector[FPGA]),
+        ]
+        if req.num_gpu:
+            if req.models_ok is not None:
+                out.append(("gpu model mismatch", req.models_ok[st.gpu_model]))
+            out.append(("Insufficient gpu", st.resource_fit(req)))
+        return out
+
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+        st, req = ctx.state, ctx.request
+        cap_cpu = st.capacity[:, CPU]
+        cap_mem = st.capacity[:, MEM] * MIB
+        used_cpu = st.nonzero_alloc[:, 0] + req.nonzero[0]
+        used_mem = (st.nonzero_alloc[:, 1] + req.nonzero[1]) * MIB
+        w = self.args.resources
+        if self.args.strategy == "LeastAllocated":
+            s_cpu = _least(used_cpu, cap_cpu)
+            s_mem = _least(used_mem, cap_mem)
+        else:
+            s_cpu = _most(used_cpu, cap_cpu)
+            s_mem = _most(used_mem, cap_mem)
+        return ((s_cpu * w.cpu + s_mem * w.memory) // (w.cpu + w.memory)).astype(np.float64)
+
+
+def _least(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    safe = np.maximum(capacity, 1)
+    s = (capacity - requested) * MAX_NODE_SCORE // safe
+    return np.where((capacity == 0) | (requested > capacity), 0, s)
+
+
+def _most(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    safe = np.maximum(capacity, 1)
+    s = np.minimum(requested, capacity) * MAX_NODE_SCORE // safe
+    return np.where(capacity == 0, 0, s)
+
+
+class NodeResourcesBalancedAllocation:
+    """Prefer nodes whose cpu and memory fractions stay close after placing the pod."""
+
+    name = "NodeResourcesBalancedAllocation"
+    Args = NoArgs
+
+    def __init__(self, args: NoArgs | None = None) -> None:
+        pass
+
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+        st, v = ctx.state, ctx.request.vector
+        cap = st.capacity[:, [CPU, MEM]].astype(np.float64)
+        req = (st.allocated[:, [CPU, MEM]] + v[[CPU, MEM]]).astype(np.float64)
+        frac = np.minimum(req / np.maximum(cap, 1), 1.0)
+        std = np.abs(frac[:, 0] - frac[:, 1]) / 2
+        return np.floor((1 - std) * MAX_NODE_SCORE)
+
+
+class NodeAffinity:
+    """Filter by the pod's required node selector; score preferred terms (none modeled: 0)."""
+
+    name = "NodeAffinity"
+    Args = NoArgs
+
+    def __init__(self, args: NoArgs | None = None) -> None:
+        pass
+
+    def filter(self, ctx: CycleContext) -> np.ndarray:
+        st, req = ctx.state, ctx.request
+        if req.selector_unknown:
+            return np.zeros(st.num_nodes, dtype=bool)
+        if req.selector_cols.size == 0:
+            return np.ones(st.num_nodes, dtype=bool)
+        return st.labels[:, req.selector_cols].all(axis=1)
+
+    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
+        return [("node(s) didn't match Pod's node affinity/selector", self.filter(ctx))]
+
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+        # Pods carry no preferred terms: every node scores 0, as upstream does then.
+        return default_normalize(np.zeros(ctx.state.num_nodes), feasible, reverse=False)
+
+
+class TaintToleration:
+    """Filter NoSchedule/NoExecute taints the pod does not tolerate; score PreferNoSchedule."""
+
+    name = "TaintToleration"
+    Args = NoArgs
+
+    def __init__(self, args: NoArgs | None = None) -> None:
+        pass
+
+    def filter(self, ctx: CycleContext) -> np.ndarray:
+        st = ctx.state
+        if not st.taint_vocab:
+            return np.ones(st.num_nodes, dtype=bool)
+        bad = st.taint_hard & ~ctx.request.tolerated
+        return ~(st.taints & bad).any(axis=1)
+
+    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
+        return [("node(s) had untolerated taint", self.filter(ctx))]
+
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+        st = ctx.state
+        bad = st.taint_prefer & ~ctx.request.tolerated
+        raw = (st.taints & bad).sum(axis=1)
+        return default_normalize(raw, feasible, reverse=True)
+
+
+class PodTopologySpread:
+    """Spread an app's pods over zones and hosts (kube's system default constraints).
+
+    Pods without an ``app`` have no default constraints, and the plugin gives
+    every node 0, as upstream skips them.
+    """
+
+    name = "PodTopologySpread"
+    Args = NoArgs
+
+    def __init__(self, args: NoArgs | None = None) -> None:
+        pass
+
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+        st, pod = ctx.state, ctx.request.pod
+        n = st.num_nodes
+        if not pod.app:
+            return np.zeros(n)
+        host_cnt = st.app_pods.get(pod.app)
+        if host_cnt is None:
+            host_cnt = np.zeros(n, dtype=np.int32)
+        n_zones = len(st.zone_names)
+        zone_cnt = np.bincount(st.zone_id, weights=host_cnt, minlength=n_zones)
+        feasible_zones = np.bincount(st.zone_id[feasible], minlength=n_zones) > 0
+        zone_w = math.log(int(feasible_zones.sum()) + 2)
+        host_w = math.log(int(feasible.sum()) + 2)
+        raw = np.round(
+            zone_cnt[st.zone_id] * zone_w + (ZONE_MAX_SKEW - 1)
+            + host_cnt * host_w + (HOSTNAME_MAX_SKEW - 1)
+        ).astype(np.int64)
+        vals = raw[feasible]
+        hi, lo = int(vals.max()), int(vals.min())
+        if hi == 0:
+            return np.full(n, float(MAX_NODE_SCORE))
+        return (MAX_NODE_SCORE * (hi + lo - raw) // hi).astype(np.float64)
+
+
+class RegionAllowed:
+    """Compliance: only nodes in the pod's allowed regions / sites."""
+
+    name = "RegionAllowed"
+    Args = NoArgs
+
+    def __init__(self, args: NoArgs | None = None) -> None:
+        pass
+
+    def filter(self, ctx: CycleContext) -> np.ndarray:
+        sites = ctx.request.allowed_sites
+        if sites is None:
+            return np.ones(ctx.state.num_nodes, dtype=bool)
+        return sites[ctx.state.site_id]
+
+    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
+        return [("node(s) outside the pod's allowed regions", self.filter(ctx))]
