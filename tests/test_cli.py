@@ -79,7 +79,8 @@ def test_corrupt_trace_file_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_demo_runs_two_schedulers(tmp_path: Path) -> None:
-    r = smartsched("demo", "--out", str(tmp_path / "demo"), "--hours", "6")
+    r = smartsched("demo", "--out", str(tmp_path / "demo"), "--hours", "6",
+                   "--schedulers", "first-fit,random")
     assert r.returncode == 0, r.stderr
     assert "first-fit" in r.stdout and "random" in r.stdout
     reports = json.loads((tmp_path / "demo" / "comparison.json").read_text())

@@ -47,7 +47,8 @@ def _write_json(path: str | None, doc: Any) -> None:
               help="Preset (small, medium, large, openb-gpu, openb-all) or a .yaml/.parquet file.")
 @click.option("--workload", default="mixed", show_default=True,
               help="openb:<variant>, mixed[:profile.yaml], or a .csv/.parquet pod file.")
-@click.option("--scheduler", default="first-fit", show_default=True)
+@click.option("--scheduler", default="k8s-default", show_default=True,
+              help="A packaged profile (see docs), a profile .yaml, or a split profile.")
 @click.option("--mode", type=click.Choice(["replay", "fill"]), default="replay", show_default=True)
 @click.option("--inflate", type=float, default=1.3, show_default=True,
               help="fill mode: GPU demand as a multiple of cluster GPU capacity.")
@@ -56,6 +57,8 @@ def _write_json(path: str | None, doc: Any) -> None:
               help="Simulated hours (default: 24 for generators, the whole trace for files).")
 @click.option("--warmup-hours", type=float, default=0.0, show_default=True,
               help="replay: simulate this long first and measure only after it.")
+@click.option("--start-hours", type=float, default=None,
+              help="replay a trace from this hour (pods running then start at 0).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Report folder (report.json, timeseries.parquet, PNG plots).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -65,8 +68,8 @@ def _write_json(path: str | None, doc: Any) -> None:
               help="Progress bar (default: when stderr is a terminal).")
 def simulate(
     cluster: str, workload: str, scheduler: str, mode: str, inflate: float, seed: int,
-    hours: float | None, warmup_hours: float, out: str | None, json_path: str | None,
-    plots: bool, progress: bool | None,
+    hours: float | None, warmup_hours: float, start_hours: float | None, out: str | None,
+    json_path: str | None, plots: bool, progress: bool | None,
 ) -> None:
     """Simulate one scheduler on one cluster and workload; print the headline metrics."""
     from smartsched.bench.compare import comparison_table
@@ -76,7 +79,8 @@ def simulate(
         progress = sys.stderr.isatty()
     report = run_sim(
         cluster, workload, scheduler, mode=mode, inflate=inflate, seed=seed, hours=hours,
-        warmup_hours=warmup_hours, out=Path(out) if out else None, plots=plots, progress=progress,
+        warmup_hours=warmup_hours, start_hours=start_hours, out=Path(out) if out else None,
+        plots=plots, progress=progress,
     )
     click.echo(comparison_table([report]))
     click.echo(f"\n{report['decisions']} decisions in {report['wall_seconds']:.2f} s wall"
@@ -90,7 +94,7 @@ def simulate(
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--warmup-hours", type=float, default=6.0, show_default=True)
-@click.option("--schedulers", default="first-fit,random", show_default=True)
+@click.option("--schedulers", default="k8s-default,fgd", show_default=True)
 def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
          schedulers: str) -> None:
     """End-to-end demo: the mixed workload for a simulated day, schedulers side by side."""
@@ -115,6 +119,69 @@ def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
 @main.group()
 def bench() -> None:
     """Benchmark suites that print figures (and write them with --json)."""
+
+
+def _seeds(text: str) -> list[int]:
+    """"42-51" or "42,43" -> a list of seeds."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            elif part.strip():
+                out.append(int(part))
+    except ValueError:
+        raise click.BadParameter(f"not a seed list: {text!r} (use 42-51 or 1,2,3)") from None
+    if not out or any(s < 0 for s in out):
+        raise click.BadParameter(f"not a seed list: {text!r}")
+    return out
+
+
+@bench.command("fgd")
+@click.option("--variants", default="default", show_default=True,
+              help="openb trace variants, comma-separated (default,cpu050,gpushare40,...).")
+@click.option("--schedulers", default="random,dotprod,gpu-clustering,gpu-packing,bestfit,fgd,"
+              "k8s-default", show_default=True)
+@click.option("--seeds", default="42-51", show_default=True)
+@click.option("--inflate", type=float, default=1.3, show_default=True)
+@click.option("--workers", type=int, default=None, help="Parallel runs (default: cores).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_fgd(variants: str, schedulers: str, seeds: str, inflate: float, workers: int | None,
+              json_path: str | None) -> None:
+    """The FGD paper's fill experiment on openb-gpu, beside the published medians."""
+    from smartsched.bench.fgd import run_fgd_bench
+
+    res = run_fgd_bench([v for v in variants.split(",") if v],
+                        [s for s in schedulers.split(",") if s], _seeds(seeds), inflate,
+                        workers, echo=click.echo)
+    _write_json(json_path, res)
+
+
+@bench.command("quality")
+@click.option("--workload", "workloads", default="mixed,openb:default", show_default=True,
+              help="Workloads, comma-separated; paired with --cluster by position.")
+@click.option("--cluster", "clusters", default="medium,openb-all", show_default=True)
+@click.option("--schedulers", default=None, help="Default: every packaged profile.")
+@click.option("--seeds", default="0", show_default=True)
+@click.option("--hours", type=float, default=24.0, show_default=True)
+@click.option("--warmup-hours", type=float, default=6.0, show_default=True)
+@click.option("--workers", type=int, default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: str,
+                  hours: float, warmup_hours: float, workers: int | None,
+                  json_path: str | None) -> None:
+    """Every profile through the same twin: one markdown table per workload and cluster."""
+    from smartsched.bench.quality import DEFAULT_SCHEDULERS, run_quality_bench
+
+    ws = [w for w in workloads.split(",") if w]
+    cs = [c for c in clusters.split(",") if c]
+    if len(ws) != len(cs):
+        raise click.BadParameter("give as many --cluster entries as --workload entries")
+    scheds = [s for s in schedulers.split(",") if s] if schedulers else list(DEFAULT_SCHEDULERS)
+    res = run_quality_bench(list(zip(ws, cs, strict=True)), scheds, _seeds(seeds), hours,
+                            warmup_hours, workers, echo=click.echo)
+    _write_json(json_path, res)
 
 
 @bench.command("speed")

@@ -29,6 +29,7 @@ def simulate(
     seed: int = 0,
     hours: float | None = None,
     warmup_hours: float = 0.0,
+    start_hours: float | None = None,
     out: Path | None = None,
     plots: bool = True,
     progress: bool = False,
@@ -39,7 +40,8 @@ def simulate(
     ``hours``: span of generated workloads and the replay horizon (None: 24 h
     for generators, the whole trace for files). ``warmup_hours``: simulate this
     long first and measure only after it (the cluster is not empty at the start
-    of the measured window).
+    of the measured window). ``start_hours``: replay a trace from that moment
+    (see ``workloads.window``).
     """
     t0 = time.perf_counter()
     spec = load_cluster(cluster)
@@ -47,6 +49,10 @@ def simulate(
     gen_hours = hours if hours is not None else DEFAULT_GENERATOR_HOURS
     warm = warmup_hours if mode == "replay" else 0.0
     pods = load_workload(workload, spec, gen_hours + (warm if is_generator else 0.0), seed)
+    if start_hours:
+        from smartsched.workloads.window import window_pods
+
+        pods = window_pods(pods, start_hours * 3600.0)
     horizon = None
     if mode == "replay" and (hours is not None or is_generator):
         horizon = (warm + gen_hours) * 3600.0
@@ -65,6 +71,7 @@ def simulate(
         "inflate": inflate if mode == "fill" else None,
         "hours": gen_hours if horizon is not None else None,
         "warmup_hours": warm,
+        "start_hours": start_hours,
     }
     report = {**settings, "metrics": metrics, "decisions": len(engine.metrics.decision_seconds)}
     if out is not None:

@@ -20,9 +20,13 @@ from typing import Any
 CASES: tuple[tuple[str, list[str], float], ...] = (
     ("openb fill 1.3 on openb-gpu (default trace, first-fit)",
      ["--cluster", "openb-gpu", "--workload", "openb:default", "--mode", "fill",
-      "--inflate", "1.3", "--seed", "42", "--no-plots"], 5.0),
-    ("mixed 24 h on large (first-fit)",
-     ["--cluster", "large", "--workload", "mixed", "--hours", "24", "--no-plots"], 300.0),
+      "--inflate", "1.3", "--seed", "42", "--no-plots", "--scheduler", "first-fit"], 5.0),
+    ("openb fill 1.3 on openb-gpu (default trace, fgd)",
+     ["--cluster", "openb-gpu", "--workload", "openb:default", "--mode", "fill",
+      "--inflate", "1.3", "--seed", "42", "--no-plots", "--scheduler", "fgd"], 5.0),
+    ("mixed 24 h on large (k8s-default)",
+     ["--cluster", "large", "--workload", "mixed", "--hours", "24", "--no-plots",
+      "--scheduler", "k8s-default"], 300.0),
 )
 
 
@@ -71,8 +75,50 @@ def fork_cost(cluster: str = "openb-all", repeats: int = 2000) -> dict[str, Any]
     return {"cluster": cluster, "nodes": state.num_nodes, "fork_us": per * 1e6}
 
 
+def replicated_cluster(base: str, nodes: int) -> Any:
+    """``base``'s nodes repeated (renamed) until the cluster has ``nodes`` nodes."""
+    import dataclasses
+
+    from smartsched.model.cluster import ClusterSpec
+    from smartsched.model.presets import load_cluster
+
+    spec = load_cluster(base)
+    out = [
+        dataclasses.replace(spec.nodes[i % len(spec.nodes)], name=f"n{i:05d}")
+        for i in range(nodes)
+    ]
+    return ClusterSpec(f"{base}-x{nodes}", spec.sites, spec.zones, tuple(out))
+
+
+def profile_throughput(scheduler: str, nodes: int, seed: int = 42) -> dict[str, Any]:
+    """In-process decisions/s of ``scheduler`` placing the openb default trace in fill mode
+    (inflated to 1.3 x the GPU of an openb-all cluster replicated to ``nodes`` nodes)."""
+    from smartsched.scheduling.base import make_scheduler
+    from smartsched.scheduling.runner import run
+    from smartsched.twin.engine import Engine, EngineConfig
+    from smartsched.workloads.resolve import load_workload
+
+    spec = replicated_cluster("openb-all", nodes)
+    pods = load_workload("openb:default", spec, 24.0, seed)
+    engine = Engine(spec, pods, EngineConfig(mode="fill", seed=seed, inflate=1.3))
+    t0 = time.perf_counter()
+    m = run(engine, make_scheduler(scheduler, seed))
+    wall = time.perf_counter() - t0
+    return {"scheduler": scheduler, "nodes": nodes, "decisions": len(engine.table),
+            "decisions_per_second": m["decisions_per_second"],
+            "decision_latency_us": m["decision_latency_us"], "loop_wall_seconds": wall}
+
+
 def run_speed_suite(skip_large: bool = False, echo: Callable[[str], Any] = print) -> dict[str, Any]:
     results: dict[str, Any] = {}
+    for sched in ("k8s-default", "fgd"):
+        for nodes in (1500, 5000):
+            r = profile_throughput(sched, nodes)
+            results[f"throughput {sched} {nodes} nodes"] = r
+            echo(f"{sched} at {nodes} nodes: {r['decisions_per_second']:.0f} decisions/s "
+                 f"in the scheduler loop (p50 {r['decision_latency_us']['p50']:.0f} us, "
+                 f"p99 {r['decision_latency_us']['p99']:.0f} us; {r['decisions']} pods, "
+                 f"fill 1.3)")
     fk = fork_cost()
     results["fork"] = fk
     echo(f"ClusterState.fork() on {fk['cluster']} ({fk['nodes']} nodes): {fk['fork_us']:.1f} us")

@@ -45,9 +45,66 @@ def scheduler_names() -> list[str]:
 def make_scheduler(name: str, seed: int = 0) -> Scheduler:
     """A packaged profile, a profile YAML path, a split profile, or ``<prefix>:...``."""
     from smartsched.scheduling.framework import ProfileScheduler
-    from smartsched.scheduling.registry import load_profile
+    from smartsched.scheduling.registry import profile_from_dict, read_profile_doc
 
     prefix, _, rest = name.partition(":")
     if rest and prefix in _PREFIXES:
         return _PREFIXES[prefix](rest, seed)
-    return ProfileScheduler(load_profile(name), seed)
+    doc, source = read_profile_doc(name)
+    if "routes" in doc:
+        return SplitScheduler.from_doc(doc, source, seed)
+    return ProfileScheduler(profile_from_dict(doc, source), seed)
+
+
+class SplitScheduler:
+    """Several schedulers side by side, each pod routed by its class.
+
+    The multi-scheduler split of a real cluster (online pods through one
+    profile, batch and AI through another): every route sees the same state,
+    so their decisions never conflict.
+    """
+
+    def __init__(self, name: str, routes: dict[str, Scheduler]) -> None:
+        self.name = name
+        self.routes = routes
+
+    @staticmethod
+    def from_doc(doc: dict[str, object], source: str, seed: int) -> SplitScheduler:
+        from smartsched.model.errors import ValidationError
+        from smartsched.model.pod import PodClass
+
+        name = str(doc.get("name") or source)
+        routes = doc.get("routes")
+        unknown = set(doc) - {"name", "routes", "description"}
+        if unknown:
+            raise ValidationError(f"{name}.{sorted(unknown)[0]}", "unknown field")
+        if not isinstance(routes, dict) or not routes:
+            raise ValidationError(f"{name}.routes", "must map pod classes to profiles")
+        classes = {c.value for c in PodClass}
+        for key in routes:
+            if key not in classes and key != "default":
+                raise ValidationError(f"{name}.routes.{key}", f"not a pod class ({classes})")
+        missing = classes - set(routes)
+        if missing and "default" not in routes:
+            raise ValidationError(f"{name}.routes", f"no route for {sorted(missing)}")
+        built: dict[str, Scheduler] = {}
+        cache: dict[str, Scheduler] = {}
+        for key, target in routes.items():
+            target = str(target)
+            if target == name:
+                raise ValidationError(f"{name}.routes.{key}", "a split cannot route to itself")
+            if target not in cache:
+                cache[target] = make_scheduler(target, seed)
+            built[key] = cache[target]
+        return SplitScheduler(name, built)
+
+    def _route(self, request: PodRequest) -> Scheduler:
+        return self.routes.get(request.pod.pod_class.value) or self.routes["default"]
+
+    def prepare(self, pods: object) -> None:
+        for s in {id(s): s for s in self.routes.values()}.values():
+            if hasattr(s, "prepare"):
+                s.prepare(pods)
+
+    def decide(self, state: ClusterState, request: PodRequest) -> Decision:
+        return self._route(request).decide(state, request)

@@ -46,9 +46,9 @@ def plugin_names() -> list[str]:
 def _ensure_builtins() -> None:
     if _PLUGINS:
         return
-    from smartsched.scheduling.plugins import binders, gpu, k8s, topology
+    from smartsched.scheduling.plugins import binders, gpu, k8s, load, topology
 
-    for mod in (k8s, gpu, binders, topology):
+    for mod in (k8s, gpu, binders, topology, load):
         for obj in vars(mod).values():
             if isinstance(obj, type) and isinstance(getattr(obj, "name", None), str) and hasattr(
                 obj, "Args"
@@ -141,6 +141,12 @@ def builtin_profiles() -> dict[str, Path | Any]:
 
 def load_profile(spec: str) -> Profile:
     """A packaged profile by name, or a user profile from a YAML file path."""
+    doc, source = read_profile_doc(spec)
+    return profile_from_dict(doc, source)
+
+
+def read_profile_doc(spec: str) -> tuple[dict[str, Any], str]:
+    """The YAML document of a packaged profile or a profile file, and where it came from."""
     builtin = builtin_profiles()
     if spec in builtin:
         text, source = builtin[spec].read_text(), spec
@@ -157,4 +163,6 @@ def load_profile(spec: str) -> Profile:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ValidationError(source, f"not valid YAML: {e}") from None
-    return profile_from_dict(doc, source)
+    if not isinstance(doc, dict):
+        raise ValidationError(source, "a profile must be a mapping")
+    return doc, source

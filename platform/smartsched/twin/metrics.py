@@ -177,6 +177,7 @@ class MetricsRecorder:
         )
         for j, r in enumerate(USAGE_RES):
             st.usage[:, j] = np.bincount(nodes, tb.requests[run, r] * f, minlength=n)
+        st.usage_allocated[:] = st.allocated
         cap = st.capacity
         cpu_util = np.minimum(st.usage[:, 0] / cap[:, CPU], 1.0)
         gpu_util = np.minimum(st.usage[:, 2] / np.maximum(cap[:, GPU], 1), 1.0)

@@ -163,6 +163,10 @@ class ClusterState:
         self.unschedulable = np.array([x.unschedulable for x in nodes], dtype=bool)
         self.power = np.full(n, POWER_ON, dtype=np.int8)
         self.usage = np.zeros((n, 3), dtype=np.float64)
+        # Allocation when ``usage`` was last sampled: pods placed since are not in it yet.
+        self.usage_allocated = np.zeros_like(self.allocated)
+        # Forecast of usage (same layout as ``usage``), when a forecaster provides one.
+        self.predicted_usage: np.ndarray | None = None
         self.pod_count = np.zeros(n, dtype=np.int32)
         self.version = np.zeros(n, dtype=np.int64)
         # GPU pods per node by shape tag: column 0 = GPU-share pods, k = pods of k whole GPUs.
@@ -309,7 +313,8 @@ class ClusterState:
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
         other.app_pods = {k: v.copy() for k, v in self.app_pods.items()}
-        for name in ("allocated", "free_res", "nonzero_alloc", "gpu_free", "version",
+        for name in ("allocated", "usage_allocated", "free_res", "nonzero_alloc", "gpu_free",
+                     "version",
                      "gpu_pod_tags", "usage", "up", "unschedulable", "power",
                      "pod_count", "labels", "taints"):
             setattr(other, name, getattr(self, name).copy())

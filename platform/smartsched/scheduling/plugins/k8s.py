@@ -130,20 +130,33 @@ def _most(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
     return np.where(capacity == 0, 0, s)
 
 
+class BalancedArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # "v1.30": current upstream (std of fractions, actual requests).
+    # "v1.20": the release the FGD simulator embeds (1 - |diff|, non-zero requests,
+    #          0 when a fraction reaches 1).
+    formula: Literal["v1.30", "v1.20"] = "v1.30"
+
+
 class NodeResourcesBalancedAllocation:
     """Prefer nodes whose cpu and memory fractions stay close after placing the pod."""
 
     name = "NodeResourcesBalancedAllocation"
-    Args = NoArgs
+    Args = BalancedArgs
 
-    def __init__(self, args: NoArgs | None = None) -> None:
-        pass
+    def __init__(self, args: BalancedArgs | None = None) -> None:
+        self.args = args or BalancedArgs()
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
-        st, v = ctx.state, ctx.request.vector
+        st, req = ctx.state, ctx.request
         cap = st.capacity[:, [CPU, MEM]].astype(np.float64)
-        req = (st.allocated[:, [CPU, MEM]] + v[[CPU, MEM]]).astype(np.float64)
-        frac = np.minimum(req / np.maximum(cap, 1), 1.0)
+        if self.args.formula == "v1.20":
+            used = (st.nonzero_alloc + req.nonzero).astype(np.float64)
+            frac = used / np.maximum(cap, 1)
+            s = np.trunc((1 - np.abs(frac[:, 0] - frac[:, 1])) * MAX_NODE_SCORE)
+            return np.where((frac >= 1).any(axis=1), 0.0, s)
+        used = (st.allocated[:, [CPU, MEM]] + req.vector[[CPU, MEM]]).astype(np.float64)
+        frac = np.minimum(used / np.maximum(cap, 1), 1.0)
         std = np.abs(frac[:, 0] - frac[:, 1]) / 2
         return np.floor((1 - std) * MAX_NODE_SCORE)
 

@@ -1,0 +1,72 @@
+"""The online/batch split and the load-aware plugin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smartsched.model.errors import ValidationError
+from smartsched.model.pod import PodClass
+from smartsched.scheduling.base import SplitScheduler, make_scheduler
+from smartsched.scheduling.framework import CycleContext
+from smartsched.scheduling.plugins.load import LoadAware
+from smartsched.twin.state import ClusterState
+from tests.builders import cluster, node, pod
+
+
+def test_split_routes_by_class() -> None:
+    sched = make_scheduler("online-batch")
+    assert isinstance(sched, SplitScheduler)
+    assert sched.routes["online"].name == "load-aware"
+    assert sched.routes["batch"].name == "binpack"
+    st = ClusterState(cluster(node("a", cpu=8000), node("b", cpu=8000)))
+    st.allocate(0, st.compile(pod("x", cpu=4000)), ())
+    sched.prepare([pod("y")])
+    # binpack puts batch on the fuller node; load-aware/least-allocated puts online on the emptier
+    assert sched.decide(st, st.compile(pod("b1", pod_class=PodClass.BATCH))).node == 0
+    assert sched.decide(st, st.compile(pod("o1", pod_class=PodClass.ONLINE))).node == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("name: s\nroutes: {online: k8s-default}\n", "s.routes"),
+        ("name: s\nroutes: {gaming: k8s-default, default: binpack}\n", "s.routes.gaming"),
+        ("name: s\nroutes: {default: s}\n", "s.routes.default"),
+        ("name: s\nroutes: {default: binpack}\nextra: 1\n", "s.extra"),
+    ],
+)
+def test_split_errors(tmp_path: Path, text: str, field: str) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    with pytest.raises(ValidationError) as e:
+        make_scheduler(str(f))
+    assert e.value.field == field
+
+
+def test_load_aware_uses_usage_and_recent_placements() -> None:
+    st = ClusterState(cluster(node("a", cpu=10000, mem=10000), node("b", cpu=10000, mem=10000)))
+    # Both nodes requested the same, but "a" actually uses far more.
+    for n in (0, 1):
+        st.allocate(n, st.compile(pod(f"p{n}", cpu=5000, mem=1000)), ())
+    st.usage_allocated[:] = st.allocated
+    st.usage[:, 0] = [7000, 1000]
+    st.usage[:, 1] = [1000, 1000]
+    la = LoadAware()
+    ctx = CycleContext(st, st.compile(pod("new", cpu=1000, mem=1000)))
+    assert la.filter(ctx).tolist() == [False, True]  # a: 7000/10000 > 0.65
+    s = la.score(ctx, np.ones(2, bool))
+    # b: cpu (10000 - 1000 - 850)/10000*100 = 81.5, mem (10000 - 1000 - 700)/100 = 83 -> 82.25
+    assert s[1] == pytest.approx(82.25) and s[0] < s[1]
+    # A placement since the last sample counts at 85 % of its request.
+    st.allocate(1, st.compile(pod("recent", cpu=4000, mem=100)), ())
+    ctx = CycleContext(st, st.compile(pod("new2", cpu=1000, mem=1000)))
+    # b: 1000 + 0.85 * 4000 = 4400 used -> 0.44, still under the threshold, lower score
+    assert la.filter(ctx).tolist() == [False, True]
+    assert la.score(ctx, np.ones(2, bool))[1] < s[1]
+    # Predicted usage, when present, counts if higher than the sample.
+    st.predicted_usage = np.array([[0, 0, 0], [7000, 1000, 0]], dtype=float)
+    ctx = CycleContext(st, st.compile(pod("new3", cpu=1000, mem=1000)))
+    assert la.filter(ctx).tolist() == [False, False]
