@@ -67,8 +67,7 @@ def test_pod_topology_spread_default_constraints() -> None:
     assert raw == [13, 6, 12]
     assert s.tolist() == [100 * (13 + 6 - 13) // 13, 100, 100 * (13 + 6 - 12) // 13]
     # A pod without an app has no default constraints: 0 everywhere.
-    assert PodTopologySpread().score(CycleContext(st, st.compile(pod("x"))), ALL).tolist() == [
-        0, 0, 0]
+    assert PodTopologySpread().score(CycleContext(st, st.compile(pod("x"))), ALL) == 0.0
 
 
 def test_taint_toleration_prefer_no_schedule() -> None:

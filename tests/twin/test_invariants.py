@@ -54,5 +54,7 @@ def test_random_decisions_never_over_allocate(nodes, pods, seed) -> None:
         assert (st_.allocated >= 0).all()
         assert (st_.gpu_free >= 0).all() and (st_.gpu_free <= 1000).all()
         assert np.array_equal(st_.free_res, st_.capacity - st_.allocated)
+        assert np.array_equal(st_.gpu_max_free, st_.gpu_free.max(axis=1))
+        assert np.array_equal(st_.gpu_full, (st_.gpu_free == 1000).sum(axis=1))
         used_by_devices = np.where(st_.gpu_exists, 1000, 0).sum(1) - st_.gpu_free.sum(1)
         assert np.array_equal(used_by_devices, st_.allocated[:, 2])

@@ -79,11 +79,25 @@ def simulate(
 
         report = write_report(out, engine, metrics, settings, plots=plots)
     report["wall_seconds"] = time.perf_counter() - t0
+    report["peak_rss_mib"] = peak_rss_mib()
     if out is not None:
         import json
 
         path = out / "report.json"
         doc = json.loads(path.read_text())
         doc["wall_seconds"] = report["wall_seconds"]
+        doc["peak_rss_mib"] = report["peak_rss_mib"]
         path.write_text(json.dumps(doc, indent=2) + "\n")
     return report
+
+
+def peak_rss_mib() -> float | None:
+    """This process's peak resident memory (VmHWM: since exec, unlike ru_maxrss)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None

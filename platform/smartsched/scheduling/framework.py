@@ -66,8 +66,9 @@ class ScorePlugin(Protocol):
 
     name: str
 
-    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
-        """Float [N] in 0..100 (values on infeasible nodes are ignored)."""
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray | float:
+        """Float [N] in 0..100 (values on infeasible nodes are ignored), or one float
+        when every node scores the same."""
         ...
 
 

@@ -122,6 +122,10 @@ class ClusterState:
         dev = np.arange(self.max_devices)[None, :]
         self.gpu_exists = dev < self.gpu_count[:, None]
         self.gpu_free = np.where(self.gpu_exists, MILLI_PER_DEVICE, 0).astype(np.int32)
+        # Per-node summaries of gpu_free, kept in step so fit checks are one compare:
+        # the most free milli on any device, and the number of fully free devices.
+        self.gpu_max_free = self.gpu_free.max(axis=1).astype(np.int32)
+        self.gpu_full = self.gpu_count.copy()
         self.gpu_model = np.array(
             [GPU_MODEL_IDS[x.gpu_model] if x.num_gpu else 0 for x in nodes], dtype=np.int16
         )
@@ -224,9 +228,16 @@ class ClusterState:
         CPU, memory, FPGA and total GPU milli: request <= capacity - allocated. GPUs: at least
         ``num_gpu`` devices of an allowed model each with ``gpu_milli`` free.
         """
-        ok = self.up & (self.free_res >= req.vector).all(axis=1)
+        fr, v = self.free_res, req.vector
+        ok = self.up & (fr[:, CPU] >= v[CPU]) & (fr[:, MEM] >= v[MEM])
+        if v[FPGA]:
+            ok &= fr[:, FPGA] >= v[FPGA]
         if req.num_gpu:
-            ok &= np.count_nonzero(self.gpu_free >= req.gpu_milli, axis=1) >= req.num_gpu
+            # A share needs one device with gpu_milli free; several GPUs are whole devices.
+            if req.num_gpu == 1:
+                ok &= self.gpu_max_free >= req.gpu_milli
+            else:
+                ok &= self.gpu_full >= req.num_gpu
             if req.models_ok is not None:
                 ok &= req.models_ok[self.gpu_model]
         return ok
@@ -277,6 +288,7 @@ class ClusterState:
                     f"node {self.names[node]}: devices {devices} lack {req.gpu_milli} milli"
                 )
             self.gpu_free[node, d] -= req.gpu_milli
+            self._refresh_gpu_summary(node)
         self.allocated[node] += v
         self.free_res[node] -= v
         self.nonzero_alloc[node] += req.nonzero
@@ -302,11 +314,17 @@ class ClusterState:
             self.app_pods[req.pod.app][node] -= 1
         if devices:
             self.gpu_free[node, np.asarray(devices, dtype=np.int64)] += req.gpu_milli
+            self._refresh_gpu_summary(node)
         self.pod_count[node] -= 1
         if np.any(self.allocated[node] < 0) or np.any(
             self.gpu_free[node] > np.where(self.gpu_exists[node], MILLI_PER_DEVICE, 0)
         ):
             raise InfeasibleDecisionError(f"node {self.names[node]}: released more than taken")
+
+    def _refresh_gpu_summary(self, node: int) -> None:
+        row = self.gpu_free[node]
+        self.gpu_max_free[node] = row.max()
+        self.gpu_full[node] = np.count_nonzero(row == MILLI_PER_DEVICE)
 
     def fork(self) -> ClusterState:
         """An independent copy of the mutable arrays (static metadata is shared)."""
@@ -314,7 +332,7 @@ class ClusterState:
         other.__dict__.update(self.__dict__)
         other.app_pods = {k: v.copy() for k, v in self.app_pods.items()}
         for name in ("allocated", "usage_allocated", "free_res", "nonzero_alloc", "gpu_free",
-                     "version",
+                     "gpu_max_free", "gpu_full", "version",
                      "gpu_pod_tags", "usage", "up", "unschedulable", "power",
                      "pod_count", "labels", "taints"):
             setattr(other, name, getattr(self, name).copy())

@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from smartsched.model.resources import CPU, FPGA, MEM
 from smartsched.scheduling.framework import MAX_NODE_SCORE, CycleContext, default_normalize
 
-MIB = 1024 * 1024
 HOSTNAME_MAX_SKEW = 3
 ZONE_MAX_SKEW = 5
 
@@ -104,10 +103,12 @@ class NodeResourcesFit:
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
         st, req = ctx.state, ctx.request
+        # Upstream compares bytes; MiB gives identical integer results, since
+        # (a*M - b*M) * 100 // (a*M) == (a - b) * 100 // a.
         cap_cpu = st.capacity[:, CPU]
-        cap_mem = st.capacity[:, MEM] * MIB
+        cap_mem = st.capacity[:, MEM]
         used_cpu = st.nonzero_alloc[:, 0] + req.nonzero[0]
-        used_mem = (st.nonzero_alloc[:, 1] + req.nonzero[1]) * MIB
+        used_mem = st.nonzero_alloc[:, 1] + req.nonzero[1]
         w = self.args.resources
         if self.args.strategy == "LeastAllocated":
             s_cpu = _least(used_cpu, cap_cpu)
@@ -119,15 +120,12 @@ class NodeResourcesFit:
 
 
 def _least(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    safe = np.maximum(capacity, 1)
-    s = (capacity - requested) * MAX_NODE_SCORE // safe
-    return np.where((capacity == 0) | (requested > capacity), 0, s)
+    # Capacity is always > 0 (validated); requested > capacity scores 0.
+    return np.maximum(capacity - requested, 0) * MAX_NODE_SCORE // capacity
 
 
 def _most(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    safe = np.maximum(capacity, 1)
-    s = np.minimum(requested, capacity) * MAX_NODE_SCORE // safe
-    return np.where(capacity == 0, 0, s)
+    return np.minimum(requested, capacity) * MAX_NODE_SCORE // capacity
 
 
 class BalancedArgs(BaseModel):
@@ -149,16 +147,15 @@ class NodeResourcesBalancedAllocation:
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
         st, req = ctx.state, ctx.request
-        cap = st.capacity[:, [CPU, MEM]].astype(np.float64)
+        cap_cpu, cap_mem = st.capacity[:, CPU], st.capacity[:, MEM]
         if self.args.formula == "v1.20":
-            used = (st.nonzero_alloc + req.nonzero).astype(np.float64)
-            frac = used / np.maximum(cap, 1)
-            s = np.trunc((1 - np.abs(frac[:, 0] - frac[:, 1])) * MAX_NODE_SCORE)
-            return np.where((frac >= 1).any(axis=1), 0.0, s)
-        used = (st.allocated[:, [CPU, MEM]] + req.vector[[CPU, MEM]]).astype(np.float64)
-        frac = np.minimum(used / np.maximum(cap, 1), 1.0)
-        std = np.abs(frac[:, 0] - frac[:, 1]) / 2
-        return np.floor((1 - std) * MAX_NODE_SCORE)
+            f_cpu = (st.nonzero_alloc[:, 0] + req.nonzero[0]) / cap_cpu
+            f_mem = (st.nonzero_alloc[:, 1] + req.nonzero[1]) / cap_mem
+            s = np.trunc((1 - np.abs(f_cpu - f_mem)) * MAX_NODE_SCORE)
+            return np.where((f_cpu >= 1) | (f_mem >= 1), 0.0, s)
+        f_cpu = np.minimum((st.allocated[:, CPU] + req.vector[CPU]) / cap_cpu, 1.0)
+        f_mem = np.minimum((st.allocated[:, MEM] + req.vector[MEM]) / cap_mem, 1.0)
+        return np.floor((1 - np.abs(f_cpu - f_mem) / 2) * MAX_NODE_SCORE)
 
 
 class NodeAffinity:
@@ -181,9 +178,9 @@ class NodeAffinity:
     def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
         return [("node(s) didn't match Pod's node affinity/selector", self.filter(ctx))]
 
-    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray | float:
         # Pods carry no preferred terms: every node scores 0, as upstream does then.
-        return default_normalize(np.zeros(ctx.state.num_nodes), feasible, reverse=False)
+        return 0.0
 
 
 class TaintToleration:
@@ -205,8 +202,10 @@ class TaintToleration:
     def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
         return [("node(s) had untolerated taint", self.filter(ctx))]
 
-    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray | float:
         st = ctx.state
+        if not st.taint_prefer.any():
+            return float(MAX_NODE_SCORE)  # no PreferNoSchedule taint anywhere: all 100
         bad = st.taint_prefer & ~ctx.request.tolerated
         raw = (st.taints & bad).sum(axis=1)
         return default_normalize(raw, feasible, reverse=True)
@@ -225,11 +224,11 @@ class PodTopologySpread:
     def __init__(self, args: NoArgs | None = None) -> None:
         pass
 
-    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray | float:
         st, pod = ctx.state, ctx.request.pod
         n = st.num_nodes
         if not pod.app:
-            return np.zeros(n)
+            return 0.0
         host_cnt = st.app_pods.get(pod.app)
         if host_cnt is None:
             host_cnt = np.zeros(n, dtype=np.int32)
