@@ -105,6 +105,9 @@ class Pod:
     gang_size: int = 1
     app: str | None = None
     traffic_mbps: float = 0.0
+    # Best-effort: cpu and memory come from the slack that other pods requested
+    # but do not use (Koordinator's batch resources), and are throttled first.
+    best_effort: bool = False
     usage: UsageProfile = field(default_factory=UsageProfile)
 
     def __post_init__(self) -> None:
@@ -143,6 +146,8 @@ class Pod:
         if self.gang_size > 1 and not self.gang_id:
             raise ValidationError("gang_id", "required when gang_size > 1")
         _check_float("traffic_mbps", self.traffic_mbps, 0.0)
+        if not isinstance(self.best_effort, bool):
+            raise ValidationError("best_effort", f"must be true or false, got {self.best_effort!r}")
 
     @property
     def gpu_total_milli(self) -> int:

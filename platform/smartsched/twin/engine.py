@@ -90,6 +90,8 @@ class EngineConfig:
         fill_frag_every_pct: fill mode samples fragmentation every this many % of arrived GPU.
         frag_coverage: share of pods the "typical pods" must cover (FGD: 0.95).
         frag_include_cpu_pods: count CPU-only pods in the fragmentation target workload.
+        best_effort_threshold: best-effort pods may request up to this share of a node's
+            cpu/memory minus what the other pods use (sampled at ticks).
     """
 
     mode: str = "replay"
@@ -107,13 +109,14 @@ class EngineConfig:
     fill_frag_every_pct: float = 2.0
     frag_coverage: float = 0.95
     frag_include_cpu_pods: bool = False
+    best_effort_threshold: float = 0.9
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValidationError("seed", f"must be an integer >= 0, got {self.seed!r}")
         for name in ("horizon_s", "warmup_s", "tick_s", "flush_s", "idle_power_down_s",
                      "power_up_s", "node_mtbf_hours", "repair_s", "inflate",
-                     "fill_frag_every_pct", "frag_coverage"):
+                     "fill_frag_every_pct", "frag_coverage", "best_effort_threshold"):
             v = getattr(self, name)
             if v is None and name in ("horizon_s", "node_mtbf_hours"):
                 continue
@@ -135,6 +138,8 @@ class EngineConfig:
             raise ValidationError("inflate", f"must be within (0, 100], got {self.inflate}")
         if self.node_mtbf_hours is not None and not self.node_mtbf_hours > 0:
             raise ValidationError("node_mtbf_hours", "must be positive")
+        if not 0 <= self.best_effort_threshold <= 1:
+            raise ValidationError("best_effort_threshold", "must be within [0, 1]")
         if not 0 < self.frag_coverage <= 1:
             raise ValidationError("frag_coverage", "must be within (0, 1]")
 
@@ -186,6 +191,10 @@ class Engine:
         self.rng = np.random.default_rng(config.seed)
         spec.validate_pods(pods)
         self.state = ClusterState(spec)
+        self.state.best_effort_threshold = config.best_effort_threshold
+        self.state.be_allocatable = (
+            self.state.capacity[:, :2] * config.best_effort_threshold
+        )
         self.source_pods: list[Pod] = list(pods)  # before fill-mode tuning: the workload's shape
         target = typical_pods(pods, config.frag_coverage, config.frag_include_cpu_pods)
         if config.mode == "fill":
@@ -488,8 +497,11 @@ class Engine:
         """Vectorized: does each unit's (first member's) request fit ``node`` now?"""
         reps = np.array([self._gang_members[-u - 1][0] if u < 0 else u for u in units])
         tb, st = self.table, self.state
-        vec = tb.requests[reps]
-        ok = (st.free_res[node] >= vec).all(axis=1)
+        ok = (st.free_res[node] >= tb.charged[reps]).all(axis=1)
+        be = tb.best_effort[reps]
+        if be.any():
+            slack = st.be_allocatable[node] - st.be_allocated[node]
+            ok &= ~be | (slack >= tb.requests[reps, :2]).all(axis=1)
         ngpu = tb.num_gpu[reps]
         if ngpu.any():
             free_dev = st.gpu_free[node]

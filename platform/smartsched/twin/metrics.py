@@ -86,6 +86,10 @@ class MetricsRecorder:
         self.on_price_h = float(self.node_price_h[on].sum())
         self.dyn_w_site = np.zeros(n_sites)
         self.alloc_total = np.zeros(state.capacity.shape[1], dtype=np.float64)
+        self.be_alloc_total = np.zeros(2, dtype=np.float64)  # best-effort cpu, mem requests
+        self.int_be_alloc = np.zeros(2)
+        self.be_demand_cpu_s = 0.0  # cpu-milli-seconds best-effort pods wanted
+        self.be_throttled_cpu_s = 0.0  # ... and did not get (throttled for other pods)
         self.tenant_alloc = np.zeros((len(table.tenants), state.capacity.shape[1]))
         self.tenant_seen = np.zeros(len(table.tenants), dtype=bool)
         self.capacity_total = state.capacity.sum(axis=0).astype(np.float64)
@@ -126,6 +130,7 @@ class MetricsRecorder:
         if dt <= 0:
             return
         self.int_alloc += self.alloc_total * dt
+        self.int_be_alloc += self.be_alloc_total * dt
         self.int_on_cap += self.on_capacity * dt
         self.int_cap += self.capacity_total * dt
         self.int_on_nodes += self.on_nodes * dt
@@ -136,14 +141,16 @@ class MetricsRecorder:
         self.cost_usd += self.on_price_h * dt / 3600.0
 
     def bound(self, pod: int) -> None:
-        req = self.table.requests[pod]
-        self.alloc_total += req
-        self.tenant_alloc[self.table.tenant[pod]] += req
+        tb = self.table
+        self.alloc_total += tb.charged[pod]
+        self.be_alloc_total += tb.requests[pod, :2] - tb.charged[pod, :2]
+        self.tenant_alloc[tb.tenant[pod]] += tb.requests[pod]
 
     def released(self, pod: int) -> None:
-        req = self.table.requests[pod]
-        self.alloc_total -= req
-        self.tenant_alloc[self.table.tenant[pod]] -= req
+        tb = self.table
+        self.alloc_total -= tb.charged[pod]
+        self.be_alloc_total -= tb.requests[pod, :2] - tb.charged[pod, :2]
+        self.tenant_alloc[tb.tenant[pod]] -= tb.requests[pod]
 
     def arrived(self, pod: int) -> None:
         self.tenant_seen[self.table.tenant[pod]] = True
@@ -175,10 +182,24 @@ class MetricsRecorder:
             t, run, tb.usage_kind[run], tb.usage_mean[run], tb.usage_amplitude[run],
             tb.usage_peak[run], tb.usage_burst[run], tb.usage_burst_p[run], self.seed,
         )
+        be = tb.best_effort[run]
         for j, r in enumerate(USAGE_RES):
-            st.usage[:, j] = np.bincount(nodes, tb.requests[run, r] * f, minlength=n)
-        st.usage_allocated[:] = st.allocated
+            st.usage[:, j] = np.bincount(nodes[~be], tb.requests[run[~be], r] * f[~be], minlength=n)
         cap = st.capacity
+        # Best-effort pods get only what the others leave of capacity (cpu throttled,
+        # memory suppressed), so they can never push other pods into contention.
+        be_demand = np.zeros((n, 2))
+        if be.any():
+            for j in (0, 1):
+                be_demand[:, j] = np.bincount(nodes[be], tb.requests[run[be], j] * f[be],
+                                              minlength=n)
+        hp_cpu_mem = st.usage[:, :2].copy()
+        be_got = np.minimum(be_demand, np.maximum(cap[:, [CPU, MEM]] - hp_cpu_mem, 0.0))
+        st.usage[:, :2] += be_got
+        st.be_allocatable = np.maximum(
+            cap[:, [CPU, MEM]] * st.best_effort_threshold - hp_cpu_mem, 0.0
+        )
+        st.usage_allocated[:] = st.allocated
         cpu_util = np.minimum(st.usage[:, 0] / cap[:, CPU], 1.0)
         gpu_util = np.minimum(st.usage[:, 2] / np.maximum(cap[:, GPU], 1), 1.0)
         on = st.power == POWER_ON
@@ -189,9 +210,11 @@ class MetricsRecorder:
             return  # warm-up (or the instant at the horizon): keep power current only
         self.int_usage += usage_sum * dt
         self.int_usage_time += dt
+        self.be_demand_cpu_s += float(be_demand[:, 0].sum()) * dt
+        self.be_throttled_cpu_s += float((be_demand[:, 0] - be_got[:, 0]).sum()) * dt
 
         # Contention: online pods on nodes whose actual use exceeds capacity.
-        over = (st.usage[:, 0] > cap[:, CPU]) | (st.usage[:, 1] > cap[:, MEM])
+        over = (hp_cpu_mem[:, 0] > cap[:, CPU]) | (hp_cpu_mem[:, 1] > cap[:, MEM])
         online = run[tb.cls[run] == _ONLINE]
         self.online_pod_s += online.size * dt
         hit = online[over[tb.node[online]]]
@@ -308,6 +331,13 @@ class MetricsRecorder:
             ),
             "usage_pct": dict(zip(names, map(float, usage), strict=True)),
             "usage_on_pct": dict(zip(names, map(float, usage_on), strict=True)),
+            "best_effort": {
+                "cpu_requested_pct": float(
+                    ratio(self.int_be_alloc[0], self.int_cap[CPU]) if span > 0
+                    else ratio(self.be_alloc_total[0], self.capacity_total[CPU])
+                ),
+                "cpu_throttled_pct": float(ratio(self.be_throttled_cpu_s, self.be_demand_cpu_s)),
+            },
             "gpu_fragmentation_pct": float(np.mean(self.frag)) if self.frag else 0.0,
             "gpu_fragmentation_final_pct": self.frag[-1] if self.frag else 0.0,
             "powered_on_nodes_avg": self.int_on_nodes / span if span > 0 else float(

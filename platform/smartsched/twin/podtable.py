@@ -34,6 +34,10 @@ class PodTable:
         self.requests = np.zeros((p, NUM_RESOURCES), dtype=np.int64)
         for i, pod in enumerate(pods):
             self.requests[i] = (pod.cpu_milli, pod.memory_mib, pod.gpu_total_milli, pod.num_fpga)
+        self.best_effort = np.array([x.best_effort for x in pods], dtype=bool)
+        # What each pod takes from node allocation: best-effort cpu/memory come from slack.
+        self.charged = self.requests.copy()
+        self.charged[self.best_effort, :2] = 0
         self.num_gpu = np.array([x.num_gpu for x in pods], dtype=np.int64)
         self.gpu_milli = np.array([x.gpu_milli for x in pods], dtype=np.int64)
         self.arrival = np.array([x.arrival for x in pods], dtype=np.float64)

@@ -64,6 +64,7 @@ class PodRequest:
     selector_unknown: bool
     tolerated: np.ndarray  # [T] bool over taint_vocab
     allowed_sites: np.ndarray | None  # [S] bool over site ids
+    best_effort: bool = False
 
 
 def gpu_tag(req: PodRequest) -> int:
@@ -118,6 +119,11 @@ class ClusterState:
         self.allocated = np.zeros_like(self.capacity)
         self.free_res = self.capacity.copy()  # capacity - allocated, kept in step
         self.nonzero_alloc = np.zeros((n, 2), dtype=np.int64)  # cpu, mem with kube's defaults
+        # Best-effort pool (cpu, mem): what BE pods requested, and what they may request:
+        # threshold x capacity - usage of the other pods, refreshed at each usage sample.
+        self.best_effort_threshold = 0.9
+        self.be_allocated = np.zeros((n, 2), dtype=np.int64)
+        self.be_allocatable = self.capacity[:, [CPU, MEM]] * self.best_effort_threshold
         self.max_devices = max(1, int(self.gpu_count.max()))
         dev = np.arange(self.max_devices)[None, :]
         self.gpu_exists = dev < self.gpu_count[:, None]
@@ -220,6 +226,7 @@ class ClusterState:
             selector_unknown=any(c < 0 for c in cols),
             tolerated=tolerated,
             allowed_sites=sites,
+            best_effort=pod.best_effort,
         )
 
     def resource_fit(self, req: PodRequest) -> np.ndarray:
@@ -229,7 +236,11 @@ class ClusterState:
         ``num_gpu`` devices of an allowed model each with ``gpu_milli`` free.
         """
         fr, v = self.free_res, req.vector
-        ok = self.up & (fr[:, CPU] >= v[CPU]) & (fr[:, MEM] >= v[MEM])
+        if req.best_effort:
+            slack = self.be_allocatable - self.be_allocated
+            ok = self.up & (slack[:, 0] >= v[CPU]) & (slack[:, 1] >= v[MEM])
+        else:
+            ok = self.up & (fr[:, CPU] >= v[CPU]) & (fr[:, MEM] >= v[MEM])
         if v[FPGA]:
             ok &= fr[:, FPGA] >= v[FPGA]
         if req.num_gpu:
@@ -267,11 +278,18 @@ class ClusterState:
             raise InfeasibleDecisionError(f"node index {node} out of range")
         if not self.up[node]:
             raise InfeasibleDecisionError(f"node {self.names[node]} is down")
-        v = req.vector
+        v = self.charged(req)
         if np.any(self.allocated[node] + v > self.capacity[node]):
             raise InfeasibleDecisionError(
                 f"node {self.names[node]}: request {v.tolist()} exceeds free "
                 f"{(self.capacity[node] - self.allocated[node]).tolist()}"
+            )
+        if req.best_effort and np.any(
+            self.be_allocated[node] + req.vector[[CPU, MEM]] > self.be_allocatable[node]
+        ):
+            raise InfeasibleDecisionError(
+                f"node {self.names[node]}: best-effort request exceeds the slack "
+                f"{(self.be_allocatable[node] - self.be_allocated[node]).tolist()}"
             )
         if len(devices) != req.num_gpu or len(set(devices)) != len(devices):
             raise InfeasibleDecisionError(
@@ -291,7 +309,10 @@ class ClusterState:
             self._refresh_gpu_summary(node)
         self.allocated[node] += v
         self.free_res[node] -= v
-        self.nonzero_alloc[node] += req.nonzero
+        if req.best_effort:
+            self.be_allocated[node] += req.vector[[CPU, MEM]]
+        else:
+            self.nonzero_alloc[node] += req.nonzero
         self.pod_count[node] += 1
         self.version[node] = next(_VERSIONS)
         if req.num_gpu:
@@ -304,9 +325,13 @@ class ClusterState:
 
     def release(self, node: int, req: PodRequest, devices: tuple[int, ...]) -> None:
         """Give back exactly what :meth:`allocate` took."""
-        self.allocated[node] -= req.vector
-        self.free_res[node] += req.vector
-        self.nonzero_alloc[node] -= req.nonzero
+        v = self.charged(req)
+        self.allocated[node] -= v
+        self.free_res[node] += v
+        if req.best_effort:
+            self.be_allocated[node] -= req.vector[[CPU, MEM]]
+        else:
+            self.nonzero_alloc[node] -= req.nonzero
         self.version[node] = next(_VERSIONS)
         if req.num_gpu:
             self.gpu_pod_tags[node, gpu_tag(req)] -= 1
@@ -321,6 +346,16 @@ class ClusterState:
         ):
             raise InfeasibleDecisionError(f"node {self.names[node]}: released more than taken")
 
+    @staticmethod
+    def charged(req: PodRequest) -> np.ndarray:
+        """What a pod takes from ``allocated``: all of it, or for a best-effort pod
+        only its devices (its cpu and memory come from the best-effort pool)."""
+        if not req.best_effort:
+            return req.vector
+        v = req.vector.copy()
+        v[[CPU, MEM]] = 0
+        return v
+
     def _refresh_gpu_summary(self, node: int) -> None:
         row = self.gpu_free[node]
         self.gpu_max_free[node] = row.max()
@@ -331,7 +366,8 @@ class ClusterState:
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
         other.app_pods = {k: v.copy() for k, v in self.app_pods.items()}
-        for name in ("allocated", "usage_allocated", "free_res", "nonzero_alloc", "gpu_free",
+        for name in ("allocated", "usage_allocated", "free_res", "nonzero_alloc", "be_allocated",
+                     "be_allocatable", "gpu_free",
                      "gpu_max_free", "gpu_full", "version",
                      "gpu_pod_tags", "usage", "up", "unschedulable", "power",
                      "pod_count", "labels", "taints"):

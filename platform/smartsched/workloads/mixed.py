@@ -230,6 +230,7 @@ class _Gen:
         tenants = self.tenant("batch", t.size)
         usage = default_usage(PodClass.BATCH)
         dl = float(s.get("deadline_hours", 8.0)) * HOUR
+        be = self.rng.uniform(0, 1, t.size) < float(s.get("best_effort_share", 0.0))
         for i in range(t.size):
             self.pods.append(Pod(
                 id=f"batch-{i:07d}", cpu_milli=int(req[i]),
@@ -237,6 +238,7 @@ class _Gen:
                 pod_class=PodClass.BATCH, tenant=str(tenants[i]),
                 priority=int(s.get("priority", 100)), arrival=float(t[i]),
                 duration=float(dur[i]), deadline=float(t[i]) + dl, usage=usage,
+                best_effort=bool(be[i]),
             ))
 
     def edge(self) -> None:

@@ -90,9 +90,18 @@ class NodeResourcesFit:
     def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
         st, req = ctx.state, ctx.request
         free = st.free_res
-        out = [
-            ("Insufficient cpu", free[:, CPU] >= req.vector[CPU]),
-            ("Insufficient memory", free[:, MEM] >= req.vector[MEM]),
+        if req.best_effort:
+            slack = st.be_allocatable - st.be_allocated
+            out = [
+                ("Insufficient best-effort cpu", slack[:, 0] >= req.vector[CPU]),
+                ("Insufficient best-effort memory", slack[:, 1] >= req.vector[MEM]),
+            ]
+        else:
+            out = [
+                ("Insufficient cpu", free[:, CPU] >= req.vector[CPU]),
+                ("Insufficient memory", free[:, MEM] >= req.vector[MEM]),
+            ]
+        out += [
             ("Insufficient fpga", free[:, FPGA] >= req.vector[FPGA]),
         ]
         if req.num_gpu:
