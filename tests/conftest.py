@@ -23,3 +23,18 @@ def data_dir() -> Path:
             pytest.fail(msg)
         pytest.skip(msg)
     return d
+
+
+@pytest.fixture(scope="session")
+def ray_session(tmp_path_factory: pytest.TempPathFactory):
+    """One local Ray for the whole test session (2 CPUs, no dashboard, temp dirs)."""
+    ray = pytest.importorskip("ray")
+    import ray.tune.trainable.trainable as trainable
+
+    root = tmp_path_factory.mktemp("ray")
+    trainable.DEFAULT_STORAGE_PATH = str(root / "results")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(root / "tmp"),
+             log_to_driver=False, ignore_reinit_error=True)
+    yield ray
+    ray.shutdown()

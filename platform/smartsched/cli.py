@@ -116,6 +116,28 @@ def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
     click.echo(f"\nreports, time series and plots in {out}/")
 
 
+@main.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              default="rllib_configs/ppo_default.yaml", show_default=True)
+@click.option("--iterations", type=int, default=None, help="Override the config's iterations.")
+@click.option("--resume", is_flag=True, help="Continue from the latest checkpoint.")
+@click.option("--output-dir", default=None, help="Override the config's output_dir.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def train(config_path: str, iterations: int | None, resume: bool, output_dir: str | None,
+          json_path: str | None) -> None:
+    """Train the PPO placement policy on the twin (locally or under `ray job submit`)."""
+    from smartsched.rl.config import load_train_config
+    from smartsched.rl.train import train as run_train
+
+    cfg = load_train_config(config_path)
+    if iterations is not None and iterations < 1:
+        raise click.BadParameter("--iterations must be >= 1")
+    summary = run_train(cfg, iterations=iterations, resume=resume, output_dir=output_dir,
+                        echo=click.echo)
+    click.echo(f"policy: {summary['policy']}  (use --scheduler rl:{summary['policy']})")
+    _write_json(json_path, summary)
+
+
 @main.group()
 def bench() -> None:
     """Benchmark suites that print figures (and write them with --json)."""

@@ -218,3 +218,17 @@ def test_gang_size_must_match_members_and_seed_is_validated() -> None:
         with pytest.raises(ValidationError) as err:
             EngineConfig(seed=bad)  # type: ignore[arg-type]
         assert err.value.field == "seed"
+
+
+def test_pending_counter_matches_the_queue() -> None:
+    spec = load_cluster("small")
+    e = Engine(spec, generate_mixed(spec, hours=3, seed=2),
+               EngineConfig(seed=2, horizon_s=3 * 3600, node_mtbf_hours=2.0, repair_s=600))
+    sched = make_scheduler("k8s-default", 2)
+    steps = 0
+    while (req := e.next_decision()) is not None:
+        e.apply(sched.decide(e.state, req.request))
+        steps += 1
+        if steps % 50 == 0:
+            assert e.metrics.pending == e.queue_length
+    assert e.metrics.pending == e.queue_length

@@ -81,3 +81,12 @@ def test_fork_is_independent() -> None:
     f.allocate(1, r, (0,))
     assert st.allocated.sum() == 0 and st.gpu_free[1, 0] == 1000
     assert f.allocated[1, 0] == 1000 and f.gpu_free[1, 0] == 500
+
+
+def test_fragmentation_with_only_cpu_task_types() -> None:
+    from smartsched.twin.fragmentation import cluster_fragmentation, typical_pods
+
+    st = _state()
+    target = typical_pods([pod("c1"), pod("c2", cpu=2000)], include_cpu_pods=True)
+    total, idle = cluster_fragmentation(st, target)
+    assert total == 100.0 and idle == 100.0  # every idle GPU is unusable by CPU-only tasks

@@ -48,12 +48,25 @@ def make_scheduler(name: str, seed: int = 0) -> Scheduler:
     from smartsched.scheduling.registry import profile_from_dict, read_profile_doc
 
     prefix, _, rest = name.partition(":")
+    if rest and prefix not in _PREFIXES:
+        _load_prefix_plugins()
     if rest and prefix in _PREFIXES:
         return _PREFIXES[prefix](rest, seed)
     doc, source = read_profile_doc(name)
     if "routes" in doc:
         return SplitScheduler.from_doc(doc, source, seed)
     return ProfileScheduler(profile_from_dict(doc, source), seed)
+
+
+def _load_prefix_plugins() -> None:
+    """Register ``prefix:`` schedulers declared as entry points (group
+    ``smartsched.schedulers``), e.g. the RL policy's ``rl:`` — so scheduling never
+    imports rl, and other packages can add their own prefixes."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="smartsched.schedulers"):
+        if ep.name not in _PREFIXES:
+            _PREFIXES[ep.name] = ep.load()
 
 
 class SplitScheduler:

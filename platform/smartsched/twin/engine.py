@@ -313,6 +313,7 @@ class Engine:
             self._arrive_gpu(members)
             if self.config.mode == "fill":
                 self.table.status[members] = FAILED
+                self.metrics.failed(len(members))
             else:
                 unit = -(int(self._gang_of[i]) + 1) if in_gang else i
                 self._unschedulable.add(unit)
@@ -379,6 +380,8 @@ class Engine:
                 self._push(float(ttf[n]), EV_FAIL, int(n))
 
     def _offer(self, i: int, remaining: int) -> DecisionRequest:
+        self.state.now = self.now
+        self.state.queue_length = self.metrics.pending
         req = self._requests[i]
         if req is None:
             req = self._requests[i] = self.state.compile(self.table.pods[i])
@@ -593,6 +596,7 @@ class Engine:
             tb.status[i] = PENDING
             tb.node[i] = -1
             self.metrics.evictions += 1
+            self.metrics.requeued()
             g = int(self._gang_of[i])
             self._unschedulable.add(-(g + 1) if g >= 0 else i)
         self._evict_partial_gangs()
@@ -612,6 +616,7 @@ class Engine:
                         tb.status[m] = PENDING
                         tb.node[m] = -1
                         self.metrics.evictions += 1
+                        self.metrics.requeued()
                 self._unschedulable.add(-(g + 1))
 
     def _rollback_gang(self) -> None:

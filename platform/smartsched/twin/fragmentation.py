@@ -105,6 +105,8 @@ def node_fragmentation(
     if target.weight.size == 0:
         return np.where(up, 0.0, idle)
     g_vals = target.g_values  # [G] distinct nonzero per-device demands
+    if g_vals.size == 0:  # only CPU-only task types: all idle GPU is stranded for them
+        return idle
     usable = left[:, :, None] >= g_vals[None, None, :]  # [N, D, G]
     n_usable = usable.sum(axis=1)  # [N, G]
     small = np.where(usable, 0, left[:, :, None]).sum(axis=1).astype(np.float64)  # [N, G]

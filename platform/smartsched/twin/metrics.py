@@ -101,6 +101,8 @@ class MetricsRecorder:
         self.int_on_cap = np.zeros_like(self.alloc_total)
         self.int_cap = np.zeros_like(self.alloc_total)
         self.int_on_nodes = 0.0
+        self.pending = 0  # pods waiting in the queue now
+        self.int_pending_s = 0.0
         self.int_usage = np.zeros(3)
         self.int_usage_time = 0.0
         self.energy_j = 0.0
@@ -134,6 +136,7 @@ class MetricsRecorder:
         self.int_on_cap += self.on_capacity * dt
         self.int_cap += self.capacity_total * dt
         self.int_on_nodes += self.on_nodes * dt
+        self.int_pending_s += self.pending * dt
         watts = (self.on_idle_w_site + self.dyn_w_site) * self.site_pue
         self.energy_j += float(watts.sum()) * dt
         ci = np.array([c.at(t0) for c in self.site_carbon])
@@ -142,6 +145,7 @@ class MetricsRecorder:
 
     def bound(self, pod: int) -> None:
         tb = self.table
+        self.pending -= 1
         self.alloc_total += tb.charged[pod]
         self.be_alloc_total += tb.requests[pod, :2] - tb.charged[pod, :2]
         self.tenant_alloc[tb.tenant[pod]] += tb.requests[pod]
@@ -154,6 +158,37 @@ class MetricsRecorder:
 
     def arrived(self, pod: int) -> None:
         self.tenant_seen[self.table.tenant[pod]] = True
+        self.pending += 1
+
+    def requeued(self, n: int = 1) -> None:
+        """Pods back in the queue (evicted)."""
+        self.pending += n
+
+    def failed(self, n: int) -> None:
+        """Pods that left the queue without running (fill mode)."""
+        self.pending -= n
+
+    def snapshot(self) -> dict[str, float]:
+        """Cumulative totals so far: the step-wise reward is built from their differences.
+
+        ``alloc_*_frac_s``: allocated share of capacity x seconds; ``pending_s`` and
+        ``contended_s``: pod-seconds waiting / online pod-seconds in contention;
+        ``gpu_alloc_frac``: allocated share of GPU now (fill mode has no time).
+        """
+        cap = np.maximum(self.capacity_total, 1)
+        return {
+            "time_s": self.t_last,
+            "alloc_cpu_frac_s": float(self.int_alloc[CPU] / cap[CPU]),
+            "alloc_gpu_frac_s": float(self.int_alloc[GPU] / cap[GPU]),
+            "gpu_alloc_frac": float(self.alloc_total[GPU] / cap[GPU]),
+            "cpu_alloc_frac": float(self.alloc_total[CPU] / cap[CPU]),
+            "pending_s": self.int_pending_s,
+            "contended_s": self.online_contended_pod_s,
+            "energy_j": self.energy_j,
+            "cost_usd": self.cost_usd,
+            "carbon_g": self.carbon_g,
+            "jain": self.fairness[-1] if self.fairness else 1.0,
+        }
 
     def power_changed(self, node: int, old: int, new: int) -> None:
         was_on, is_on = old != POWER_OFF, new != POWER_OFF

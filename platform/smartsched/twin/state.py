@@ -179,6 +179,9 @@ class ClusterState:
         self.predicted_usage: np.ndarray | None = None
         self.pod_count = np.zeros(n, dtype=np.int32)
         self.version = np.zeros(n, dtype=np.int64)
+        # Set by the engine when it offers a pod: simulated time and pods waiting.
+        self.now = 0.0
+        self.queue_length = 0
         # GPU pods per node by shape tag: column 0 = GPU-share pods, k = pods of k whole GPUs.
         self.gpu_pod_tags = np.zeros((n, self.max_devices + 1), dtype=np.int32)
         # Pods per app per node, for spreading and affinity plugins (kube's snapshot of pods).

@@ -1,0 +1,1 @@
+"""Reward components and weight vectors, computed from the twin's metrics only."""

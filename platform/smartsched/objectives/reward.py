@@ -1,0 +1,97 @@
+"""The step-wise reward: a weighted sum of normalized components from the twin's metrics.
+
+Owns the reward the RL policy optimizes. It never measures anything itself:
+every component is a difference of ``MetricsRecorder.snapshot()`` totals
+between two decisions, normalized so each is of order one per simulated hour
+of a whole cluster:
+
+  utilization  (d alloc_cpu_frac_s + d alloc_gpu_frac_s) / 2 / 3600
+               (fill mode, where no time passes: d gpu_alloc_frac, the
+               paper's objective)
+  qos          -(d pending_s + d contended_s) / 3600 / nodes
+  cost         -d cost_usd / (cluster cost per hour, all nodes on)
+  energy       -d energy_j / (3600 * cluster idle watts)
+  fairness     -(1 - Jain's index) * d time_s / 3600
+
+Summed over an episode, utilization is the time-average allocated share
+(in hours), qos the average waiting or contended pods per node, and so on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from smartsched.model.errors import ValidationError
+
+COMPONENTS: Final = ("utilization", "qos", "cost", "energy", "fairness")
+DEFAULT_WEIGHTS: Final = {"utilization": 1.0, "qos": 0.5, "cost": 0.2, "energy": 0.1,
+                          "fairness": 0.1}
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """Weights per component (non-negative; the vector the policy also observes)."""
+
+    utilization: float = 1.0
+    qos: float = 0.5
+    cost: float = 0.2
+    energy: float = 0.1
+    fairness: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in COMPONENTS:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 100:
+                raise ValidationError(f"reward_weights.{name}",
+                                      f"must be within [0, 100], got {v!r}")
+
+    @staticmethod
+    def from_mapping(m: Mapping[str, float] | None) -> RewardWeights:
+        if m is None:
+            return RewardWeights()
+        unknown = set(m) - set(COMPONENTS)
+        if unknown:
+            raise ValidationError(f"reward_weights.{sorted(unknown)[0]}",
+                                  f"unknown component (known: {', '.join(COMPONENTS)})")
+        return RewardWeights(**{k: float(v) for k, v in m.items()})
+
+    def vector(self) -> np.ndarray:
+        return np.array([getattr(self, c) for c in COMPONENTS], dtype=np.float32)
+
+
+class StepReward:
+    """Turns successive metric snapshots into per-decision rewards."""
+
+    def __init__(self, weights: RewardWeights, nodes: int, cost_per_hour: float,
+                 idle_watts: float, fill_mode: bool) -> None:
+        self.w = weights
+        self.nodes = max(nodes, 1)
+        self.cost_per_hour = max(cost_per_hour, 1e-9)
+        self.idle_watts = max(idle_watts, 1e-9)
+        self.fill = fill_mode
+        self.last: dict[str, float] | None = None
+
+    def components(self, snap: Mapping[str, float]) -> dict[str, float]:
+        """Normalized component values since the previous snapshot (0 for the first)."""
+        prev = self.last or snap
+        d = {k: snap[k] - prev[k] for k in snap}
+        self.last = dict(snap)
+        if self.fill:
+            util = d["gpu_alloc_frac"]
+        else:
+            util = (d["alloc_cpu_frac_s"] + d["alloc_gpu_frac_s"]) / 2 / 3600
+        return {
+            "utilization": util,
+            "qos": -(d["pending_s"] + d["contended_s"]) / 3600 / self.nodes,
+            "cost": -d["cost_usd"] / self.cost_per_hour,
+            "energy": -d["energy_j"] / (3600 * self.idle_watts),
+            "fairness": -(1.0 - snap["jain"]) * d["time_s"] / 3600,
+        }
+
+    def __call__(self, snap: Mapping[str, float]) -> tuple[float, dict[str, float]]:
+        comp = self.components(snap)
+        return sum(getattr(self.w, k) * v for k, v in comp.items()), comp

@@ -1,0 +1,1 @@
+"""Reinforcement learning over the twin: gymnasium env, RLModule, RLlib training, rl: profile."""

@@ -1,0 +1,221 @@
+"""SchedulingEnv: a gymnasium env over the twin, one step per placement decision.
+
+Owns the RL view of the twin's step-wise API. Each step offers one pod; the
+action is a node index (or "defer" for deferrable work); the observation is
+per-node features, pod features, the action mask from the scheduling
+framework's filters (the policy can never pick an infeasible node) and the
+reward-weight vector. Pods that fit nowhere are rejected by the env itself
+(with the filters' reasons), so every observation offers a real choice.
+
+The config is a plain dict (``EnvConfig`` documents its keys) so RLlib can
+build the env in every env runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from smartsched.objectives.reward import COMPONENTS, RewardWeights, StepReward
+from smartsched.rl.features import NODE_FEATURES, POD_FEATURES, FeatureBuilder
+from smartsched.scheduling.framework import ProfileScheduler
+from smartsched.scheduling.plugins.gpu import FGD
+from smartsched.scheduling.registry import load_profile
+from smartsched.twin.engine import Decision, DecisionRequest, Engine, EngineConfig
+
+OBS_LOW, OBS_HIGH = -10.0, 10.0
+
+
+@dataclass
+class EnvConfig:
+    """Settings of one SchedulingEnv.
+
+    Attributes:
+        cluster: preset name or cluster file.
+        workload: workload spec (``mixed``, ``openb:<variant>``, a file).
+        mode: "replay" or "fill".
+        hours: simulated hours per episode (replay).
+        warmup_hours: simulated before decisions count (placed by ``warmup_scheduler``).
+        seed: base seed; episode k uses seed + k unless reset() gets a seed.
+        max_nodes: observation size (padded); default the cluster's node count.
+        max_decisions: truncate an episode after this many decisions.
+        reward_weights: component -> weight (see objectives.reward).
+        filters_profile: profile whose filters give the action mask and binder.
+        heuristic_features: include the FGD score as a node feature.
+        inflate: fill-mode demand.
+    """
+
+    cluster: str = "small"
+    workload: str = "mixed"
+    mode: str = "replay"
+    hours: float = 6.0
+    warmup_hours: float = 0.0
+    seed: int = 0
+    max_nodes: int | None = None
+    max_decisions: int | None = 2000
+    reward_weights: dict[str, float] = field(default_factory=dict)
+    filters_profile: str = "k8s-default"
+    heuristic_features: bool = True
+    inflate: float = 1.3
+
+    @staticmethod
+    def from_dict(d: dict[str, Any] | None) -> EnvConfig:
+        d = dict(d or {})
+        known = set(EnvConfig.__dataclass_fields__)
+        unknown = set(d) - known
+        if unknown:
+            from smartsched.model.errors import ValidationError
+
+            raise ValidationError(f"env.{sorted(unknown)[0]}", "unknown field")
+        return EnvConfig(**d)
+
+
+class SchedulingEnv(gym.Env):
+    """One placement decision per step over a simulated cluster."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, config: dict[str, Any] | EnvConfig | None = None) -> None:
+        super().__init__()
+        from smartsched.model.presets import load_cluster
+
+        self.cfg = config if isinstance(config, EnvConfig) else EnvConfig.from_dict(
+            dict(config or {}))
+        self.spec_cluster = load_cluster(self.cfg.cluster)
+        n = len(self.spec_cluster.nodes)
+        self.max_nodes = self.cfg.max_nodes or n
+        if self.max_nodes < n:
+            raise ValueError(f"max_nodes {self.max_nodes} < cluster nodes {n}")
+        self.weights = RewardWeights.from_mapping(self.cfg.reward_weights or None)
+        self.observation_space = gym.spaces.Dict({
+            "nodes": gym.spaces.Box(OBS_LOW, OBS_HIGH, (self.max_nodes, NODE_FEATURES),
+                                    np.float32),
+            "pod": gym.spaces.Box(OBS_LOW, OBS_HIGH, (POD_FEATURES,), np.float32),
+            "action_mask": gym.spaces.Box(0.0, 1.0, (self.max_nodes + 1,), np.float32),
+            "weights": gym.spaces.Box(0.0, 100.0, (len(COMPONENTS),), np.float32),
+        })
+        self.action_space = gym.spaces.Discrete(self.max_nodes + 1)  # last = defer
+        self.defer_action = self.max_nodes
+        self._episode = 0
+        self.engine: Engine | None = None
+        self.last_components: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        super().reset(seed=seed)
+        from smartsched.workloads.resolve import load_workload
+
+        ep_seed = seed if seed is not None else self.cfg.seed + self._episode
+        self._episode += 1
+        cfg = self.cfg
+        hours = cfg.hours + cfg.warmup_hours
+        pods = load_workload(cfg.workload, self.spec_cluster, hours, ep_seed)
+        engine_cfg = EngineConfig(
+            mode=cfg.mode, seed=ep_seed, inflate=cfg.inflate,
+            horizon_s=hours * 3600.0 if cfg.mode == "replay" else None,
+            warmup_s=cfg.warmup_hours * 3600.0 if cfg.mode == "replay" else 0.0,
+        )
+        self.engine = Engine(self.spec_cluster, pods, engine_cfg)
+        self.filters = ProfileScheduler(load_profile(cfg.filters_profile), ep_seed)
+        fgd = None
+        if cfg.heuristic_features:
+            fgd = FGD()
+            fgd.prepare(self.engine.source_pods)
+        st = self.engine.state
+        self.features = FeatureBuilder(self.spec_cluster, st, fgd)
+        m = self.engine.metrics
+        self.reward_fn = StepReward(
+            self.weights, st.num_nodes, cost_per_hour=float(m.node_price_h.sum()),
+            idle_watts=float(m.node_idle_w.sum()), fill_mode=cfg.mode == "fill",
+        )
+        self.decisions = 0
+        self._advance_warmup()
+        obs = self._next_observation()
+        self.reward_fn(self.engine.metrics.snapshot())  # baseline for the first step
+        return obs, {"seed": ep_seed}
+
+    def step(
+        self, action: int
+    ) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        assert self.engine is not None and self._req is not None, "call reset() first"
+        a = int(action)
+        penalty = 0.0
+        if a == self.defer_action and self._mask[-1]:
+            decision = Decision(None, defer=True)
+        elif 0 <= a < self.engine.state.num_nodes and self._mask[a]:
+            devices = None
+            if self.filters.profile.binder is not None:
+                devices = self.filters.profile.binder.devices(self._ctx, a)
+            decision = Decision(a, devices)
+        else:  # a masked action: refuse it and teach the policy so
+            decision = Decision.reject("policy chose an infeasible node")
+            penalty = -1.0
+        self.engine.apply(decision)
+        self.decisions += 1
+        obs = self._next_observation()
+        reward, comp = self.reward_fn(self.engine.metrics.snapshot())
+        self.last_components = comp
+        terminated = self._req is None
+        limit = self.cfg.max_decisions
+        truncated = not terminated and limit is not None and self.decisions >= limit
+        return obs, float(reward + penalty), terminated, truncated, {"components": comp}
+
+    # ------------------------------------------------------------ internals
+    def _advance_warmup(self) -> None:
+        """Place warm-up pods with the filters profile itself (not the policy)."""
+        e = self.engine
+        assert e is not None
+        warm = e.config.warmup_s
+        while warm > 0 and (req := e.next_decision()) is not None and req.time < warm:
+            e.apply(self.filters.decide(e.state, req.request))
+
+    def _next_observation(self) -> dict[str, np.ndarray]:
+        """Advance to the next pod with a real choice; auto-reject pods that fit nowhere."""
+        e = self.engine
+        assert e is not None
+        while True:
+            req = e.next_decision()
+            if req is None:
+                self._req = None
+                return self._terminal_observation()
+            ok, ctx = self.filters.feasible(e.state, req.request)
+            deferrable = req.pod.deadline is not None and e.config.mode == "replay"
+            if ok.any() or deferrable:
+                self._req, self._ctx = req, ctx
+                return self._observation(req, ok, deferrable)
+            e.apply(Decision.reject(*self.filters.reasons(ctx)))
+
+    def _observation(
+        self, req: DecisionRequest, ok: np.ndarray, deferrable: bool
+    ) -> dict[str, np.ndarray]:
+        e = self.engine
+        assert e is not None
+        n = e.state.num_nodes
+        nodes = np.zeros((self.max_nodes, NODE_FEATURES), dtype=np.float32)
+        nodes[:n] = self.features.nodes(self._ctx, ok, e.now)
+        mask = np.zeros(self.max_nodes + 1, dtype=np.float32)
+        mask[:n] = ok
+        mask[-1] = 1.0 if deferrable else 0.0
+        self._mask = mask
+        pod = FeatureBuilder.pod(req.request, e.now, e.metrics.pending, float(ok.mean()))
+        return {"nodes": nodes, "pod": pod, "action_mask": mask,
+                "weights": self.weights.vector()}
+
+    def _terminal_observation(self) -> dict[str, np.ndarray]:
+        mask = np.zeros(self.max_nodes + 1, dtype=np.float32)
+        mask[-1] = 1.0  # keep the mask non-empty for samplers
+        self._mask = mask
+        return {
+            "nodes": np.zeros((self.max_nodes, NODE_FEATURES), dtype=np.float32),
+            "pod": np.zeros(POD_FEATURES, dtype=np.float32),
+            "action_mask": mask,
+            "weights": self.weights.vector(),
+        }
+
+    def config_dict(self) -> dict[str, Any]:
+        return asdict(self.cfg)

@@ -1,0 +1,90 @@
+"""The policy network: a shared per-node scorer conditioned on the pod, masked, with a value head.
+
+Owns ``NodeScorerModule`` (RLlib new API stack: ``TorchRLModule`` +
+``ValueFunctionAPI``). Every node is scored by the same network from its own
+features, the pod's features and the reward weights, so one checkpoint runs
+on clusters of any size (train on a small twin, evaluate on a large one):
+
+    e_n    = MLP([node_n, pod, weights])                   per-node embedding
+    c      = mean over feasible nodes of e_n               cluster context
+    logit_n = w . MLP2([e_n, c])                            one logit per node
+    logit_defer = MLP3([pod, weights, c])
+    logits += clamp(log(action_mask), FLOAT_MIN)            infeasible -> never chosen
+    V      = MLP4([pod, weights, c])
+
+The context term lets a node's score depend on the rest of the cluster
+(one round of mean-field message passing).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.apis import ValueFunctionAPI
+from ray.rllib.core.rl_module.torch import TorchRLModule
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.torch_utils import FLOAT_MIN
+from torch import nn
+
+
+def _mlp(sizes: list[int]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in itertools.pairwise(sizes):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+class NodeScorerModule(TorchRLModule, ValueFunctionAPI):
+    """Per-node scorer with a pooled value head; size-agnostic in the number of nodes."""
+
+    @override(TorchRLModule)
+    def setup(self) -> None:
+        spaces = self.observation_space
+        f_node = spaces["nodes"].shape[-1]
+        f_pod = spaces["pod"].shape[0] + spaces["weights"].shape[0]
+        h = int(self.model_config.get("hidden", 64))
+        self.node_mlp = _mlp([f_node + f_pod, h, h])
+        self.score_mlp = nn.Sequential(_mlp([2 * h, h]), nn.Linear(h, 1))
+        self.defer_head = nn.Sequential(_mlp([f_pod + h, h]), nn.Linear(h, 1))
+        self.value_head = nn.Sequential(_mlp([f_pod + h, h]), nn.Linear(h, 1))
+
+    def _encode(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        nodes = obs["nodes"]  # [B, N, F]
+        pod = torch.cat([obs["pod"], obs["weights"]], dim=-1)  # [B, P]
+        mask = obs["action_mask"][..., : nodes.shape[-2]]  # [B, N] feasible (padding 0)
+        x = torch.cat([nodes, pod.unsqueeze(-2).expand(*nodes.shape[:-1], pod.shape[-1])], -1)
+        emb = self.node_mlp(x)  # [B, N, h]
+        w = mask.unsqueeze(-1)
+        ctx = (emb * w).sum(-2) / w.sum(-2).clamp(min=1.0)  # [B, h]
+        return emb, torch.cat([pod, ctx], dim=-1)
+
+    def _logits(self, batch: dict[str, Any]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        obs = batch[Columns.OBS]
+        emb, glob = self._encode(obs)
+        ctx = glob[..., -emb.shape[-1]:]
+        pair = torch.cat([emb, ctx.unsqueeze(-2).expand_as(emb)], dim=-1)
+        node_logits = self.score_mlp(pair).squeeze(-1)  # [B, N]
+        logits = torch.cat([node_logits, self.defer_head(glob)], dim=-1)  # [B, N+1]
+        logits = logits + torch.clamp(torch.log(obs["action_mask"]), min=FLOAT_MIN)
+        return {Columns.ACTION_DIST_INPUTS: logits}, glob
+
+    @override(TorchRLModule)
+    def _forward(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._logits(batch)[0]
+
+    @override(TorchRLModule)
+    def _forward_train(self, batch: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        out, glob = self._logits(batch)
+        out[Columns.EMBEDDINGS] = glob
+        return out
+
+    @override(ValueFunctionAPI)
+    def compute_values(
+        self, batch: dict[str, Any], embeddings: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if embeddings is None:
+            _, embeddings = self._encode(batch[Columns.OBS])
+        return self.value_head(embeddings).squeeze(-1)

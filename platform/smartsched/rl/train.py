@@ -1,0 +1,188 @@
+"""PPO training over many simulated clusters, locally or under ``ray job submit``.
+
+Owns the training entry point behind ``smartsched train``: builds a
+``PPOConfig`` from the YAML (env runners each running several twins), trains
+with a progress line per iteration, writes TensorBoard scalars, checkpoints
+every K iterations and at the end, exports the policy (the RLModule plus the
+env settings it was trained with) for ``rl:PATH``, and resumes from the latest
+checkpoint. Everything Ray writes goes under the output directory.
+
+Layout of ``output_dir``::
+
+    checkpoints/iter_000005/   RLlib algorithm checkpoints
+    latest                     name of the newest checkpoint folder
+    policy/                    module checkpoint + smartsched_policy.json (rl:PATH)
+    tensorboard/               event files for `tensorboard --logdir`
+    progress.jsonl             one line of headline metrics per iteration
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from smartsched.rl.config import TrainConfig
+
+MODULE_SUBPATH = Path("learner_group") / "learner" / "rl_module" / "default_policy"
+POLICY_META = "smartsched_policy.json"
+
+
+def _init_ray(out: Path, num_cpus: int | None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    # Keep RLlib's per-algorithm result folder out of the user's home.
+    import ray.tune.trainable.trainable as trainable
+
+    trainable.DEFAULT_STORAGE_PATH = str(out / "ray_results")
+    # Make the package importable in remote workers when running from a checkout.
+    pkg_root = str(Path(__file__).resolve().parents[2])
+    if pkg_root not in sys.path:
+        sys.path.insert(0, pkg_root)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [pkg_root, *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+    else:
+        tmp = Path(os.environ.get("SMARTSCHED_RAY_TMP", "/tmp/smartsched_ray"))
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 _temp_dir=str(tmp), log_to_driver=False)
+
+
+def build_ppo_config(cfg: TrainConfig) -> Any:
+    """The RLlib PPOConfig for ``cfg`` (new API stack)."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from smartsched.rl.env import SchedulingEnv
+    from smartsched.rl.module import NodeScorerModule
+
+    env_cfg = {**cfg.env, "seed": cfg.env.get("seed", cfg.seed)}
+    t = cfg.training
+    r = cfg.env_runners
+    return (
+        PPOConfig()
+        .environment(env=SchedulingEnv, env_config=env_cfg)
+        .env_runners(
+            num_env_runners=r.num_env_runners,
+            num_envs_per_env_runner=r.num_envs_per_env_runner,
+            rollout_fragment_length=r.rollout_fragment_length,
+            sample_timeout_s=r.sample_timeout_s,
+        )
+        .learners(num_learners=0)
+        .training(
+            train_batch_size_per_learner=t.train_batch_size_per_learner,
+            minibatch_size=t.minibatch_size,
+            num_epochs=t.num_epochs,
+            lr=t.lr,
+            gamma=t.gamma,
+            lambda_=t.lambda_,
+            entropy_coeff=t.entropy_coeff,
+            vf_loss_coeff=t.vf_loss_coeff,
+            grad_clip=t.grad_clip,
+        )
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=NodeScorerModule,
+                                               model_config=dict(cfg.model)))
+        .fault_tolerance(restart_failed_env_runners=True, max_num_env_runner_restarts=100,
+                         delay_between_env_runner_restarts_s=5.0)
+        .debugging(seed=cfg.seed, log_level="WARN")
+    )
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    marker = out / "latest"
+    if marker.is_file():
+        path = out / "checkpoints" / marker.read_text().strip()
+        if (path / "rllib_checkpoint.json").is_file():
+            return path
+    return None
+
+
+def export_policy(checkpoint: Path, out: Path, cfg: TrainConfig, iteration: int) -> Path:
+    """Copy the RLModule out of an algorithm checkpoint, with the env settings it needs."""
+    dest = out / "policy"
+    tmp = out / "policy.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    shutil.copytree(checkpoint / MODULE_SUBPATH, tmp)
+    meta = {"env": cfg.env, "model": cfg.model, "iteration": iteration,
+            "module_class": "smartsched.rl.module.NodeScorerModule"}
+    (tmp / POLICY_META).write_text(json.dumps(meta, indent=2) + "\n")
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)  # readers never see a half-written policy
+    return dest
+
+
+def _scalars(result: dict[str, Any]) -> dict[str, float]:
+    from ray.tune.utils import flatten_dict
+
+    out = {}
+    for k, v in flatten_dict(result, delimiter="/").items():
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            out[k] = float(v)
+    return out
+
+
+def train(
+    cfg: TrainConfig,
+    iterations: int | None = None,
+    resume: bool = False,
+    output_dir: str | None = None,
+    echo: Callable[[str], Any] = print,
+) -> dict[str, Any]:
+    """Train PPO; return a summary (iterations run, last return, checkpoint and policy paths)."""
+    out = Path(output_dir or cfg.output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    _init_ray(out, cfg.num_cpus)
+    from tensorboardX import SummaryWriter
+
+    algo = build_ppo_config(cfg).build_algo()
+    start = 0
+    latest = latest_checkpoint(out) if resume else None
+    if resume and latest is None:
+        echo(f"no checkpoint under {out}; starting from scratch")
+    if latest is not None:
+        algo.restore_from_path(str(latest))
+        start = int(algo.iteration)
+        echo(f"resumed from {latest} at iteration {start}")
+    total = iterations if iterations is not None else cfg.iterations
+    writer = SummaryWriter(str(out / "tensorboard"))
+    last: dict[str, float] = {}
+    ckpt: Path | None = latest
+    try:
+        for _ in range(total):
+            t0 = time.perf_counter()
+            result = algo.train()
+            it = int(result.get("training_iteration", algo.iteration))
+            sc = _scalars(result)
+            for k, v in sc.items():
+                writer.add_scalar(k, v, it)
+            ret = sc.get("env_runners/episode_return_mean", float("nan"))
+            steps = sc.get("num_env_steps_sampled_lifetime", float("nan"))
+            last = {"iteration": it, "episode_return_mean": ret, "env_steps": steps,
+                    "seconds": time.perf_counter() - t0}
+            with open(out / "progress.jsonl", "a") as f:
+                f.write(json.dumps(last) + "\n")
+            echo(f"iter {it:4d}  return {ret:9.4f}  env steps {steps:9.0f}  "
+                 f"{last['seconds']:6.1f} s")
+            if it % cfg.checkpoint_every == 0 or _ == total - 1:
+                ckpt = out / "checkpoints" / f"iter_{it:06d}"
+                algo.save_to_path(str(ckpt))
+                (out / "latest").write_text(ckpt.name + "\n")
+                export_policy(ckpt, out, cfg, it)
+    finally:
+        writer.close()
+        algo.stop()
+    return {"output_dir": str(out), "iterations": last.get("iteration", start),
+            "last": last, "checkpoint": str(ckpt) if ckpt else None,
+            "policy": str(out / "policy") if (out / "policy").exists() else None}

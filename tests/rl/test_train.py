@@ -1,0 +1,65 @@
+"""A tiny training run through `smartsched train`, its checkpoint as `rl:PATH`, and resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from smartsched.bench.simulate import simulate
+from smartsched.cli import main
+
+TINY = """
+env: {cluster: small, hours: 1, max_decisions: 100}
+env_runners: {num_env_runners: 0, num_envs_per_env_runner: 1}
+training: {train_batch_size_per_learner: 128, minibatch_size: 64, num_epochs: 1}
+model: {hidden: 16}
+iterations: 2
+checkpoint_every: 1
+output_dir: OUT
+"""
+
+
+@pytest.mark.slow
+def test_train_checkpoint_rl_profile_and_resume(ray_session, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(TINY.replace("OUT", str(out)))
+    runner = CliRunner()
+    r = runner.invoke(main, ["train", "--config", str(cfg)], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "iter    2" in r.output
+    assert (out / "latest").read_text().strip() == "iter_000002"
+    policy = out / "policy"
+    assert (policy / "smartsched_policy.json").is_file()
+    assert (out / "tensorboard").is_dir() and any((out / "tensorboard").iterdir())
+
+    # The exported policy is a scheduler, on a larger cluster than it was trained on.
+    rep = simulate("medium", "mixed", f"rl:{policy}", hours=2, seed=5, plots=False)
+    assert rep["decisions"] > 0 and rep["metrics"]["pods"]["placed"] > 0
+
+    r = runner.invoke(main, ["train", "--config", str(cfg), "--resume", "--iterations", "1"],
+                      catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "resumed from" in r.output and "iter    3" in r.output
+    meta = json.loads((policy / "smartsched_policy.json").read_text())
+    assert meta["iteration"] == 3
+
+
+def test_bad_train_config_is_named(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("training: {minibatch_size: 0}\n")
+    r = CliRunner().invoke(main, ["train", "--config", str(cfg)])
+    assert r.exit_code == 2
+    assert "training.minibatch_size" in r.output
+    cfg.write_text("env: {clusterr: small}\n")
+    r = CliRunner().invoke(main, ["train", "--config", str(cfg)])
+    assert r.exit_code == 2 and "env.clusterr" in r.output
+
+
+def test_unknown_policy_path(tmp_path: Path) -> None:
+    r = CliRunner().invoke(main, ["simulate", "--scheduler", f"rl:{tmp_path}/nope",
+                                  "--no-plots"])
+    assert r.exit_code == 2 and "no trained policy" in r.output
