@@ -16,7 +16,7 @@ import numpy as np
 
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.pod import POD_CLASSES
-from smartsched.model.resources import CPU, GPU, MEM, MILLI_PER_DEVICE
+from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, MEM, MILLI_PER_DEVICE
 from smartsched.scheduling.framework import CycleContext
 from smartsched.scheduling.plugins.gpu import FGD, BestFit
 from smartsched.scheduling.plugins.k8s import NodeResourcesFit
@@ -26,7 +26,13 @@ CPU_SCALE: Final = 128_000.0
 MEM_SCALE: Final = 1_048_576.0
 DEVICE_SLOTS: Final = 8
 ZONE_SLOTS: Final = 8
-NODE_FEATURES: Final = 37 + ZONE_SLOTS
+ZONE_COL: Final = 37  # zone one-hot: ZONE_COL .. ZONE_COL + ZONE_SLOTS
+SOCKETS_COL: Final = ZONE_COL + ZONE_SLOTS  # static hardware layout for the topology encoder
+NVLINK_COL: Final = SOCKETS_COL + 1
+RACK_COL: Final = SOCKETS_COL + 2  # rack identity (rack index / 100), for rack edges
+NODE_FEATURES: Final = RACK_COL + 1
+# Columns that never change for a node: the topology encoder's input and cache key.
+STATIC_COLS: Final = (0, 1, 2, *range(ZONE_COL, NODE_FEATURES))
 POD_FEATURES: Final = 19
 CLIP: Final = 10.0
 
@@ -49,6 +55,15 @@ class FeatureBuilder:
         self.latency = np.array(
             [[t.latency_ms_from(o) for t in sites] for o in sites], dtype=np.float32
         )
+        self.static = np.zeros((state.num_nodes, NODE_FEATURES - ZONE_COL), dtype=np.float32)
+        zone = state.zone_id % ZONE_SLOTS
+        self.static[np.arange(state.num_nodes), zone] = 1.0
+        self.static[:, SOCKETS_COL - ZONE_COL] = [x.sockets / 4 for x in spec.nodes]
+        self.static[:, NVLINK_COL - ZONE_COL] = [
+            1.0 if x.num_gpu > 1 and DEVICE_MODELS[x.gpu_model].nvlink else 0.0
+            for x in spec.nodes
+        ]
+        self.static[:, RACK_COL - ZONE_COL] = (state.rack_id % 1000) / 100.0
         self.prev_usage = state.usage.copy()
         self.prev_usage_time = -1.0
 
@@ -103,7 +118,7 @@ class FeatureBuilder:
             if self.fgd is not None and self.fgd.target is not None:
                 f[:, 35] = _as_array(self.fgd.score(ctx, feasible), n) / 100.0
         f[:, 36] = 1.0 if req.models_ok is None else req.models_ok[st.gpu_model]
-        f[np.arange(n), 37 + st.zone_id % ZONE_SLOTS] = 1.0
+        f[:, ZONE_COL:] = self.static
         np.clip(f, -CLIP, CLIP, out=f)
         return f
 

@@ -13,7 +13,10 @@ on clusters of any size (train on a small twin, evaluate on a large one):
     V      = MLP4([pod, weights, c])
 
 The context term lets a node's score depend on the rest of the cluster
-(one round of mean-field message passing).
+(one round of mean-field message passing). With ``topology: true`` (the
+default) each node's input also carries its embedding from the GATv2
+Resource-GCN over the hardware topology (``rl.topology_encoder``), computed
+once per cluster and weights version.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from ray.rllib.core.rl_module.torch import TorchRLModule
 from ray.rllib.utils.annotations import override
 from ray.rllib.utils.torch_utils import FLOAT_MIN
 from torch import nn
+
+from smartsched.rl.features import STATIC_COLS
+from smartsched.rl.topology_encoder import TopologyEncoder
 
 
 def _mlp(sizes: list[int]) -> nn.Sequential:
@@ -46,7 +52,13 @@ class NodeScorerModule(TorchRLModule, ValueFunctionAPI):
         f_node = spaces["nodes"].shape[-1]
         f_pod = spaces["pod"].shape[0] + spaces["weights"].shape[0]
         h = int(self.model_config.get("hidden", 64))
-        self.node_mlp = _mlp([f_node + f_pod, h, h])
+        self.topo_dim = int(self.model_config.get("topology_dim", 32))
+        self.topology: TopologyEncoder | None = None
+        if self.model_config.get("topology", True):
+            self.topology = TopologyEncoder(out_dim=self.topo_dim, hidden=self.topo_dim)
+        else:
+            self.topo_dim = 0
+        self.node_mlp = _mlp([f_node + f_pod + self.topo_dim, h, h])
         self.score_mlp = nn.Sequential(_mlp([2 * h, h]), nn.Linear(h, 1))
         self.defer_head = nn.Sequential(_mlp([f_pod + h, h]), nn.Linear(h, 1))
         self.value_head = nn.Sequential(_mlp([f_pod + h, h]), nn.Linear(h, 1))
@@ -55,11 +67,24 @@ class NodeScorerModule(TorchRLModule, ValueFunctionAPI):
         nodes = obs["nodes"]  # [B, N, F]
         pod = torch.cat([obs["pod"], obs["weights"]], dim=-1)  # [B, P]
         mask = obs["action_mask"][..., : nodes.shape[-2]]  # [B, N] feasible (padding 0)
-        x = torch.cat([nodes, pod.unsqueeze(-2).expand(*nodes.shape[:-1], pod.shape[-1])], -1)
-        emb = self.node_mlp(x)  # [B, N, h]
+        parts = [nodes, pod.unsqueeze(-2).expand(*nodes.shape[:-1], pod.shape[-1])]
+        if self.topology is not None:
+            parts.append(self._topology(nodes))
+        emb = self.node_mlp(torch.cat(parts, -1))  # [B, N, h]
         w = mask.unsqueeze(-1)
         ctx = (emb * w).sum(-2) / w.sum(-2).clamp(min=1.0)  # [B, h]
         return emb, torch.cat([pod, ctx], dim=-1)
+
+    def _topology(self, nodes: torch.Tensor) -> torch.Tensor:
+        """[B, N, topo_dim]: the cached GATv2 embedding of each sample's cluster."""
+        assert self.topology is not None
+        static = nodes[..., list(STATIC_COLS)]  # [B, N, S]
+        if nodes.dim() == 2:
+            return self.topology(static)
+        first = static[0]
+        if bool((static == first).all()):  # one cluster in the batch: encode once
+            return self.topology(first).unsqueeze(0).expand(nodes.shape[0], -1, -1)
+        return torch.stack([self.topology(s) for s in static])
 
     def _logits(self, batch: dict[str, Any]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         obs = batch[Columns.OBS]
