@@ -7,8 +7,16 @@ import torch
 
 from smartsched.model.presets import load_cluster
 from smartsched.rl.features import STATIC_COLS, FeatureBuilder
-from smartsched.rl.topology_encoder import GPU_V, HOST, RACK, SOCKET, SWITCH, ZONE, \
-    TopologyEncoder, build_graph
+from smartsched.rl.topology_encoder import (
+    GPU_V,
+    HOST,
+    RACK,
+    SOCKET,
+    SWITCH,
+    ZONE,
+    TopologyEncoder,
+    build_graph,
+)
 from smartsched.twin.state import ClusterState
 from tests.builders import cluster, node
 
