@@ -206,6 +206,17 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
     _write_json(json_path, res)
 
 
+@bench.command("rl")
+@click.option("--policy", default=None, help="Exported policy (default: an untrained module).")
+@click.option("--skip-sampling", is_flag=True, help="Skip the RLlib sampling measurement.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_rl(policy: str | None, skip_sampling: bool, json_path: str | None) -> None:
+    """Policy sampling throughput (twin vs model time) and inference latency at 1.5k/5k nodes."""
+    from smartsched.rl.bench import run_rl_bench
+
+    _write_json(json_path, run_rl_bench(policy, echo=click.echo, skip_sampling=skip_sampling))
+
+
 @bench.command("speed")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--skip-large", is_flag=True, help="Skip the 24 h mixed run on the large preset.")

@@ -84,7 +84,11 @@ class NodeScorerModule(TorchRLModule, ValueFunctionAPI):
         first = static[0]
         if bool((static == first).all()):  # one cluster in the batch: encode once
             return self.topology(first).unsqueeze(0).expand(nodes.shape[0], -1, -1)
-        return torch.stack([self.topology(s) for s in static])
+        # A few distinct clusters (e.g. the all-zero terminal observations): encode each once.
+        b, n, s = static.shape
+        uniq, inverse = torch.unique(static.reshape(b, n * s), dim=0, return_inverse=True)
+        embs = torch.stack([self.topology(u.reshape(n, s)) for u in uniq])
+        return embs[inverse]
 
     def _logits(self, batch: dict[str, Any]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         obs = batch[Columns.OBS]

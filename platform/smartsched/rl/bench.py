@@ -1,0 +1,157 @@
+"""``smartsched bench rl``: sampling throughput and inference latency of the policy.
+
+Owns three measurements, printed and returned as a dict:
+  1. In-process env + module: env steps/s with the policy acting, and the share
+     of time spent in the twin (env.step: engine, filters, features) versus the
+     model (forward pass).
+  2. RLlib sampling: env steps/s across remote env runners (no learning).
+  3. Inference: p50/p99 per decision of ``RLScheduler.decide`` on clusters of
+     1,500 and 5,000 nodes (the openb-all nodes, replicated), openb fill.
+Without ``--policy`` an untrained module of the same architecture is used for
+1 and 3 (latency does not depend on the weights), and the report says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _module_for(env: Any, policy: str | None) -> Any:
+    if policy:
+        from ray.rllib.core.rl_module.rl_module import RLModule
+
+        from smartsched.rl.policy import resolve_policy_dir
+
+        return RLModule.from_checkpoint(str(resolve_policy_dir(policy)))
+    from smartsched.rl.module import NodeScorerModule
+
+    return NodeScorerModule(observation_space=env.observation_space,
+                            action_space=env.action_space, model_config={"hidden": 64})
+
+
+def env_and_model_split(policy: str | None, steps: int = 1000) -> dict[str, Any]:
+    import torch
+    from ray.rllib.core.columns import Columns
+
+    from smartsched.rl.env import SchedulingEnv
+
+    env = SchedulingEnv({"cluster": "small", "hours": 24, "max_decisions": None})
+    module = _module_for(env, policy)
+    obs, _ = env.reset(seed=123)
+    t_env = t_model = 0.0
+    done_steps = 0
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        batch = {Columns.OBS: {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
+        with torch.no_grad():
+            logits = module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0]
+        a = int(torch.argmax(logits))
+        t1 = time.perf_counter()
+        obs, _, term, trunc, _ = env.step(a)
+        t2 = time.perf_counter()
+        t_model += t1 - t0
+        t_env += t2 - t1
+        done_steps += 1
+        if term or trunc:
+            obs, _ = env.reset()
+    total = t_env + t_model
+    return {"steps": done_steps, "steps_per_second": done_steps / total,
+            "twin_share": t_env / total, "model_share": t_model / total}
+
+
+def rllib_sampling(num_env_runners: int = 2, rounds: int = 3) -> dict[str, Any]:
+    """Env steps/s sampled by remote env runners (random initial policy, no learning)."""
+    from smartsched.rl.config import TrainConfig
+    from smartsched.rl.train import _init_ray, build_ppo_config
+
+    cfg = TrainConfig.model_validate({
+        "env": {"cluster": "small", "hours": 6, "max_decisions": 400},
+        "env_runners": {"num_env_runners": num_env_runners, "num_envs_per_env_runner": 1},
+        "training": {"train_batch_size_per_learner": 400, "minibatch_size": 100},
+    })
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _init_ray(Path(tmp), None)
+        algo = build_ppo_config(cfg).build_algo()
+        try:
+            group = algo.env_runner_group
+            group.foreach_env_runner(lambda r: r.sample(num_timesteps=200),
+                                     local_env_runner=False)  # warm up
+            steps, t0 = 0, time.perf_counter()
+            for _ in range(rounds):
+                res = group.foreach_env_runner(
+                    lambda r: sum(len(e) for e in r.sample(num_timesteps=1000)),
+                    local_env_runner=False,
+                )
+                steps += int(sum(res))
+            wall = time.perf_counter() - t0
+        finally:
+            algo.stop()
+    return {"env_runners": num_env_runners, "steps": steps, "steps_per_second": steps / wall}
+
+
+def inference_latency(policy: str | None, nodes: int, decisions: int = 400) -> dict[str, Any]:
+    from smartsched.bench.speed import replicated_cluster
+    from smartsched.rl.policy import RLScheduler
+    from smartsched.twin.engine import Engine, EngineConfig
+    from smartsched.workloads.resolve import load_workload
+
+    spec = replicated_cluster("openb-all", nodes)
+    pods = load_workload("openb:default", spec, 24.0, 42)
+    engine = Engine(spec, pods, EngineConfig(mode="fill", seed=42))
+    if policy:
+        sched: Any = RLScheduler(policy)
+    else:
+        sched = _UntrainedScheduler()
+    sched.prepare(engine.source_pods)
+    times = []
+    while (req := engine.next_decision()) is not None and len(times) < decisions:
+        t0 = time.perf_counter()
+        d = sched.decide(engine.state, req.request)
+        times.append(time.perf_counter() - t0)
+        engine.apply(d)
+    arr = np.array(times[1:]) * 1000  # the first call builds and caches the topology graph
+    return {"nodes": nodes, "decisions": len(arr), "first_ms": times[0] * 1000,
+            "p50_ms": float(np.percentile(arr, 50)), "p99_ms": float(np.percentile(arr, 99))}
+
+
+class _UntrainedScheduler:
+    """RLScheduler with a freshly initialised module (for latency when no policy is given)."""
+
+    def __new__(cls) -> Any:
+        import tempfile
+
+        from smartsched.rl.env import SchedulingEnv
+        from smartsched.rl.policy import RLScheduler
+
+        env = SchedulingEnv({"cluster": "small", "hours": 1})
+        module = _module_for(env, None)
+        tmp = tempfile.mkdtemp(prefix="smartsched_untrained_")
+        module.save_to_path(tmp)
+        return RLScheduler(tmp)
+
+
+def run_rl_bench(policy: str | None, echo: Callable[[str], Any] = print,
+                 skip_sampling: bool = False) -> dict[str, Any]:
+    res: dict[str, Any] = {"policy": policy or "untrained module (same architecture)"}
+    split = env_and_model_split(policy)
+    res["in_process"] = split
+    echo(f"in-process env+policy: {split['steps_per_second']:.0f} steps/s; time in the twin "
+         f"{100 * split['twin_share']:.0f} %, in the model {100 * split['model_share']:.0f} %")
+    if not skip_sampling:
+        samp = rllib_sampling()
+        res["rllib_sampling"] = samp
+        echo(f"RLlib sampling with {samp['env_runners']} env runners: "
+             f"{samp['steps_per_second']:.0f} env steps/s")
+    for n in (1500, 5000):
+        lat = inference_latency(policy, n)
+        res[f"inference_{n}"] = lat
+        echo(f"inference at {n} nodes: p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms "
+             f"per decision (first call {lat['first_ms']:.0f} ms builds the topology cache)")
+    return res
