@@ -24,7 +24,7 @@ from smartsched.rl.features import NODE_FEATURES, POD_FEATURES, FeatureBuilder
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD
 from smartsched.scheduling.registry import load_profile
-from smartsched.twin.engine import Decision, DecisionRequest, Engine, EngineConfig
+from smartsched.twin.engine import Decision, DecisionRequest, Engine, EngineConfig, can_defer
 
 OBS_LOW, OBS_HIGH = -10.0, 10.0
 
@@ -184,7 +184,7 @@ class SchedulingEnv(gym.Env):
                 self._req = None
                 return self._terminal_observation()
             ok, ctx = self.filters.feasible(e.state, req.request)
-            deferrable = req.pod.deadline is not None and e.config.mode == "replay"
+            deferrable = e.config.mode == "replay" and can_defer(req.pod, req.time)
             if ok.any() or deferrable:
                 self._req, self._ctx = req, ctx
                 return self._observation(req, ok, deferrable)

@@ -24,7 +24,7 @@ from smartsched.rl.features import FeatureBuilder
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD
 from smartsched.scheduling.registry import load_profile
-from smartsched.twin.engine import Decision
+from smartsched.twin.engine import Decision, can_defer
 from smartsched.twin.state import ClusterState, PodRequest
 
 POLICY_META = "smartsched_policy.json"
@@ -32,7 +32,7 @@ MODULE_SUBPATH = Path("learner_group") / "learner" / "rl_module" / "default_poli
 
 
 def resolve_policy_dir(path: str | Path) -> Path:
-    p = Path(path)
+    p = Path(path).expanduser().resolve()  # RLlib's loader wants an absolute path
     for cand in (p, p / "policy", p / MODULE_SUBPATH):
         if (cand / "module_state.pkl").exists() or (cand / "module_state").exists():
             return cand
@@ -57,6 +57,8 @@ class RLScheduler:
         self.name = f"rl:{path}"
         self.module = RLModule.from_checkpoint(str(self.dir))
         self.module.eval()
+        # One decision is a batch of one: a single thread is faster than a pool.
+        torch.set_num_threads(1)
         self.torch = torch
         self.filters = ProfileScheduler(load_profile(env.get("filters_profile", "k8s-default")),
                                         seed)
@@ -75,7 +77,7 @@ class RLScheduler:
         from ray.rllib.core.columns import Columns
 
         ok, ctx = self.filters.feasible(state, request)
-        deferrable = request.pod.deadline is not None
+        deferrable = can_defer(request.pod, state.now)
         if not ok.any():
             return Decision.reject(*self.filters.reasons(ctx))
         if self._features is None or self._state_id != id(state):

@@ -163,6 +163,14 @@ class Decision:
         return Decision(None, reasons=tuple(reasons))
 
 
+def can_defer(pod: Pod, now: float) -> bool:
+    """Whether ``pod`` may still be deferred at ``now``: it has a deadline and, if it
+    started now, would finish before it. Shared by the RL env and the rl: scheduler."""
+    if pod.deadline is None:
+        return False
+    return now + (pod.duration or 0.0) < pod.deadline
+
+
 @dataclass(frozen=True, slots=True)
 class DecisionRequest:
     """A pod that needs placing now."""
@@ -210,6 +218,7 @@ class Engine:
         self._events: list[_Event] = []
         self._active: list[tuple[int, float, int, int]] = []  # (-prio, arrival, seq, unit)
         self._unschedulable: set[int] = set()
+        self._deferred: set[int] = set()
         self._current: DecisionRequest | None = None
         self._node_pods: list[set[int]] = [set() for _ in range(self.state.num_nodes)]
         self._node_ready_at = np.zeros(self.state.num_nodes)
@@ -316,7 +325,9 @@ class Engine:
                 self.metrics.failed(len(members))
             else:
                 unit = -(int(self._gang_of[i]) + 1) if in_gang else i
-                self._unschedulable.add(unit)
+                # A deferred pod waits for the next periodic retry, not for the next
+                # completion: deferring is a choice about time, not about room.
+                (self._deferred if decision.defer else self._unschedulable).add(unit)
             return
         node = int(decision.node)
         req = cur.request
@@ -395,8 +406,11 @@ class Engine:
         if not self._events or (self._non_tick_events == 0 and not self._can_progress()):
             # Nothing else can happen. Retry waiting pods once more if anything was
             # placed since the last such retry (a deferred pod may fit now).
-            if self._unschedulable and self._binds != self._binds_at_final_flush:
+            if (self._unschedulable or self._deferred) and (
+                self._binds != self._binds_at_final_flush
+            ):
                 self._binds_at_final_flush = self._binds
+                self._release_deferred()
                 self._cluster_event()
                 return True
             if horizon is not None and self.now < horizon:
@@ -478,6 +492,11 @@ class Engine:
             self._active, (-int(tb.priority[rep]), float(tb.arrival[rep]), rep, unit)
         )
 
+    def _release_deferred(self) -> None:
+        """Deferred pods become ordinary waiting pods again (at the periodic retry)."""
+        self._unschedulable |= self._deferred
+        self._deferred = set()
+
     def _cluster_event(self, node: int | None = None) -> None:
         """Capacity changed: move unschedulable pods back to the active queue.
 
@@ -516,6 +535,7 @@ class Engine:
         cfg = self.config
         if self.now - self._last_flush >= cfg.flush_s:
             self._last_flush = self.now
+            self._release_deferred()
             self._cluster_event()
         span = cfg.tick_s if cfg.horizon_s is None else min(cfg.tick_s, cfg.horizon_s - self.now)
         self.metrics.tick(self.now, span, self.queue_length, {})
