@@ -232,3 +232,25 @@ def test_pending_counter_matches_the_queue() -> None:
         if steps % 50 == 0:
             assert e.metrics.pending == e.queue_length
     assert e.metrics.pending == e.queue_length
+
+
+def test_deferred_pod_waits_for_the_periodic_retry() -> None:
+    from smartsched.twin.engine import can_defer
+
+    spec = cluster(node("a", cpu=2000), node("b", cpu=2000))
+    pods = [pod("short", cpu=1000, arrival=0.0, duration=10.0),
+            pod("batch", cpu=1000, arrival=0.0, duration=100.0, deadline=5000.0)]
+    e = Engine(spec, pods, EngineConfig(power_management=False, flush_s=300.0, tick_s=300.0,
+                                        horizon_s=2000.0))
+    offers = []
+    while (req := e.next_decision()) is not None:
+        offers.append((req.pod.id, req.time))
+        if req.pod.id == "batch" and len(offers) < 3:
+            e.apply(Decision(None, defer=True))
+        else:
+            e.apply(Decision(0))
+    batch_offers = [t for p, t in offers if p == "batch"]
+    # Not re-offered when "short" completed at t=10; only at the 300 s and 600 s retries.
+    assert batch_offers == [0.0, 300.0, 600.0]
+    assert can_defer(pods[1], 0.0) and not can_defer(pods[1], 4950.0)
+    assert not can_defer(pods[0], 0.0)
