@@ -245,7 +245,7 @@ def test_deferred_pod_waits_for_the_periodic_retry() -> None:
     offers = []
     while (req := e.next_decision()) is not None:
         offers.append((req.pod.id, req.time))
-        if req.pod.id == "batch" and len(offers) < 3:
+        if req.pod.id == "batch" and sum(p == "batch" for p, _ in offers) < 3:
             e.apply(Decision(None, defer=True))
         else:
             e.apply(Decision(0))
