@@ -17,6 +17,7 @@ import click
 from smartsched.model.errors import SmartSchedError
 
 EXIT_BAD_INPUT = 2
+SHIPPED_POLICY = "models/ppo_mixed_small"
 
 
 class _Group(click.Group):
@@ -94,13 +95,19 @@ def simulate(
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--warmup-hours", type=float, default=6.0, show_default=True)
-@click.option("--schedulers", default="k8s-default,fgd", show_default=True)
+@click.option("--schedulers", default=None,
+              help="Comma-separated (default: k8s-default, fgd and the shipped policy "
+              "rl:models/ppo_mixed_small when present).")
 def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
-         schedulers: str) -> None:
+         schedulers: str | None) -> None:
     """End-to-end demo: the mixed workload for a simulated day, schedulers side by side."""
     from smartsched.bench.compare import comparison_table
     from smartsched.bench.simulate import simulate as run_sim
 
+    if schedulers is None:
+        schedulers = "k8s-default,fgd"
+        if Path(SHIPPED_POLICY).is_dir():
+            schedulers += f",rl:{SHIPPED_POLICY}"
     reports = []
     for name in [s.strip() for s in schedulers.split(",") if s.strip()]:
         click.echo(f"simulating {name} on {cluster} for {hours:g} h of the mixed workload ...")
