@@ -16,7 +16,7 @@ from typing import Final
 
 from smartsched.model.carbon import CarbonSeries
 from smartsched.model.errors import UnknownReferenceError, ValidationError
-from smartsched.model.pod import Pod
+from smartsched.model.pod import Pod, check_int
 from smartsched.model.resources import (
     DEVICE_MODELS,
     FPGA_MODEL_NAMES,
@@ -101,11 +101,11 @@ class NodeSpec:
         f = f"nodes.{self.name}"
         if not self.name:
             raise ValidationError("nodes.name", "must be non-empty")
-        _int_in(f"{f}.cpu_milli", self.cpu_milli, 1, MAX_NODE_CPU_MILLI)
-        _int_in(f"{f}.memory_mib", self.memory_mib, 1, MAX_NODE_MEMORY_MIB)
-        _int_in(f"{f}.num_gpu", self.num_gpu, 0, MAX_DEVICES_PER_NODE)
-        _int_in(f"{f}.num_fpga", self.num_fpga, 0, MAX_DEVICES_PER_NODE)
-        _int_in(f"{f}.sockets", self.sockets, 1, 16)
+        check_int(f"{f}.cpu_milli", self.cpu_milli, 1, MAX_NODE_CPU_MILLI)
+        check_int(f"{f}.memory_mib", self.memory_mib, 1, MAX_NODE_MEMORY_MIB)
+        check_int(f"{f}.num_gpu", self.num_gpu, 0, MAX_DEVICES_PER_NODE)
+        check_int(f"{f}.num_fpga", self.num_fpga, 0, MAX_DEVICES_PER_NODE)
+        check_int(f"{f}.sockets", self.sockets, 1, 16)
         if self.num_gpu > 0 and self.gpu_model not in GPU_MODEL_NAMES:
             raise UnknownReferenceError(
                 f"{f}.gpu_model",
@@ -243,15 +243,6 @@ def _unique(field_name: str, names: Sequence[str]) -> set[str]:
             raise ValidationError(field_name, f"duplicate name {n!r}")
         seen.add(n)
     return seen
-
-
-def _int_in(field_name: str, value: object, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(field_name, f"must be an integer, got {value!r}")
-    if value < low:
-        raise ValidationError(field_name, f"must be >= {low}, got {value}")
-    if value > high:
-        raise ValidationError(field_name, f"is absurdly large ({value} > {high})")
 
 
 def _positive(field_name: str, value: float, allow_zero: bool = False) -> None:

@@ -114,11 +114,11 @@ class Pod:
         if not self.id:
             raise ValidationError("id", "must be a non-empty string")
         object.__setattr__(self, "pod_class", _enum(PodClass, self.pod_class, "class"))
-        _check_int("cpu_milli", self.cpu_milli, 0, MAX_NODE_CPU_MILLI)
-        _check_int("memory_mib", self.memory_mib, 0, MAX_NODE_MEMORY_MIB)
-        _check_int("num_gpu", self.num_gpu, 0, MAX_DEVICES_PER_NODE)
-        _check_int("gpu_milli", self.gpu_milli, 0, MILLI_PER_DEVICE)
-        _check_int("num_fpga", self.num_fpga, 0, MAX_DEVICES_PER_NODE)
+        check_int("cpu_milli", self.cpu_milli, 0, MAX_NODE_CPU_MILLI)
+        check_int("memory_mib", self.memory_mib, 0, MAX_NODE_MEMORY_MIB)
+        check_int("num_gpu", self.num_gpu, 0, MAX_DEVICES_PER_NODE)
+        check_int("gpu_milli", self.gpu_milli, 0, MILLI_PER_DEVICE)
+        check_int("num_fpga", self.num_fpga, 0, MAX_DEVICES_PER_NODE)
         if self.num_gpu > 0 and self.gpu_milli == 0:
             raise ValidationError("gpu_milli", "must be > 0 when num_gpu > 0")
         if self.num_gpu == 0 and self.gpu_milli > 0:
@@ -132,7 +132,7 @@ class Pod:
         for name in self.gpu_models:
             if name not in GPU_MODEL_IDS:
                 raise ValidationError("gpu_models", f"unknown GPU model {name!r}")
-        _check_int("priority", self.priority, -(2**31), 2**31)
+        check_int("priority", self.priority, -(2**31), 2**31)
         _check_float("arrival", self.arrival, 0.0)
         if self.duration is not None:
             _check_float("duration", self.duration, 0.0)
@@ -142,7 +142,7 @@ class Pod:
                 raise ValidationError("deadline", "is before arrival")
         if self.latency_slo_ms is not None:
             _check_float("latency_slo_ms", self.latency_slo_ms, 0.0)
-        _check_int("gang_size", self.gang_size, 1, 100_000)
+        check_int("gang_size", self.gang_size, 1, 100_000)
         if self.gang_size > 1 and not self.gang_id:
             raise ValidationError("gang_id", "required when gang_size > 1")
         _check_float("traffic_mbps", self.traffic_mbps, 0.0)
@@ -168,7 +168,8 @@ def _enum(enum: type[_E], value: object, field_name: str) -> _E:
         raise ValidationError(field_name, f"{value!r} is not one of: {allowed}") from None
 
 
-def _check_int(field_name: str, value: object, low: int, high: int) -> None:
+def check_int(field_name: str, value: object, low: int, high: int) -> None:
+    """Raise ValidationError naming ``field_name`` unless ``value`` is an int in [low, high]."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(field_name, f"must be an integer, got {value!r}")
     if value < low:

@@ -606,17 +606,12 @@ class Engine:
         self.metrics.power_changed(node, old, new)
 
     def _fail(self, node: int) -> None:
-        st, tb = self.state, self.table
+        st = self.state
         if not st.up[node]:
             return
         st.up[node] = False
         for i in sorted(self._node_pods[node]):
-            self._unbind(i)
-            tb.epoch[i] += 1
-            tb.status[i] = PENDING
-            tb.node[i] = -1
-            self.metrics.evictions += 1
-            self.metrics.requeued()
+            self._evict(i)
             g = int(self._gang_of[i])
             self._unschedulable.add(-(g + 1) if g >= 0 else i)
         self._evict_partial_gangs()
@@ -631,13 +626,18 @@ class Engine:
             if (st == PENDING).any() and ((st == RUNNING) | (st == BOUND)).any():
                 for m in members:
                     if tb.status[m] in (RUNNING, BOUND):
-                        self._unbind(m)
-                        tb.epoch[m] += 1
-                        tb.status[m] = PENDING
-                        tb.node[m] = -1
-                        self.metrics.evictions += 1
-                        self.metrics.requeued()
+                        self._evict(m)
                 self._unschedulable.add(-(g + 1))
+
+    def _evict(self, i: int) -> None:
+        """Take pod ``i`` off its node and back to the queue; its pending completion is void."""
+        tb = self.table
+        self._unbind(i)
+        tb.epoch[i] += 1
+        tb.status[i] = PENDING
+        tb.node[i] = -1
+        self.metrics.evictions += 1
+        self.metrics.requeued()
 
     def _rollback_gang(self) -> None:
         for p, node, devices in self._gang_placed:
