@@ -81,3 +81,28 @@ def test_padding_masks_extra_nodes() -> None:
     obs, _ = env.reset(seed=0)
     assert obs["nodes"].shape == (40, env.observation_space["nodes"].shape[1])
     assert not obs["action_mask"][16:40].any()
+
+
+def test_scenario_weights_sampling_and_dynamic_rules() -> None:
+    from smartsched.objectives.scenarios import load_scenarios
+
+    green = load_scenarios()["green"].vector()
+    env = SchedulingEnv({"cluster": "small", "hours": 1, "reward_weights": "green"})
+    obs, _ = env.reset(seed=0)
+    assert np.allclose(obs["weights"], green)
+    env = SchedulingEnv({"cluster": "small", "hours": 1, "weight_sampling": "scenarios"})
+    seen = {tuple(env.reset(seed=s)[0]["weights"].round(3)) for s in range(12)}
+    assert len(seen) >= 3  # different episodes optimize different scenarios
+    # Dynamic: starting at midnight the night rule switches to "green" at the first check.
+    env = SchedulingEnv({"cluster": "small", "hours": 2, "dynamic_weights": True,
+                         "max_decisions": 30})
+    obs, _ = env.reset(seed=1)
+    done = False
+    while not done:
+        obs, _, term, trunc, _ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+        done = term or trunc
+    assert env.weights_log and env.weights_log[0]["profile"] == "green"
+    assert "night" in env.weights_log[0]["reason"]
+    assert np.allclose(obs["weights"], green)
+    with pytest.raises(ValidationError):
+        SchedulingEnv({"weight_sampling": "sometimes"})

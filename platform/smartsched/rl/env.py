@@ -42,7 +42,12 @@ class EnvConfig:
         seed: base seed; episode k uses seed + k unless reset() gets a seed.
         max_nodes: observation size (padded); default the cluster's node count.
         max_decisions: truncate an episode after this many decisions.
-        reward_weights: component -> weight (see objectives.reward).
+        reward_weights: component -> weight (see objectives.reward), or the name of a
+            scenario profile (objectives/profiles/scenarios.yaml).
+        weight_sampling: "none", or "scenarios" to draw a scenario profile per episode
+            (one policy learns every weighting; the weights are in the observation).
+        dynamic_weights: move the weights with the cluster's condition during an
+            episode (objectives.dynamic); every change is logged in ``weights_log``.
         filters_profile: profile whose filters give the action mask and binder.
         heuristic_features: include the FGD score as a node feature.
         inflate: fill-mode demand.
@@ -56,7 +61,9 @@ class EnvConfig:
     seed: int = 0
     max_nodes: int | None = None
     max_decisions: int | None = 2000
-    reward_weights: dict[str, float] = field(default_factory=dict)
+    reward_weights: dict[str, float] | str = field(default_factory=dict)
+    weight_sampling: str = "none"
+    dynamic_weights: bool = False
     filters_profile: str = "k8s-default"
     heuristic_features: bool = True
     inflate: float = 1.3
@@ -89,7 +96,18 @@ class SchedulingEnv(gym.Env):
         self.max_nodes = self.cfg.max_nodes or n
         if self.max_nodes < n:
             raise ValueError(f"max_nodes {self.max_nodes} < cluster nodes {n}")
-        self.weights = RewardWeights.from_mapping(self.cfg.reward_weights or None)
+        from smartsched.objectives.scenarios import load_scenarios, scenario
+
+        rw = self.cfg.reward_weights
+        self.weights = (scenario(rw) if isinstance(rw, str)
+                        else RewardWeights.from_mapping(rw or None))
+        if self.cfg.weight_sampling not in ("none", "scenarios"):
+            from smartsched.model.errors import ValidationError
+
+            raise ValidationError("env.weight_sampling", "must be none or scenarios")
+        self.scenarios = load_scenarios()
+        self.base_weights = self.weights
+        self.weights_log: list[dict[str, Any]] = []
         self.observation_space = gym.spaces.Dict({
             "nodes": gym.spaces.Box(OBS_LOW, OBS_HIGH, (self.max_nodes, NODE_FEATURES),
                                     np.float32),
@@ -113,6 +131,10 @@ class SchedulingEnv(gym.Env):
         ep_seed = seed if seed is not None else self.cfg.seed + self._episode
         self._episode += 1
         cfg = self.cfg
+        if cfg.weight_sampling == "scenarios":
+            names = sorted(self.scenarios)
+            self.base_weights = self.scenarios[names[int(self.np_random.integers(len(names)))]]
+        self.weights = self.base_weights
         hours = cfg.hours + cfg.warmup_hours
         pods = load_workload(cfg.workload, self.spec_cluster, hours, ep_seed)
         engine_cfg = EngineConfig(
@@ -134,6 +156,21 @@ class SchedulingEnv(gym.Env):
             idle_watts=float(m.node_idle_w.sum()), fill_mode=cfg.mode == "fill",
         )
         self.decisions = 0
+        self.weights_log = []
+        self._dynamic = None
+        if cfg.dynamic_weights:
+            from smartsched.objectives.dynamic import DynamicRules, DynamicWeights
+            from smartsched.twin.podtable import PENDING
+
+            base = "custom"
+            profiles = {**self.scenarios, base: self.base_weights}
+            self._dynamic = DynamicWeights(DynamicRules(base=base), profiles)
+            tb = self.engine.table
+            online = tb.cls == 0  # PodClass.ONLINE is the first class
+            self._online_arrivals = np.sort(tb.arrival[online])
+            self._ai = tb.cls == 2  # PodClass.AI_TRAIN
+            self._pending = PENDING
+            self._last_rule_eval = -np.inf
         self._advance_warmup()
         obs = self._next_observation()
         self.reward_fn(self.engine.metrics.snapshot())  # baseline for the first step
@@ -157,6 +194,7 @@ class SchedulingEnv(gym.Env):
             penalty = -1.0
         self.engine.apply(decision)
         self.decisions += 1
+        self._update_dynamic_weights()
         obs = self._next_observation()
         reward, comp = self.reward_fn(self.engine.metrics.snapshot())
         self.last_components = comp
@@ -166,6 +204,30 @@ class SchedulingEnv(gym.Env):
         return obs, float(reward + penalty), terminated, truncated, {"components": comp}
 
     # ------------------------------------------------------------ internals
+    def _update_dynamic_weights(self, every_s: float = 300.0) -> None:
+        """Re-evaluate the dynamic rules every ``every_s`` simulated seconds."""
+        if self._dynamic is None or self.engine is None:
+            return
+        e = self.engine
+        if e.now - self._last_rule_eval < every_s:
+            return
+        self._last_rule_eval = e.now
+        from smartsched.objectives.dynamic import ClusterCondition
+
+        rules = self._dynamic.rules
+        arr = self._online_arrivals
+        recent = np.searchsorted(arr, e.now, "right") - np.searchsorted(
+            arr, e.now - rules.surge_window_s, "right")
+        span = min(rules.baseline_s, max(e.now, 1.0))
+        base = np.searchsorted(arr, e.now, "right") - np.searchsorted(arr, e.now - span, "right")
+        backlog = int(((e.table.status == self._pending) & self._ai).sum())
+        cond = ClusterCondition(e.now, recent / rules.surge_window_s, base / span, backlog,
+                                e.state.num_nodes)
+        self._dynamic.update(cond)
+        self.weights = self._dynamic.weights()
+        self.reward_fn.w = self.weights
+        self.weights_log = list(self._dynamic.log)
+
     def _advance_warmup(self) -> None:
         """Place warm-up pods with the filters profile itself (not the policy)."""
         e = self.engine
