@@ -82,3 +82,19 @@ def test_bestfit_dotprod_clustering() -> None:
     assert GpuClustering().score(_ctx(st, p), both).tolist() == [20 + 75, 25]
     assert GpuClustering().score(_ctx(st, pod("w", num_gpu=1, gpu_milli=1000)),
                                  both).tolist() == [20 + 0, 25]
+
+
+def test_fgd_warm_start_gives_identical_scores() -> None:
+    from smartsched.scheduling.plugins.gpu import FgdArgs
+
+    st = _packing_state()
+    workload = [pod("a", num_gpu=1, gpu_milli=500), pod("b", num_gpu=2, gpu_milli=1000),
+                pod("c", cpu=2000)]
+    cold, warm = FGD(), FGD(FgdArgs(warm=True))
+    cold.prepare(workload)
+    warm.prepare(workload)
+    for p in (pod("x", num_gpu=1, gpu_milli=300), *workload):
+        ctx = _ctx(st, p)
+        assert warm.score(ctx, np.ones(2, bool)).tolist() == cold.score(
+            _ctx(st, p), np.ones(2, bool)).tolist()
+    assert len(warm._cache) >= 3  # every workload shape was scored on the first call

@@ -153,5 +153,6 @@ def run_rl_bench(policy: str | None, echo: Callable[[str], Any] = print,
         lat = inference_latency(policy, n)
         res[f"inference_{n}"] = lat
         echo(f"inference at {n} nodes: p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms "
-             f"per decision (first call {lat['first_ms']:.0f} ms builds the topology cache)")
+             f"per decision (first call {lat['first_ms']:.0f} ms builds the topology and FGD "
+             "caches)")
     return res

@@ -22,7 +22,7 @@ from smartsched.model.pod import Pod
 from smartsched.objectives.reward import RewardWeights
 from smartsched.rl.features import FeatureBuilder
 from smartsched.scheduling.framework import ProfileScheduler
-from smartsched.scheduling.plugins.gpu import FGD
+from smartsched.scheduling.plugins.gpu import FGD, FgdArgs
 from smartsched.scheduling.registry import load_profile
 from smartsched.twin.engine import Decision, can_defer
 from smartsched.twin.state import ClusterState, PodRequest
@@ -70,7 +70,7 @@ class RLScheduler:
 
     def prepare(self, pods: Sequence[Pod]) -> None:
         if self.heuristics:
-            self.fgd = FGD()
+            self.fgd = FGD(FgdArgs(warm=True))
             self.fgd.prepare(pods)
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:

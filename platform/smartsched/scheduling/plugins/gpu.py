@@ -172,6 +172,10 @@ class FgdArgs(BaseModel):
     coverage: float = Field(0.95, gt=0, le=1)
     include_cpu_pods: bool = True
     cache_shapes: int = Field(1024, ge=0, le=100_000)
+    # Score every pod shape of the workload on the first call, so no later decision
+    # pays for a shape's first full pass over the cluster (an online service's
+    # start-up cost instead of a latency tail).
+    warm: bool = False
 
 
 class FGD:
@@ -189,11 +193,16 @@ class FGD:
     def __init__(self, args: FgdArgs | None = None) -> None:
         self.args = args or FgdArgs()
         self.target: TargetWorkload | None = None
+        self._to_warm: list[Pod] = []
         self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
 
     def prepare(self, pods: Sequence[Pod]) -> None:
         self.target = typical_pods(pods, self.args.coverage, self.args.include_cpu_pods)
         self._cache.clear()
+        shapes: dict[tuple, Pod] = {}
+        for p in pods:
+            shapes.setdefault((p.cpu_milli, p.gpu_milli, p.num_gpu, p.gpu_models), p)
+        self._to_warm = list(shapes.values())[: self.args.cache_shapes] if self.args.warm else []
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
         scores, devices = self._scores(ctx)
@@ -215,6 +224,10 @@ class FGD:
         if self.target is None:
             raise RuntimeError("FGD needs the workload: call prepare(pods) before scheduling")
         st, req = ctx.state, ctx.request
+        if self._to_warm:
+            pods, self._to_warm = self._to_warm, []
+            for p in pods:
+                self._scores(CycleContext(st, st.compile(p)))
         shape = (_pod_cpu(req), req.gpu_milli, req.num_gpu,
                  None if req.models_ok is None else req.models_ok.tobytes())
         entry = self._cache.get(shape)
