@@ -232,6 +232,8 @@ def test_pending_counter_matches_the_queue() -> None:
         if steps % 50 == 0:
             assert e.metrics.pending == e.queue_length
     assert e.metrics.pending == e.queue_length
+    waiting = e.table.status == PENDING
+    assert e.metrics.pending_gpu == pytest.approx(float(e.table.requests[waiting, 2].sum()))
 
 
 def test_deferred_pod_waits_for_the_periodic_retry() -> None:

@@ -8,7 +8,10 @@ of a whole cluster:
   utilization  (d alloc_cpu_frac_s + d alloc_gpu_frac_s) / 2 / 3600
                (fill mode, where no time passes: d gpu_alloc_frac, the
                paper's objective)
-  qos          -(d pending_s + d contended_s) / 3600 / nodes
+  qos          -((d pending_s + d contended_s) / nodes + d pending_gpu_frac_s) / 3600
+               (waiting or contended pods per node, plus the share of cluster GPU
+               that waiting pods ask for: an 8-GPU gang member waiting an hour
+               weighs what its GPUs are worth)
   cost         -d cost_usd / (cluster cost per hour, all nodes on)
   energy       -d energy_j / (3600 * cluster idle watts)
   fairness     -(1 - Jain's index) * d time_s / 3600
@@ -86,7 +89,8 @@ class StepReward:
             util = (d["alloc_cpu_frac_s"] + d["alloc_gpu_frac_s"]) / 2 / 3600
         return {
             "utilization": util,
-            "qos": -(d["pending_s"] + d["contended_s"]) / 3600 / self.nodes,
+            "qos": -((d["pending_s"] + d["contended_s"]) / self.nodes
+                     + d["pending_gpu_frac_s"]) / 3600,
             "cost": -d["cost_usd"] / self.cost_per_hour,
             "energy": -d["energy_j"] / (3600 * self.idle_watts),
             "fairness": -(1.0 - snap["jain"]) * d["time_s"] / 3600,

@@ -322,7 +322,7 @@ class Engine:
             self._arrive_gpu(members)
             if self.config.mode == "fill":
                 self.table.status[members] = FAILED
-                self.metrics.failed(len(members))
+                self.metrics.failed(members)
             else:
                 unit = -(int(self._gang_of[i]) + 1) if in_gang else i
                 # A deferred pod waits for the next periodic retry, not for the next
@@ -637,7 +637,7 @@ class Engine:
         tb.status[i] = PENDING
         tb.node[i] = -1
         self.metrics.evictions += 1
-        self.metrics.requeued()
+        self.metrics.requeued(i)
 
     def _rollback_gang(self) -> None:
         for p, node, devices in self._gang_placed:

@@ -103,6 +103,8 @@ class MetricsRecorder:
         self.int_on_nodes = 0.0
         self.pending = 0  # pods waiting in the queue now
         self.int_pending_s = 0.0
+        self.pending_gpu = 0.0  # GPU milli asked by waiting pods
+        self.int_pending_gpu_s = 0.0
         self.int_usage = np.zeros(3)
         self.int_usage_time = 0.0
         self.energy_j = 0.0
@@ -137,6 +139,7 @@ class MetricsRecorder:
         self.int_cap += self.capacity_total * dt
         self.int_on_nodes += self.on_nodes * dt
         self.int_pending_s += self.pending * dt
+        self.int_pending_gpu_s += self.pending_gpu * dt
         watts = (self.on_idle_w_site + self.dyn_w_site) * self.site_pue
         self.energy_j += float(watts.sum()) * dt
         ci = np.array([c.at(t0) for c in self.site_carbon])
@@ -146,6 +149,7 @@ class MetricsRecorder:
     def bound(self, pod: int) -> None:
         tb = self.table
         self.pending -= 1
+        self.pending_gpu -= float(tb.requests[pod, GPU])
         self.alloc_total += tb.charged[pod]
         self.be_alloc_total += tb.requests[pod, :2] - tb.charged[pod, :2]
         self.tenant_alloc[tb.tenant[pod]] += tb.requests[pod]
@@ -159,14 +163,17 @@ class MetricsRecorder:
     def arrived(self, pod: int) -> None:
         self.tenant_seen[self.table.tenant[pod]] = True
         self.pending += 1
+        self.pending_gpu += float(self.table.requests[pod, GPU])
 
-    def requeued(self, n: int = 1) -> None:
-        """Pods back in the queue (evicted)."""
-        self.pending += n
+    def requeued(self, pod: int) -> None:
+        """A pod back in the queue (evicted)."""
+        self.pending += 1
+        self.pending_gpu += float(self.table.requests[pod, GPU])
 
-    def failed(self, n: int) -> None:
+    def failed(self, pods: list[int]) -> None:
         """Pods that left the queue without running (fill mode)."""
-        self.pending -= n
+        self.pending -= len(pods)
+        self.pending_gpu -= float(self.table.requests[pods, GPU].sum())
 
     def snapshot(self) -> dict[str, float]:
         """Cumulative totals so far: the step-wise reward is built from their differences.
@@ -183,6 +190,7 @@ class MetricsRecorder:
             "gpu_alloc_frac": float(self.alloc_total[GPU] / cap[GPU]),
             "cpu_alloc_frac": float(self.alloc_total[CPU] / cap[CPU]),
             "pending_s": self.int_pending_s,
+            "pending_gpu_frac_s": float(self.int_pending_gpu_s / cap[GPU]),
             "contended_s": self.online_contended_pod_s,
             "energy_j": self.energy_j,
             "cost_usd": self.cost_usd,
