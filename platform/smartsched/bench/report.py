@@ -24,18 +24,10 @@ from smartsched.twin.engine import Engine
 log = logging.getLogger(__name__)
 
 
-def write_report(
-    out: Path, engine: Engine, metrics: dict[str, Any], settings: dict[str, Any],
-    plots: bool = True,
-) -> dict[str, Any]:
-    """Write the run's folder; return the report dict that went into report.json."""
+def write_report(out: Path, engine: Engine, report: dict[str, Any], plots: bool = True) -> None:
+    """Write the run's folder: timeseries.parquet, the plots, then report.json (last, so
+    the caller's report may carry the wall time of everything before it)."""
     out.mkdir(parents=True, exist_ok=True)
-    report = {
-        **settings,
-        "metrics": metrics,
-        "decisions": len(engine.metrics.decision_seconds),
-    }
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
     rows = engine.timeseries
     if rows:
         keys = sorted({k for r in rows for k in r})
@@ -44,8 +36,11 @@ def write_report(
         table = pa.table({"time_s": pa.array([], pa.float64())})
     pq.write_table(table, out / "timeseries.parquet")
     if plots:
-        write_plots(out, engine, metrics)
-    return report
+        write_plots(out, engine, report["metrics"])
+
+
+def write_report_json(out: Path, report: dict[str, Any]) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(o: object) -> Any:

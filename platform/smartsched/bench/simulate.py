@@ -77,17 +77,13 @@ def simulate(
     if out is not None:
         from smartsched.bench.report import write_report
 
-        report = write_report(out, engine, metrics, settings, plots=plots)
+        write_report(out, engine, report, plots=plots)
     report["wall_seconds"] = time.perf_counter() - t0
     report["peak_rss_mib"] = peak_rss_mib()
     if out is not None:
-        import json
+        from smartsched.bench.report import write_report_json
 
-        path = out / "report.json"
-        doc = json.loads(path.read_text())
-        doc["wall_seconds"] = report["wall_seconds"]
-        doc["peak_rss_mib"] = report["peak_rss_mib"]
-        path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_report_json(out, report)
     return report
 
 

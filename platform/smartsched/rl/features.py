@@ -65,6 +65,7 @@ class FeatureBuilder:
         ]
         self.static[:, RACK_COL - ZONE_COL] = (state.rack_id % 1000) / 100.0
         self.prev_usage = state.usage.copy()
+        self.trend = np.zeros_like(state.usage, dtype=np.float32)
         self.prev_usage_time = -1.0
 
     def nodes(self, ctx: CycleContext, feasible: np.ndarray, now: float) -> np.ndarray:
@@ -91,7 +92,7 @@ class FeatureBuilder:
                 [cap[:, CPU], cap[:, MEM], gpu_cap], axis=1)
             self.prev_usage = st.usage.copy()
             self.prev_usage_time = now
-        f[:, 19:22] = getattr(self, "trend", 0.0)
+        f[:, 19:22] = self.trend
         f[:, 22] = st.power == 2
         f[:, 23] = st.power == 1
         f[:, 24] = (st.be_allocatable[:, 0] - st.be_allocated[:, 0]) / cap[:, CPU]

@@ -284,7 +284,7 @@ class Engine:
                                if s == PENDING]
                     # Members that already finished are not re-run after an eviction.
                     needed = int(((st != DONE) & (st != FAILED)).sum())
-                    if members and len(members) == needed and g not in self._gang_running(g):
+                    if members and len(members) == needed and not self._gang_active(g):
                         self._gang_todo = members
                         self._gang_placed = []
                         break
@@ -297,10 +297,10 @@ class Engine:
                 self._finish()
                 return None
 
-    def _gang_running(self, g: int) -> set[int]:
-        """{g} if some member of gang g is still bound or running (then it must not restart)."""
+    def _gang_active(self, g: int) -> bool:
+        """Whether a member of gang g is still bound or running (then it must not restart)."""
         st = self.table.status[self._gang_members[g]]
-        return {g} if ((st == RUNNING) | (st == BOUND)).any() else set()
+        return bool(((st == RUNNING) | (st == BOUND)).any())
 
     def apply(self, decision: Decision) -> None:
         """Commit the scheduler's decision for the pod last offered by ``next_decision``.
@@ -403,7 +403,8 @@ class Engine:
         if self.config.mode == "fill":
             return self._fill_next()
         horizon = self.config.horizon_s
-        if not self._events or (self._non_tick_events == 0 and not self._can_progress()):
+        # With only ticks left, go on only while a horizon asks for it.
+        if not self._events or (self._non_tick_events == 0 and horizon is None):
             # Nothing else can happen. Retry waiting pods once more if anything was
             # placed since the last such retry (a deferred pod may fit now).
             if (self._unschedulable or self._deferred) and (
@@ -432,10 +433,6 @@ class Engine:
             self._handle(ev)
             handled = True
         return True
-
-    def _can_progress(self) -> bool:
-        """With only ticks left, continue while a horizon asks for it."""
-        return self.config.horizon_s is not None
 
     def _advance(self, t: float) -> None:
         self.metrics.advance(self.now, t)

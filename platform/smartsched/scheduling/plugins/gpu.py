@@ -150,8 +150,8 @@ class RandomGpu:
     name = "RandomGpu"
     Args = NoArgs
 
-    def __init__(self, args: NoArgs | None = None, seed: int = 0) -> None:
-        self.rng = np.random.default_rng(seed)
+    def __init__(self, args: NoArgs | None = None) -> None:
+        self.rng = np.random.default_rng(0)  # ProfileScheduler reseeds with the run's seed
 
     def reseed(self, seed: int) -> None:
         self.rng = np.random.default_rng(seed)
