@@ -145,6 +145,23 @@ def train(config_path: str, iterations: int | None, resume: bool, output_dir: st
     _write_json(json_path, summary)
 
 
+@main.command()
+@click.option("--sweep", "sweep_path", type=click.Path(dir_okay=False, exists=True),
+              default="tune_sweeps/reward_weights.yaml", show_default=True)
+@click.option("--num-samples", type=click.IntRange(min=1), default=None,
+              help="Override the sweep's number of trials.")
+@click.option("--output-dir", default=None, help="Override the sweep's output_dir.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
+         json_path: str | None) -> None:
+    """Search reward weights with Ray Tune; write the Pareto front and recommended weights."""
+    from smartsched.tuning.runner import run_sweep
+
+    summary = run_sweep(sweep_path, num_samples=num_samples, output_dir=output_dir,
+                        echo=click.echo)
+    _write_json(json_path, summary)
+
+
 @main.group()
 def bench() -> None:
     """Benchmark suites that print figures (and write them with --json)."""

@@ -154,3 +154,15 @@ def test_node_topology_graph() -> None:
     assert kinds.count("gpu") == 8 and kinds.count("socket") == 2 and kinds.count("switch") == 4
     assert any(link.kind == "nvlink" for link in topo.links)  # A100
     assert set(topo.gpu_socket()) == {0, 1}
+
+
+def test_errors_survive_pickling() -> None:
+    """They cross process pools (bench quality --workers) and Ray workers intact."""
+    import pickle
+
+    from smartsched.model.errors import UnknownReferenceError, ValidationError
+
+    e = pickle.loads(pickle.dumps(UnknownReferenceError("pods.gpu_model", "unknown", row=3,
+                                                        source="t.csv")))
+    assert type(e) is UnknownReferenceError and e.field == "pods.gpu_model" and e.row == 3
+    assert str(e) == str(ValidationError("pods.gpu_model", "unknown", row=3, source="t.csv"))

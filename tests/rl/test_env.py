@@ -40,7 +40,8 @@ def test_mask_admits_only_feasible_nodes(seed: int, mode: str) -> None:
 
 
 def test_reward_is_the_weighted_twin_metrics() -> None:
-    w = {"utilization": 1.0, "qos": 0.7, "cost": 0.3, "energy": 0.2, "fairness": 0.05}
+    w = {"utilization": 1.0, "qos": 0.7, "cost": 0.3, "energy": 0.2, "fairness": 0.05,
+         "carbon": 0.4}
     env = SchedulingEnv({"cluster": "small", "hours": 2, "max_decisions": None,
                          "reward_weights": w})
     obs, _ = env.reset(seed=4)
@@ -54,6 +55,10 @@ def test_reward_is_the_weighted_twin_metrics() -> None:
             sums[k] += v
         done = term or trunc
     last = env.engine.metrics.snapshot()
+    from smartsched.model.pod import POD_CLASSES
+
+    per_class = sum(last[f"pending_s.{c}"] for c in POD_CLASSES)
+    assert per_class == pytest.approx(last["pending_s"])
     # Telescoping: the episode's components are the twin's totals, normalized once.
     ref = StepReward(RewardWeights(**w), env.engine.state.num_nodes,
                      float(env.engine.metrics.node_price_h.sum()),

@@ -39,6 +39,12 @@ def test_train_checkpoint_rl_profile_and_resume(ray_session, tmp_path: Path) -> 
     # The exported policy is a scheduler, on a larger cluster than it was trained on.
     rep = simulate("medium", "mixed", f"rl:{policy}", hours=2, seed=5, plots=False)
     assert rep["decisions"] > 0 and rep["metrics"]["pods"]["placed"] > 0
+    assert rep["weights_log"] == []  # fixed weights never move
+    # Weights from a scenario, moved by the dynamic rules: midnight is night -> green.
+    rep = simulate("small", "mixed", f"rl:{policy}?weights=balanced&dynamic=true", hours=2,
+                   seed=5, plots=False)
+    assert rep["weights_log"] and rep["weights_log"][0]["profile"] == "green"
+    assert "night" in rep["weights_log"][0]["reason"]
 
     r = runner.invoke(main, ["train", "--config", str(cfg), "--resume", "--iterations", "1"],
                       catch_exceptions=False)
@@ -63,3 +69,9 @@ def test_unknown_policy_path(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["simulate", "--scheduler", f"rl:{tmp_path}/nope",
                                   "--no-plots"])
     assert r.exit_code == 2 and "no trained policy" in r.output
+    r = CliRunner().invoke(main, ["simulate", "--scheduler", f"rl:{tmp_path}/p?colour=red",
+                                  "--no-plots"])
+    assert r.exit_code == 2 and "scheduler.colour" in r.output
+    r = CliRunner().invoke(main, ["simulate", "--scheduler", f"rl:{tmp_path}/p?dynamic=maybe",
+                                  "--no-plots"])
+    assert r.exit_code == 2 and "scheduler.dynamic" in r.output

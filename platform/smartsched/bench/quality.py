@@ -58,6 +58,8 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("batch queue p95 s", ("classes", "batch", "queueing_delay_s", "p95"), "{:.0f}"),
     ("AI start p95 s", ("classes", "ai-train", "start_latency_s", "p95"), "{:.0f}"),
     ("failed pods", ("pods", "failed"), "{:.0f}"),
+    ("waiting pod-h", ("pods", "waiting_pod_hours"), "{:.0f}"),
+    ("nodes on", ("powered_on_nodes_avg",), "{:.1f}"),
     ("online contended %", ("slo", "online_contended_time_pct"), "{:.2f}"),
     ("latency SLO viol.", ("slo", "latency_violations"), "{:.0f}"),
     ("cross-zone GB/h", ("cross_zone_gb_per_h",), "{:.0f}"),

@@ -74,6 +74,9 @@ def simulate(
         "start_hours": start_hours,
     }
     report = {**settings, "metrics": metrics, "decisions": len(engine.metrics.decision_seconds)}
+    weights_log = getattr(sched, "weights_log", None)
+    if weights_log is not None:  # a weight-conditioned scheduler: when and why weights moved
+        report["weights_log"] = weights_log
     if out is not None:
         from smartsched.bench.report import write_report
 

@@ -32,6 +32,16 @@ class ValidationError(SmartSchedError, ValueError):
         at_row = f" (row {row})" if row is not None else ""
         super().__init__(f"{where}{field}{at_row}: {message}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Rebuild with the same keywords: errors cross process pools and Ray workers.
+        return (_rebuild_validation_error,
+                (type(self), self.field, self.message, self.row, self.source))
+
+
+def _rebuild_validation_error(cls: type[ValidationError], field: str, message: str,
+                              row: int | None, source: str | None) -> ValidationError:
+    return cls(field, message, row=row, source=source)
+
 
 class UnknownReferenceError(ValidationError):
     """A name (GPU model, preset, region, node, scheduler) that is not defined."""

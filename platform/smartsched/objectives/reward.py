@@ -8,13 +8,20 @@ of a whole cluster:
   utilization  (d alloc_cpu_frac_s + d alloc_gpu_frac_s) / 2 / 3600
                (fill mode, where no time passes: d gpu_alloc_frac, the
                paper's objective)
-  qos          -((d pending_s + d contended_s) / nodes + d pending_gpu_frac_s) / 3600
-               (waiting or contended pods per node, plus the share of cluster GPU
-               that waiting pods ask for: an 8-GPU gang member waiting an hour
-               weighs what its GPUs are worth)
+  qos          -((sum_c q_c * d pending_s.c + d contended_s) / nodes
+                 + d pending_gpu_frac_s) / 3600
+               (waiting pods per node weighted by class -- q_c in QOS_CLASS_WEIGHTS:
+               user-facing online, inference and edge pods count 2, training 1,
+               deadline batch 0.5 -- plus online pods in contention (their SLO),
+               plus the share of cluster GPU that waiting pods ask for: an 8-GPU
+               gang member waiting an hour weighs what its GPUs are worth, which is
+               what AI start latency costs)
   cost         -d cost_usd / (cluster cost per hour, all nodes on)
   energy       -d energy_j / (3600 * cluster idle watts)
   fairness     -(1 - Jain's index) * d time_s / 3600
+  carbon       -d carbon_g / (cluster idle kWh per hour * REFERENCE_CARBON_G_PER_KWH)
+               (the same energy priced at each site's grid intensity at the time:
+               a kWh on a 100 g/kWh grid costs a quarter of one at 400)
 
 Summed over an episode, utilization is the time-average allocated share
 (in hours), qos the average waiting or contended pods per node, and so on.
@@ -30,9 +37,12 @@ import numpy as np
 
 from smartsched.model.errors import ValidationError
 
-COMPONENTS: Final = ("utilization", "qos", "cost", "energy", "fairness")
+COMPONENTS: Final = ("utilization", "qos", "cost", "energy", "fairness", "carbon")
 DEFAULT_WEIGHTS: Final = {"utilization": 1.0, "qos": 0.5, "cost": 0.2, "energy": 0.1,
-                          "fairness": 0.1}
+                          "fairness": 0.1, "carbon": 0.0}
+QOS_CLASS_WEIGHTS: Final = {"online": 2.0, "ai-infer": 2.0, "edge-rt": 2.0,
+                            "ai-train": 1.0, "batch": 0.5}
+REFERENCE_CARBON_G_PER_KWH: Final = 400.0  # roughly the world grid average
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,7 @@ class RewardWeights:
     cost: float = 0.2
     energy: float = 0.1
     fairness: float = 0.1
+    carbon: float = 0.0
 
     def __post_init__(self) -> None:
         for name in COMPONENTS:
@@ -87,13 +98,16 @@ class StepReward:
             util = d["gpu_alloc_frac"]
         else:
             util = (d["alloc_cpu_frac_s"] + d["alloc_gpu_frac_s"]) / 2 / 3600
+        waiting = sum(q * d[f"pending_s.{c}"] for c, q in QOS_CLASS_WEIGHTS.items())
+        idle_kwh_per_h = self.idle_watts / 1000.0
         return {
             "utilization": util,
-            "qos": -((d["pending_s"] + d["contended_s"]) / self.nodes
+            "qos": -((waiting + d["contended_s"]) / self.nodes
                      + d["pending_gpu_frac_s"]) / 3600,
             "cost": -d["cost_usd"] / self.cost_per_hour,
             "energy": -d["energy_j"] / (3600 * self.idle_watts),
             "fairness": -(1.0 - snap["jain"]) * d["time_s"] / 3600,
+            "carbon": -d["carbon_g"] / (idle_kwh_per_h * REFERENCE_CARBON_G_PER_KWH),
         }
 
     def __call__(self, snap: Mapping[str, float]) -> tuple[float, dict[str, float]]:

@@ -49,6 +49,8 @@ class TrainConfig(BaseModel):
     seed: int = Field(0, ge=0)
     output_dir: str = "runs/ppo"
     num_cpus: int | None = Field(None, ge=1)
+    # Start from this exported policy's weights (fine-tuning) instead of from scratch.
+    init_policy: str | None = None
 
 
 def load_train_config(path: str | Path) -> TrainConfig:

@@ -34,6 +34,9 @@ NODE_FEATURES: Final = RACK_COL + 1
 # Columns that never change for a node: the topology encoder's input and cache key.
 STATIC_COLS: Final = (0, 1, 2, *range(ZONE_COL, NODE_FEATURES))
 POD_FEATURES: Final = 19
+# Node columns a heuristic-residual policy mixes (module.heuristic_prior): app
+# co-location on the node, app peers in its zone, LeastAllocated, BestFit, FGD.
+HEURISTIC_COLS: Final = (31, 32, 33, 34, 35)
 CLIP: Final = 10.0
 
 

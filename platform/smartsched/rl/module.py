@@ -12,6 +12,18 @@ on clusters of any size (train on a small twin, evaluate on a large one):
     logits += clamp(log(action_mask), FLOAT_MIN)            infeasible -> never chosen
     V      = MLP4([pod, weights, c])
 
+With ``heuristic_prior: true`` the logits start from the heuristics and the
+network learns a correction (a heuristic-residual policy):
+
+    g      = G([pod, weights])                              K coefficients
+    logit_n = sum_k g_k * h_{n,k} + w . MLP2([e_n, c])
+
+where ``h`` are the heuristic columns of the node features (LeastAllocated,
+BestFit, FGD, app co-location on the node, app peers in the node's zone). The
+gate is initialized to FGD (BestFit breaking ties) and the correction to
+zero, so an untrained policy places like FGD; the gate sees the reward weights, so one checkpoint
+can lean towards packing under ``green`` and spreading under ``online-peak``.
+
 The context term lets a node's score depend on the rest of the cluster
 (one round of mean-field message passing). With ``topology: true`` (the
 default) each node's input also carries its embedding from the GATv2
@@ -32,7 +44,7 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.torch_utils import FLOAT_MIN
 from torch import nn
 
-from smartsched.rl.features import STATIC_COLS
+from smartsched.rl.features import HEURISTIC_COLS, STATIC_COLS
 from smartsched.rl.topology_encoder import TopologyEncoder
 
 
@@ -62,6 +74,19 @@ class NodeScorerModule(TorchRLModule, ValueFunctionAPI):
         self.score_mlp = nn.Sequential(_mlp([2 * h, h]), nn.Linear(h, 1))
         self.defer_head = nn.Sequential(_mlp([f_pod + h, h]), nn.Linear(h, 1))
         self.value_head = nn.Sequential(_mlp([f_pod + h, h]), nn.Linear(h, 1))
+        self.gate: nn.Sequential | None = None
+        if self.model_config.get("heuristic_prior", False):
+            k = len(HEURISTIC_COLS)
+            self.gate = nn.Sequential(_mlp([f_pod, h]), nn.Linear(h, k))
+            scale = float(self.model_config.get("prior_scale", 10.0))
+            with torch.no_grad():
+                self.gate[-1].weight.zero_()
+                self.gate[-1].bias.zero_()
+                self.gate[-1].bias[HEURISTIC_COLS.index(35)] = scale  # start as FGD,
+                self.gate[-1].bias[HEURISTIC_COLS.index(34)] = 0.3 * scale  # BestFit breaks ties
+                self.score_mlp[-1].weight.zero_()
+                self.score_mlp[-1].bias.zero_()
+                self.defer_head[-1].bias.fill_(-2.0)  # deferral starts rare
 
     def _encode(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         nodes = obs["nodes"]  # [B, N, F]
@@ -96,6 +121,10 @@ class NodeScorerModule(TorchRLModule, ValueFunctionAPI):
         ctx = glob[..., -emb.shape[-1]:]
         pair = torch.cat([emb, ctx.unsqueeze(-2).expand_as(emb)], dim=-1)
         node_logits = self.score_mlp(pair).squeeze(-1)  # [B, N]
+        if self.gate is not None:
+            pod = glob[..., : -emb.shape[-1]]
+            heur = obs["nodes"][..., list(HEURISTIC_COLS)]  # [B, N, K]
+            node_logits = node_logits + (heur * self.gate(pod).unsqueeze(-2)).sum(-1)
         logits = torch.cat([node_logits, self.defer_head(glob)], dim=-1)  # [B, N+1]
         logits = logits + torch.clamp(torch.log(obs["action_mask"]), min=FLOAT_MIN)
         return {Columns.ACTION_DIST_INPUTS: logits}, glob

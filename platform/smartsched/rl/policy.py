@@ -6,6 +6,13 @@ same filters, features and binder as the training env. Loading needs only
 torch and the RLModule class — no Algorithm and no Ray cluster. Accepts the
 exported ``policy/`` folder, a training output folder, or an RLlib algorithm
 checkpoint. Decisions are greedy (argmax of the masked logits).
+
+Options after ``?`` choose the weight vector the policy is asked to optimize
+(it is part of the observation, so one checkpoint serves every profile):
+``rl:PATH?weights=green`` uses a scenario profile, ``&dynamic=true`` moves the
+weights with the cluster's condition (objectives.dynamic) starting from that
+profile; every move is kept in ``weights_log`` for the report. ``defer=false``
+masks the defer action: deadline pods are placed as soon as they fit.
 """
 
 from __future__ import annotations
@@ -17,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from smartsched.model.errors import UnknownReferenceError
-from smartsched.model.pod import Pod
-from smartsched.objectives.reward import RewardWeights
+from smartsched.model.errors import UnknownReferenceError, ValidationError
+from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
+from smartsched.objectives.reward import COMPONENTS, RewardWeights
 from smartsched.rl.features import FeatureBuilder
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD, FgdArgs
@@ -44,7 +51,8 @@ def resolve_policy_dir(path: str | Path) -> Path:
 class RLScheduler:
     """Greedy decisions of a trained NodeScorerModule."""
 
-    def __init__(self, path: str | Path, seed: int = 0) -> None:
+    def __init__(self, path: str | Path, seed: int = 0, weights: str | None = None,
+                 dynamic: bool = False, defer: bool | None = None) -> None:
         import torch
         from ray.rllib.core.rl_module.rl_module import RLModule
 
@@ -53,6 +61,13 @@ class RLScheduler:
         self.meta: dict[str, Any] = (
             json.loads(meta_path.read_text()) if meta_path.exists() else {"env": {}}
         )
+        # Exports before the carbon component carry no list and observe the first five.
+        legacy = list(COMPONENTS[:5]) if meta_path.exists() else list(COMPONENTS)
+        trained = self.meta.get("reward_components", legacy)
+        if list(trained) != list(COMPONENTS):
+            raise ValidationError(
+                "scheduler", f"policy at {self.dir} observes reward components {trained}, "
+                f"this version has {list(COMPONENTS)}: retrain it with `smartsched train`")
         env = self.meta.get("env", {})
         self.name = f"rl:{path}"
         self.module = RLModule.from_checkpoint(str(self.dir))
@@ -62,11 +77,65 @@ class RLScheduler:
         self.torch = torch
         self.filters = ProfileScheduler(load_profile(env.get("filters_profile", "k8s-default")),
                                         seed)
-        self.weights = RewardWeights.from_mapping(env.get("reward_weights") or None).vector()
+        self.weights = self._initial_weights(env, weights).vector()
+        self._dynamic = self._dynamic_rules(weights) if dynamic else None
+        # The export may set inference defaults (e.g. a policy shipped with defer off).
+        inference = self.meta.get("inference", {})
+        self.allow_defer = bool(inference.get("defer", True)) if defer is None else defer
+        self.weights_log: list[dict[str, Any]] = []
+        self._online_arrivals: list[float] = []
+        self._last_rule_eval = -np.inf
         self.heuristics = bool(env.get("heuristic_features", True))
         self.fgd: FGD | None = None
         self._features: FeatureBuilder | None = None
         self._state_id: int | None = None
+
+    @staticmethod
+    def _initial_weights(env: dict[str, Any], name: str | None) -> RewardWeights:
+        from smartsched.objectives.scenarios import scenario
+
+        if name is not None:
+            return scenario(name)
+        rw = env.get("reward_weights")
+        return scenario(rw) if isinstance(rw, str) else RewardWeights.from_mapping(rw or None)
+
+    def _dynamic_rules(self, base: str | None) -> Any:
+        from smartsched.objectives.dynamic import DynamicRules, DynamicWeights
+        from smartsched.objectives.scenarios import load_scenarios
+
+        profiles = load_scenarios()
+        start = base or "custom"
+        profiles.setdefault(start, RewardWeights(**dict(zip(COMPONENTS, map(float, self.weights),
+                                                            strict=True))))
+        return DynamicWeights(DynamicRules(base=start), profiles)
+
+    def _update_weights(self, state: ClusterState, request: PodRequest,
+                        every_s: float = 300.0) -> None:
+        """The dynamic rules over what this scheduler sees: arrivals and the queue."""
+        from bisect import bisect_right
+
+        from smartsched.objectives.dynamic import ClusterCondition
+
+        pod = request.pod
+        if pod.pod_class == PodClass.ONLINE and (
+                not self._online_arrivals or pod.arrival > self._online_arrivals[-1]):
+            self._online_arrivals.append(pod.arrival)
+        now = state.now
+        if now - self._last_rule_eval < every_s:
+            return
+        self._last_rule_eval = now
+        rules = self._dynamic.rules
+        arr = self._online_arrivals
+        end = bisect_right(arr, now)
+        recent = end - bisect_right(arr, now - rules.surge_window_s)
+        span = min(rules.baseline_s, max(now, 1.0))
+        base = end - bisect_right(arr, now - span)
+        ai = POD_CLASS_IDS[PodClass.AI_TRAIN]
+        backlog = int(state.queue_by_class[ai])
+        self._dynamic.update(ClusterCondition(now, recent / rules.surge_window_s, base / span,
+                                              backlog, state.num_nodes))
+        self.weights = self._dynamic.current.astype(np.float32)
+        self.weights_log = list(self._dynamic.log)
 
     def prepare(self, pods: Sequence[Pod]) -> None:
         if self.heuristics:
@@ -76,8 +145,10 @@ class RLScheduler:
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         from ray.rllib.core.columns import Columns
 
+        if self._dynamic is not None:
+            self._update_weights(state, request)
         ok, ctx = self.filters.feasible(state, request)
-        deferrable = can_defer(request.pod, state.now)
+        deferrable = self.allow_defer and can_defer(request.pod, state.now)
         if not ok.any():
             return Decision.reject(*self.filters.reasons(ctx))
         if self._features is None or self._state_id != id(state):
@@ -107,6 +178,24 @@ class RLScheduler:
         return Decision(a, devices)
 
 
-def make_rl_scheduler(path: str, seed: int) -> RLScheduler:
-    """Entry point for the ``rl:`` prefix (see pyproject's smartsched.schedulers)."""
-    return RLScheduler(path, seed)
+def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
+    """Entry point for the ``rl:`` prefix (see pyproject's smartsched.schedulers):
+    ``PATH`` or ``PATH?weights=<scenario>&dynamic=true``."""
+    from urllib.parse import parse_qs
+
+    path, _, query = spec.partition("?")
+    opts = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
+    unknown = set(opts) - {"weights", "dynamic", "defer"}
+    if unknown:
+        raise ValidationError(f"scheduler.{sorted(unknown)[0]}",
+                              "unknown rl: option (known: weights, dynamic, defer)")
+
+    def flag(name: str, default: str) -> bool:
+        v = opts.get(name, [default])[-1].lower()
+        if v not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValidationError(f"scheduler.{name}", f"must be true or false, got {v!r}")
+        return v in ("true", "1", "yes")
+
+    weights = opts["weights"][-1] if "weights" in opts else None
+    return RLScheduler(path, seed, weights=weights, dynamic=flag("dynamic", "false"),
+                       defer=flag("defer", "true") if "defer" in opts else None)

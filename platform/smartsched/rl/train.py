@@ -70,6 +70,11 @@ def build_ppo_config(cfg: TrainConfig) -> Any:
     from smartsched.rl.module import NodeScorerModule
 
     env_cfg = {**cfg.env, "seed": cfg.env.get("seed", cfg.seed)}
+    init_state = None
+    if cfg.init_policy is not None:
+        from smartsched.rl.policy import resolve_policy_dir
+
+        init_state = str(resolve_policy_dir(cfg.init_policy))
     t = cfg.training
     r = cfg.env_runners
     return (
@@ -94,7 +99,8 @@ def build_ppo_config(cfg: TrainConfig) -> Any:
             grad_clip=t.grad_clip,
         )
         .rl_module(rl_module_spec=RLModuleSpec(module_class=NodeScorerModule,
-                                               model_config=dict(cfg.model)))
+                                               model_config=dict(cfg.model),
+                                               load_state_path=init_state))
         .fault_tolerance(restart_failed_env_runners=True, max_num_env_runner_restarts=100,
                          delay_between_env_runner_restarts_s=5.0)
         .debugging(seed=cfg.seed, log_level="WARN")
@@ -117,8 +123,11 @@ def export_policy(checkpoint: Path, out: Path, cfg: TrainConfig, iteration: int)
     if tmp.exists():
         shutil.rmtree(tmp)
     shutil.copytree(checkpoint / MODULE_SUBPATH, tmp)
+    from smartsched.objectives.reward import COMPONENTS
+
     meta = {"env": cfg.env, "model": cfg.model, "iteration": iteration,
-            "module_class": "smartsched.rl.module.NodeScorerModule"}
+            "module_class": "smartsched.rl.module.NodeScorerModule",
+            "reward_components": list(COMPONENTS)}
     (tmp / POLICY_META).write_text(json.dumps(meta, indent=2) + "\n")
     if dest.exists():
         shutil.rmtree(dest)

@@ -393,6 +393,7 @@ class Engine:
     def _offer(self, i: int, remaining: int) -> DecisionRequest:
         self.state.now = self.now
         self.state.queue_length = self.metrics.pending
+        self.state.queue_by_class = self.metrics.pending_cls
         req = self._requests[i]
         if req is None:
             req = self._requests[i] = self.state.compile(self.table.pods[i])

@@ -20,6 +20,10 @@ Definitions (time-weighted over the simulated span T):
   cross_zone_gb_per_h = mean over ticks of sum_pods traffic * (share of app peers in other zones)
   slo                = online pod-time on nodes whose use exceeds capacity; edge/latency pods
                        whose client latency exceeds their SLO
+  waiting_pod_hours  = sum over measured pods of (placed - arrival), or (end - arrival)
+                       for pods still waiting: queueing percentiles cover placed pods
+                       only, so this is the figure a scheduler cannot improve by
+                       leaving pods in the queue
 
 A warm-up (``measure_from``) lets the cluster fill before measuring: nothing
 before it counts, and per-pod figures cover pods arriving after it.
@@ -32,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from smartsched.model.cluster import ClusterSpec
-from smartsched.model.pod import POD_CLASSES, PodClass
+from smartsched.model.pod import POD_CLASS_IDS, POD_CLASSES, PodClass
 from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, GPU_MODEL_NAMES, MEM
 from smartsched.twin.fragmentation import TargetWorkload, cluster_fragmentation
 from smartsched.twin.podtable import BOUND, DONE, FAILED, PENDING, RUNNING, PodTable
@@ -105,6 +109,8 @@ class MetricsRecorder:
         self.int_pending_s = 0.0
         self.pending_gpu = 0.0  # GPU milli asked by waiting pods
         self.int_pending_gpu_s = 0.0
+        self.pending_cls = np.zeros(len(POD_CLASS_IDS), dtype=np.int64)  # waiting, per class
+        self.int_pending_cls_s = np.zeros(len(POD_CLASS_IDS))
         self.int_usage = np.zeros(3)
         self.int_usage_time = 0.0
         self.energy_j = 0.0
@@ -140,6 +146,7 @@ class MetricsRecorder:
         self.int_on_nodes += self.on_nodes * dt
         self.int_pending_s += self.pending * dt
         self.int_pending_gpu_s += self.pending_gpu * dt
+        self.int_pending_cls_s += self.pending_cls * dt
         watts = (self.on_idle_w_site + self.dyn_w_site) * self.site_pue
         self.energy_j += float(watts.sum()) * dt
         ci = np.array([c.at(t0) for c in self.site_carbon])
@@ -150,6 +157,7 @@ class MetricsRecorder:
         tb = self.table
         self.pending -= 1
         self.pending_gpu -= float(tb.requests[pod, GPU])
+        self.pending_cls[tb.cls[pod]] -= 1
         self.alloc_total += tb.charged[pod]
         self.be_alloc_total += tb.requests[pod, :2] - tb.charged[pod, :2]
         self.tenant_alloc[tb.tenant[pod]] += tb.requests[pod]
@@ -164,22 +172,26 @@ class MetricsRecorder:
         self.tenant_seen[self.table.tenant[pod]] = True
         self.pending += 1
         self.pending_gpu += float(self.table.requests[pod, GPU])
+        self.pending_cls[self.table.cls[pod]] += 1
 
     def requeued(self, pod: int) -> None:
         """A pod back in the queue (evicted)."""
         self.pending += 1
         self.pending_gpu += float(self.table.requests[pod, GPU])
+        self.pending_cls[self.table.cls[pod]] += 1
 
     def failed(self, pods: list[int]) -> None:
         """Pods that left the queue without running (fill mode)."""
         self.pending -= len(pods)
         self.pending_gpu -= float(self.table.requests[pods, GPU].sum())
+        np.subtract.at(self.pending_cls, self.table.cls[pods], 1)
 
     def snapshot(self) -> dict[str, float]:
         """Cumulative totals so far: the step-wise reward is built from their differences.
 
         ``alloc_*_frac_s``: allocated share of capacity x seconds; ``pending_s`` and
         ``contended_s``: pod-seconds waiting / online pod-seconds in contention;
+        ``pending_s.<class>``: pod-seconds waiting, per workload class;
         ``gpu_alloc_frac``: allocated share of GPU now (fill mode has no time).
         """
         cap = np.maximum(self.capacity_total, 1)
@@ -191,6 +203,8 @@ class MetricsRecorder:
             "cpu_alloc_frac": float(self.alloc_total[CPU] / cap[CPU]),
             "pending_s": self.int_pending_s,
             "pending_gpu_frac_s": float(self.int_pending_gpu_s / cap[GPU]),
+            **{f"pending_s.{c}": float(v)
+               for c, v in zip(POD_CLASS_IDS, self.int_pending_cls_s, strict=True)},
             "contended_s": self.online_contended_pod_s,
             "energy_j": self.energy_j,
             "cost_usd": self.cost_usd,
@@ -350,11 +364,15 @@ class MetricsRecorder:
             started = arrived & np.isfinite(tb.started_at)
             q = tb.scheduled_at[sched] - tb.arrival[sched]
             s = tb.started_at[started] - tb.arrival[started]
+            waiting = arrived & (tb.status == PENDING)
+            # Censoring-safe: pods still waiting at the end count the time they waited so far.
+            wait_h = (q.sum() + (self.t_last - tb.arrival[waiting]).sum()) / 3600.0
             per_class[cls.value] = {
                 "arrived": int(arrived.sum()),
                 "placed": int(sched.sum()),
                 "failed": int((arrived & (tb.status == FAILED)).sum()),
-                "pending_at_end": int((arrived & (tb.status == PENDING)).sum()),
+                "pending_at_end": int(waiting.sum()),
+                "waiting_pod_hours": float(wait_h),
                 "queueing_delay_s": _percentiles(q),
                 "start_latency_s": _percentiles(s),
             }
@@ -410,6 +428,8 @@ class MetricsRecorder:
                 "completed": int(((tb.status == DONE) & measured).sum()),
                 "failed": int(((tb.status == FAILED) & measured).sum()),
                 "pending_at_end": int(((tb.status == PENDING) & measured).sum()),
+                "waiting_pod_hours": float(sum(c["waiting_pod_hours"]
+                                               for c in per_class.values())),
                 "evictions": self.evictions,
             },
             "rejections_by_reason": dict(sorted(self.rejections.items())),

@@ -19,7 +19,7 @@ import numpy as np
 
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.errors import InfeasibleDecisionError, UnknownReferenceError
-from smartsched.model.pod import Pod
+from smartsched.model.pod import POD_CLASS_IDS, Pod
 from smartsched.model.resources import (
     CPU,
     FPGA,
@@ -182,6 +182,7 @@ class ClusterState:
         # Set by the engine when it offers a pod: simulated time and pods waiting.
         self.now = 0.0
         self.queue_length = 0
+        self.queue_by_class = np.zeros(len(POD_CLASS_IDS), dtype=np.int64)  # per POD_CLASS_IDS
         # GPU pods per node by shape tag: column 0 = GPU-share pods, k = pods of k whole GPUs.
         self.gpu_pod_tags = np.zeros((n, self.max_devices + 1), dtype=np.int32)
         # Pods per app per node, for spreading and affinity plugins (kube's snapshot of pods).

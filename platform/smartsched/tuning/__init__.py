@@ -1,0 +1,1 @@
+"""Ray Tune searches over reward weights (`smartsched tune`)."""

@@ -1,0 +1,156 @@
+"""The sweep file (``tune_sweeps/*.yaml``) of ``smartsched tune`` and its validation.
+
+Owns the schema of a reward-weight search: which PPO config each trial trains
+(and what it overrides), which reward weights are searched and over what
+ranges, how a trained policy is evaluated on held-out twin seeds, which
+evaluated metrics are the objectives of the Pareto front, the searcher, ASHA
+early stopping and the budget. Errors name the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ValidationError as PydanticError
+
+from smartsched.model.errors import ValidationError
+from smartsched.objectives.reward import COMPONENTS, RewardWeights
+
+
+class Range(BaseModel):
+    """A searched weight: uniform (or log-uniform) on [low, high]."""
+
+    model_config = ConfigDict(extra="forbid")
+    low: float = Field(ge=0, le=100)
+    high: float = Field(gt=0, le=100)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Range:
+        if self.high <= self.low:
+            raise ValueError("high must be > low")
+        if self.log and self.low <= 0:
+            raise ValueError("log ranges need low > 0")
+        return self
+
+
+class Objective(BaseModel):
+    """An evaluated metric of the policy: a dotted path into the simulate report's
+    ``metrics`` (a list of paths is averaged), whether more is better, and the
+    reward component it measures (used to pick each scenario's weights)."""
+
+    model_config = ConfigDict(extra="forbid")
+    metric: str | list[str]
+    mode: Literal["max", "min"]
+    component: str
+
+    @field_validator("component")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in COMPONENTS:
+            raise ValueError(f"unknown component {v!r} (known: {', '.join(COMPONENTS)})")
+        return v
+
+    def paths(self) -> list[str]:
+        return [self.metric] if isinstance(self.metric, str) else list(self.metric)
+
+
+class Evaluation(BaseModel):
+    """Held-out twin runs each trained policy (and the baseline) is measured on."""
+
+    model_config = ConfigDict(extra="forbid")
+    cluster: str = "small"
+    workload: str = "mixed"
+    hours: float = Field(12.0, gt=0, le=24 * 14)
+    warmup_hours: float = Field(2.0, ge=0, le=48)
+    seeds: list[int] = Field(default_factory=lambda: [20000, 20001], min_length=1)
+    baseline: str = "k8s-default"
+    # Options of the trained policy as a scheduler (rl:PATH?<options>), e.g. "defer=false".
+    policy_options: str = ""
+
+
+class Asha(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    grace_period: int = Field(1, ge=1)
+    reduction_factor: float = Field(2.0, gt=1)
+
+
+class SweepConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    train_config: str = "rllib_configs/ppo_default.yaml"
+    train_overrides: dict[str, Any] = Field(default_factory=dict)
+    init_policy: str | None = None
+    search_space: dict[str, float | Range]
+    objectives: dict[str, Objective] = Field(min_length=2)
+    evaluation: Evaluation = Evaluation()
+    num_samples: int = Field(8, ge=1, le=100_000)
+    max_concurrent: int = Field(2, ge=1, le=10_000)
+    reports: int = Field(2, ge=1, le=1000)  # evaluation rounds per trial (ASHA rungs)
+    iterations_per_report: int = Field(5, ge=1, le=100_000)
+    searcher: Literal["optuna", "random"] = "optuna"
+    asha: Asha | None = Asha()
+    trial_cpus: float = Field(1.0, gt=0, le=1024)
+    seed: int = Field(0, ge=0)
+    output_dir: str = "runs/tune"
+
+    @field_validator("search_space")
+    @classmethod
+    def _components(cls, v: dict[str, float | Range]) -> dict[str, float | Range]:
+        for name, spec in v.items():
+            if name not in COMPONENTS:
+                raise ValueError(f"unknown component {name!r} (known: {', '.join(COMPONENTS)})")
+            if isinstance(spec, float | int) and not 0 <= spec <= 100:
+                raise ValueError(f"{name}: a fixed weight must be within [0, 100]")
+        if not any(isinstance(s, Range) for s in v.values()):
+            raise ValueError("nothing to search: give at least one component a {low, high} range")
+        return v
+
+    def searched(self) -> dict[str, Range]:
+        return {k: v for k, v in self.search_space.items() if isinstance(v, Range)}
+
+    def weights_of(self, params: dict[str, float]) -> dict[str, float]:
+        """The full weight vector of a trial: searched values, fixed values, else defaults."""
+        default = RewardWeights()
+        out = {}
+        for c in COMPONENTS:
+            spec = self.search_space.get(c)
+            if isinstance(spec, Range):
+                out[c] = float(params[c])
+            elif spec is not None:
+                out[c] = float(spec)
+            else:
+                out[c] = float(getattr(default, c))
+        return out
+
+
+def _field_error(e: PydanticError, source: str) -> ValidationError:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("float", "Range")))
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return ValidationError(f"sweep.{loc}" if loc else "sweep", msg, source=source)
+
+
+def load_sweep(path: str | Path) -> SweepConfig:
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ValidationError("sweep", f"cannot read {path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ValidationError("sweep", f"not valid YAML: {e}", source=str(path)) from None
+    try:
+        return SweepConfig.model_validate(doc or {})
+    except PydanticError as e:
+        raise _field_error(e, str(path)) from None
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` merged in, mappings recursively (neither is modified)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(
+            out.get(k), dict) else v
+    return out
