@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError as PydanticValidationError
 
-from smartsched.model.errors import SmartSchedError
+from smartsched.model.errors import SmartSchedError, ValidationError
 
 EXIT_BAD_INPUT = 2
 SHIPPED_POLICY = "models/ppo_mixed_small"
@@ -160,6 +161,76 @@ def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
     summary = run_sweep(sweep_path, num_samples=num_samples, output_dir=output_dir,
                         echo=click.echo)
     _write_json(json_path, summary)
+
+
+@main.group(invoke_without_command=True)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              default="serve_apps/placement.yaml", show_default=True)
+@click.option("--cluster", default=None, help="Override the config's cluster.")
+@click.option("--region-profile", default=None, help="Profile of every region (or rl:PATH).")
+@click.option("--edge-profile", default=None, help="Profile of every MEC edge site.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--state-dir", default="runs/serve", show_default=True,
+              help="Token, journal and Ray's files.")
+@click.pass_context
+def serve(ctx: click.Context, config_path: str, cluster: str | None,
+          region_profile: str | None, edge_profile: str | None, host: str, port: int,
+          state_dir: str) -> None:
+    """Run the placement service on a local Ray (Ctrl-C stops it)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from smartsched.serving.local import run_local
+
+    run_local(config_path, {"cluster": cluster, "region_profile": region_profile,
+                            "edge_profile": edge_profile}, host, port, state_dir,
+              echo=click.echo)
+
+
+@serve.command("reload")
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True)
+@click.option("--site", required=True, help="Region or MEC site whose profile changes.")
+@click.option("--profile", required=True, help="Profile name, profile YAML or rl:PATH.")
+def serve_reload(url: str, site: str, profile: str) -> None:
+    """Swap a site's profile (or policy checkpoint) live; reservations stay."""
+    from smartsched.client import PlacementClient
+
+    out = PlacementClient(url).set_profile(site, profile)
+    click.echo(f"{out['site']}: now deciding with {out['profile']}")
+
+
+@main.command()
+@click.argument("pod_file", type=click.Path(dir_okay=False, exists=True))
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True)
+@click.option("--request-id", default=None, help="Idempotency key (default: generated).")
+@click.option("--ttl", "ttl_s", default=60.0, show_default=True, type=click.FloatRange(0.001))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def place(pod_file: str, url: str, request_id: str | None, ttl_s: float,
+          json_path: str | None) -> None:
+    """Ask the placement service where to run the pod(s) in POD_FILE (YAML: one or a list)."""
+    import yaml
+
+    from smartsched.client import PlacementClient
+
+    try:
+        doc = yaml.safe_load(Path(pod_file).read_text())
+    except yaml.YAMLError as e:
+        raise ValidationError("pod_file", f"not valid YAML: {e}") from None
+    pods = doc if isinstance(doc, list) else [doc]
+    client = PlacementClient(url)
+    try:
+        resp = (client.place(pods[0], request_id=request_id, ttl_s=ttl_s) if len(pods) == 1
+                else client.place_batch(pods, request_id=request_id, ttl_s=ttl_s))
+    except PydanticValidationError as e:
+        err = e.errors()[0]
+        raise ValidationError(".".join(str(x) for x in err["loc"]), err["msg"]) from None
+    for p in resp.placements:
+        if p.placed:
+            click.echo(f"{p.pod_id}: {p.region}/{p.zone}/{p.node} devices {p.devices} "
+                       f"[{p.tier}, {p.profile}] reservation {p.reservation_id}")
+        else:
+            click.echo(f"{p.pod_id}: not placed: {p.reasons[-1].reason if p.reasons else '?'}")
+    _write_json(json_path, resp.model_dump())
 
 
 @main.group()

@@ -1,0 +1,99 @@
+"""A small typed client for the placement service (``smartsched place`` uses it).
+
+Owns talking HTTP to ``/v1/...`` with the bearer token, retries of idempotent
+requests (a request id is generated when none is given, so a retried placement
+is never booked twice), and turning error bodies into exceptions that name the
+field the server named.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import requests
+
+from smartsched.model.errors import SmartSchedError
+from smartsched.serving.schemas import PlacementResponse, PodSpec, RegionSummary
+
+
+class PlacementError(SmartSchedError):
+    """The service refused a request (status and the fields it named)."""
+
+    def __init__(self, status: int, detail: Any) -> None:
+        self.status, self.detail = status, detail
+        if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+            where = ".".join(str(x) for x in detail[0].get("loc", []) if x != "body")
+            msg = f"{where}: {detail[0].get('msg')}"
+        else:
+            msg = str(detail)
+        super().__init__(f"HTTP {status}: {msg}")
+
+
+class PlacementClient:
+    def __init__(self, url: str, token: str | None = None, *, timeout_s: float = 30.0,
+                 retries: int = 3) -> None:
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get("SMARTSCHED_API_TOKEN")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.session = requests.Session()
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        for attempt in range(self.retries + 1):
+            try:
+                r = self.session.request(method, self.url + path, json=body, headers=headers,
+                                         timeout=self.timeout_s)
+            except requests.ConnectionError:
+                if attempt == self.retries:
+                    raise
+                time.sleep(0.2 * 2**attempt)
+                continue
+            if r.status_code >= 500 and attempt < self.retries:
+                time.sleep(0.2 * 2**attempt)
+                continue
+            if r.status_code >= 400:
+                try:
+                    detail = r.json().get("detail")
+                except ValueError:
+                    detail = r.text
+                raise PlacementError(r.status_code, detail)
+            return r.json()
+        raise AssertionError("unreachable")
+
+    def place(self, pod: PodSpec | Mapping[str, Any], *, request_id: str | None = None,
+              ttl_s: float = 60.0) -> PlacementResponse:
+        spec = pod if isinstance(pod, PodSpec) else PodSpec.model_validate(pod)
+        body = {"request_id": request_id or uuid.uuid4().hex, "ttl_s": ttl_s,
+                "pod": spec.model_dump(by_alias=True, exclude_none=True)}
+        return PlacementResponse.model_validate(self._call("POST", "/v1/placements", body))
+
+    def place_batch(self, pods: Sequence[PodSpec | Mapping[str, Any]], *,
+                    request_id: str | None = None, ttl_s: float = 60.0) -> PlacementResponse:
+        specs = [p if isinstance(p, PodSpec) else PodSpec.model_validate(p) for p in pods]
+        body = {"request_id": request_id or uuid.uuid4().hex, "ttl_s": ttl_s,
+                "pods": [s.model_dump(by_alias=True, exclude_none=True) for s in specs]}
+        return PlacementResponse.model_validate(
+            self._call("POST", "/v1/placements:batch", body))
+
+    def confirm(self, reservation_id: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/reservations/{reservation_id}:confirm")
+
+    def release(self, reservation_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/reservations/{reservation_id}")
+
+    def summary(self, region: str) -> RegionSummary:
+        return RegionSummary.model_validate(self._call("GET", f"/v1/clusters/{region}/summary"))
+
+    def set_profile(self, site: str, profile: str) -> dict[str, Any]:
+        return self._call("PUT", f"/v1/admin/sites/{site}/profile", {"profile": profile})
+
+    def healthy(self) -> bool:
+        try:
+            return self.session.get(self.url + "/healthz", timeout=self.timeout_s).ok
+        except requests.ConnectionError:
+            return False

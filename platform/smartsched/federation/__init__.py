@@ -1,0 +1,1 @@
+"""Hierarchy of cloud regions and MEC edge sites."""

@@ -1,0 +1,1 @@
+"""The placement service on Ray Serve: HTTP ingress, cloud/region/edge tiers."""

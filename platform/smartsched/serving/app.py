@@ -1,0 +1,376 @@
+"""The Ray Serve application: FastAPI ingress -> cloud -> region / edge deployments.
+
+Owns the deployment graph and the HTTP surface. ``build_app(args)`` is the
+import path of ``serve_apps/placement.yaml`` (``serve run``) and of
+``smartsched serve``. One deployment per region and per MEC site, each with
+exactly one replica (the single writer of its state; methods are coroutines
+without awaits around state changes, so requests are applied one at a time on
+the replica's event loop); one cloud deployment (single replica: it owns the
+idempotency answers across spill-over); an ingress that validates, authorizes,
+routes and measures. Every replica asks a fraction of a CPU (``replica_cpus``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from ray import serve
+
+from smartsched.model.errors import SmartSchedError, UnknownReferenceError, ValidationError
+from smartsched.serving.config import ServiceConfig, load_token, parse_service_config
+from smartsched.serving.schemas import (
+    BatchPlacementRequest,
+    PlacementRequest,
+    PlacementResponse,
+    ProfileUpdate,
+    RegionSummary,
+)
+
+API_TITLE = "SmartSched placement service"
+
+
+def _hierarchy(cfg: ServiceConfig) -> Any:
+    from smartsched.federation.topology import Hierarchy
+    from smartsched.model.presets import load_cluster
+
+    return Hierarchy.from_spec(load_cluster(cfg.cluster), cfg.edge_parents)
+
+
+@serve.deployment(num_replicas=1, max_ongoing_requests=2000)
+class SiteDeployment:
+    """One region or MEC site (see ``serving.tiers.SiteTier``)."""
+
+    def __init__(self, args: dict[str, Any], site: str, parent: Any = None) -> None:
+        from smartsched.serving.tiers import SiteTier
+
+        cfg = parse_service_config(args)
+        h = _hierarchy(cfg)
+        tier = "region" if site in h.regions else "edge"
+
+        async def call_parent(pods: list, ttl_s: float, rid: str | None) -> list:
+            return await parent.place.remote(pods, ttl_s, rid)
+
+        self.tier = SiteTier(h, site, cfg.profile_of(site, tier),
+                             parent=call_parent if parent is not None else None, seed=cfg.seed,
+                             journal_dir=cfg.journal_dir)
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Live policy reload: ``{profile: <name|rl:PATH>}`` swaps the profile in place."""
+        profile = (user_config or {}).get("profile")
+        if profile:
+            self.tier.set_profile(str(profile))
+
+    async def place(self, pods: list, ttl_s: float, rid: str | None) -> list[dict[str, Any]]:
+        return await self.tier.place(pods, ttl_s, rid)
+
+    async def confirm(self, rid: str) -> dict[str, Any]:
+        return self.tier.confirm(rid)
+
+    async def release(self, rid: str) -> dict[str, Any]:
+        return self.tier.release(rid)
+
+    async def summary(self) -> dict[str, Any]:
+        return self.tier.summary()
+
+    async def free(self) -> dict[str, float]:
+        return self.tier.free()
+
+    async def set_profile(self, profile: str) -> str:
+        return self.tier.set_profile(profile)
+
+
+@serve.deployment(num_replicas=1, max_ongoing_requests=2000)
+class CloudDeployment:
+    """The global tier (see ``serving.tiers.CloudTier``)."""
+
+    def __init__(self, args: dict[str, Any], regions: dict[str, Any],
+                 edges: dict[str, Any]) -> None:
+        from smartsched.federation.topology import RankWeights
+        from smartsched.serving.tiers import CloudTier
+
+        cfg = parse_service_config(args)
+        h = _hierarchy(cfg)
+        self._regions = regions
+        self._free: dict[str, dict[str, float]] = {}
+        self._free_at = 0.0
+
+        def caller(handle: Any) -> Any:
+            async def call(pods: list, ttl_s: float, rid: str | None) -> list:
+                return await handle.place.remote(pods, ttl_s, rid)
+            return call
+
+        self.tier = CloudTier(h, {k: caller(v) for k, v in regions.items()},
+                              {k: caller(v) for k, v in edges.items()}, self._free_of,
+                              RankWeights(**cfg.ranking.model_dump()))
+
+    async def _free_of(self, max_age_s: float = 1.0) -> dict[str, dict[str, float]]:
+        """Region headroom for ranking, refreshed at most once a second."""
+        if time.monotonic() - self._free_at > max_age_s:
+            names = list(self._regions)
+            got = await asyncio.gather(*(self._regions[n].free.remote() for n in names))
+            self._free = dict(zip(names, got, strict=True))
+            self._free_at = time.monotonic()
+        return self._free
+
+    async def place(self, pods: list, ttl_s: float, rid: str | None) -> list[dict[str, Any]]:
+        return await self.tier.place(pods, ttl_s, rid)
+
+
+def _error(status: int, field: str, msg: str) -> JSONResponse:
+    return JSONResponse({"detail": [{"loc": field.split("."), "msg": msg}]}, status_code=status)
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for bodies over the limit (declared or streamed)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        from smartsched.serving.replica import current
+
+        ing = current()  # the limit is the running ingress's (see serving.replica)
+        limit = (ing.cfg if ing is not None else ServiceConfig()).max_body_bytes
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            resp = _error(413, "body", f"body of {int(declared)} bytes exceeds {limit}")
+            return await resp(scope, receive, send)
+        seen = 0
+
+        async def limited() -> dict:
+            nonlocal seen
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if seen > limit:
+                raise _TooLarge
+            return msg
+
+        try:
+            await self.app(scope, limited, send)
+        except _TooLarge:
+            resp = _error(413, "body", f"body exceeds {limit} bytes")
+            await resp(scope, receive, send)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def make_fastapi() -> FastAPI:
+    app = FastAPI(title=API_TITLE, version="1",
+                  description="Where should this workload run? Placement through cloud, "
+                              "region and MEC edge schedulers.")
+    app.add_middleware(BodyLimit)
+
+    @app.exception_handler(UnknownReferenceError)
+    async def _unknown(_: Request, e: UnknownReferenceError) -> JSONResponse:
+        return _error(404, e.field, e.message)
+
+    @app.exception_handler(ValidationError)
+    async def _invalid(_: Request, e: ValidationError) -> JSONResponse:
+        return _error(422, e.field, e.message)
+
+    @app.exception_handler(SmartSchedError)
+    async def _other(_: Request, e: SmartSchedError) -> JSONResponse:
+        return _error(409, "request", str(e))
+
+    return app
+
+
+app_api = make_fastapi()
+
+
+# Routes are registered before @serve.ingress captures (pickles) the app; they reach
+# the replica's Ingress through serving.replica (see there why).
+def _ingress() -> Any:
+    from smartsched.serving.replica import current
+
+    ing = current()
+    if ing is None:
+        raise SmartSchedError("the service is starting")
+    return ing
+
+
+@app_api.middleware("http")
+async def _measure(request: Request, call_next: Any) -> Any:
+    t0 = time.perf_counter()
+    response = await call_next(request)
+    from smartsched.serving.replica import current
+
+    ing = current()
+    if ing is not None:
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        ing.metrics.request(request.method, path, response.status_code,
+                            time.perf_counter() - t0)
+    return response
+
+
+@app_api.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@app_api.get("/metrics")
+async def metrics(ing: Any = Depends(_ingress)) -> PlainTextResponse:
+    names = list(ing.sites)
+    sums = await asyncio.gather(*(ing.sites[n].summary.remote() for n in names))
+    ing.metrics.set_reservations({s["site"]: s["reservations"] for s in sums})
+    body, ctype = ing.metrics.render()
+    return PlainTextResponse(body, media_type=ctype)
+
+
+@app_api.post("/v1/placements", response_model=PlacementResponse)
+async def place_one(body: PlacementRequest, request: Request,
+                    ing: Any = Depends(_ingress)) -> Any:
+    if (denied := ing.authorize(request)) is not None:
+        return denied
+    return await ing.place([body.pod], body.ttl_s, body.request_id)
+
+
+@app_api.post("/v1/placements:batch", response_model=PlacementResponse)
+async def place_batch(body: BatchPlacementRequest, request: Request,
+                      ing: Any = Depends(_ingress)) -> Any:
+    if (denied := ing.authorize(request)) is not None:
+        return denied
+    ids = [p.id for p in body.pods]
+    if len(set(ids)) != len(ids):
+        raise ValidationError("pods.id", "pod ids in a batch must be unique")
+    return await ing.place(body.pods, body.ttl_s, body.request_id)
+
+
+@app_api.post("/v1/reservations/{rid}:confirm")
+async def confirm(rid: str, request: Request, ing: Any = Depends(_ingress)) -> Any:
+    if (denied := ing.authorize(request)) is not None:
+        return denied
+    site, local = ing.site_of(rid)
+    out = await site.confirm.remote(local)
+    ing.metrics.reservation_event("confirmed")
+    return out
+
+
+@app_api.delete("/v1/reservations/{rid}")
+async def release(rid: str, request: Request, ing: Any = Depends(_ingress)) -> Any:
+    if (denied := ing.authorize(request)) is not None:
+        return denied
+    site, local = ing.site_of(rid)
+    out = await site.release.remote(local)
+    ing.metrics.reservation_event("released")
+    return out
+
+
+@app_api.get("/v1/clusters/{region}/summary", response_model=RegionSummary)
+async def region_summary(region: str, ing: Any = Depends(_ingress)) -> Any:
+    if region not in ing.h.regions:
+        raise UnknownReferenceError("region", f"unknown region {region!r}")
+    edges = [e for e in ing.h.edges if ing.h.parent[e] == region]
+    got = await asyncio.gather(*(ing.sites[s].summary.remote() for s in [region, *edges]))
+    return {**got[0], "edge_sites": got[1:]}
+
+
+@app_api.put("/v1/admin/sites/{site}/profile")
+async def set_profile(site: str, body: ProfileUpdate, request: Request,
+                      ing: Any = Depends(_ingress)) -> Any:
+    """Live reload of a site's profile (or policy checkpoint); state and reservations stay."""
+    if (denied := ing.authorize(request)) is not None:
+        return denied
+    if site not in ing.sites:
+        raise UnknownReferenceError("site", f"unknown site {site!r}")
+    return {"site": site, "profile": await ing.sites[site].set_profile.remote(body.profile)}
+
+
+@serve.deployment(num_replicas=1, max_ongoing_requests=2000)
+@serve.ingress(app_api)
+class Ingress:
+    """HTTP: validation, auth, routing by reservation id, Prometheus metrics."""
+
+    def __init__(self, args: dict[str, Any], cloud: Any, sites: dict[str, Any]) -> None:
+        from smartsched.serving.metrics import ServiceMetrics
+
+        self.cfg = parse_service_config(args)
+        self.token = load_token(self.cfg.auth)
+        self.h = _hierarchy(self.cfg)
+        self.cloud = cloud
+        self.sites = sites
+        self.metrics = ServiceMetrics()
+        from smartsched.serving.replica import set_current
+
+        set_current(self)
+
+    # ------------------------------------------------------------ helpers
+    def authorize(self, request: Request) -> JSONResponse | None:
+        if self.token is None:
+            return None
+        header = request.headers.get("authorization", "")
+        if not header:
+            return JSONResponse({"detail": "missing bearer token"}, status_code=401,
+                                headers={"WWW-Authenticate": "Bearer"})
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), self.token):
+            return JSONResponse({"detail": "invalid token"}, status_code=403)
+        return None
+
+    def site_of(self, rid: str) -> tuple[Any, str]:
+        from smartsched.serving.tiers import RID_SEP
+
+        site, sep, local = rid.rpartition(RID_SEP)
+        if not sep or site not in self.sites:
+            raise UnknownReferenceError("reservation_id", f"unknown reservation {rid!r}")
+        return self.sites[site], local
+
+    async def place(self, specs: list, ttl_s: float, rid: str | None) -> PlacementResponse:
+        now = time.time()
+        pods = []
+        for i, spec in enumerate(specs):
+            try:
+                pod = spec.to_pod(now)
+            except ValidationError as e:
+                raise ValidationError(f"pods.{i}.{e.field}", e.message) from None
+            self._check_refs(pod, i)
+            pods.append(pod)
+        self._check_gangs(pods)
+        results = await self.cloud.place.remote(pods, ttl_s, rid)
+        self.metrics.observe_placements(results)
+        return PlacementResponse(request_id=rid, placements=results)
+
+    def _check_refs(self, pod: Any, i: int) -> None:
+        sites = {s.name for s in self.h.spec.sites}
+        for r in pod.allowed_regions:
+            if r not in self.h.regions:
+                raise UnknownReferenceError(f"pods.{i}.allowed_regions", f"unknown region {r!r}")
+        if pod.origin_site is not None and pod.origin_site not in sites:
+            raise UnknownReferenceError(f"pods.{i}.origin_site",
+                                        f"unknown site {pod.origin_site!r}")
+
+    @staticmethod
+    def _check_gangs(pods: list) -> None:
+        gangs: dict[str, list] = {}
+        for p in pods:
+            if p.gang_id:
+                gangs.setdefault(p.gang_id, []).append(p)
+        for gid, members in gangs.items():
+            if len(members) != members[0].gang_size:
+                raise ValidationError("pods.gang_size", f"gang {gid!r} sends {len(members)} "
+                                      f"members, gang_size says {members[0].gang_size}")
+
+
+def build_app(args: dict[str, Any]) -> Any:
+    """The application for ``serve run serve_apps/placement.yaml`` (``args`` = ServiceConfig)."""
+    cfg = parse_service_config(args)
+    h = _hierarchy(cfg)
+    load_token(cfg.auth)  # fail here, before any replica starts, when no token is set
+    opts = {"ray_actor_options": {"num_cpus": cfg.replica_cpus}}
+    plain = cfg.model_dump()
+    regions = {r: SiteDeployment.options(name=r, **opts).bind(plain, r)
+               for r in h.regions}
+    edges = {e: SiteDeployment.options(name=e, **opts).bind(
+        plain, e, regions[h.parent[e]]) for e in h.edges}
+    cloud = CloudDeployment.options(name="cloud", **opts).bind(plain, regions, edges)
+    return Ingress.options(name="ingress", **opts).bind(plain, cloud, {**regions, **edges})

@@ -1,0 +1,71 @@
+"""Prometheus metrics of the placement service (prometheus-client, own registry).
+
+Owns what ``GET /metrics`` exposes: request latency per route, decisions per
+profile and tier, rejections by reason, escalations between tiers, and
+reservations (events counted at the ingress, live ones per site read from the
+sites at scrape time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.latency = Histogram("smartsched_request_seconds", "HTTP request latency",
+                                 ["method", "route", "status"], buckets=LATENCY_BUCKETS,
+                                 registry=r)
+        self.decisions = Counter("smartsched_decisions", "Pods placed, by profile and tier",
+                                 ["profile", "tier"], registry=r)
+        self.rejections = Counter("smartsched_rejections", "Pods not placed, by reason",
+                                  ["reason"], registry=r)
+        self.escalations = Counter("smartsched_escalations",
+                                   "Hand-overs between tiers (edge -> region, spill-over)",
+                                   ["from_tier", "site"], registry=r)
+        self.reservation_events = Counter("smartsched_reservation_events",
+                                          "Reservations created, confirmed, released",
+                                          ["event"], registry=r)
+        self.reservations = Gauge("smartsched_reservations_active",
+                                  "Live reservations per site", ["site"], registry=r)
+
+    def request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.latency.labels(method, route, str(status)).observe(seconds)
+
+    def observe_placements(self, results: list[dict[str, Any]]) -> None:
+        created = set()
+        for r in results:
+            for s in r["reasons"][:-1]:
+                if s["outcome"] in ("escalated", "full"):
+                    self.escalations.labels(s["tier"], s["site"]).inc()
+            if r["placed"]:
+                self.decisions.labels(r["profile"], r["tier"]).inc()
+                created.add(r["reservation_id"])
+            else:
+                reason = r["reasons"][-1]["reason"] if r["reasons"] else "unknown"
+                self.rejections.labels(_reason_key(reason)).inc()
+        if created:
+            self.reservation_events.labels("created").inc(len(created))
+
+    def reservation_event(self, event: str) -> None:
+        self.reservation_events.labels(event).inc()
+
+    def set_reservations(self, per_site: dict[str, int]) -> None:
+        for site, n in per_site.items():
+            self.reservations.labels(site).set(n)
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _reason_key(reason: str) -> str:
+    """A bounded label: the reason without pod ids and counts ("3 nodes: x" -> "x")."""
+    key = reason.split(": ")[-1].split(";")[0].strip()
+    return key[:80] or "unknown"

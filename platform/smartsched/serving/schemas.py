@@ -1,0 +1,157 @@
+"""HTTP schemas of the placement service (pydantic): what clients send and get back.
+
+Owns the external contract of ``/v1/...``. A pod spec mirrors the model's
+``Pod`` (same field names and units) and converts to it, so the service
+validates exactly what the twin and the schedulers accept; a body that fails
+gets a 422 naming the field. Bounds here are the model's bounds.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from smartsched.model.pod import Pod, PodClass
+from smartsched.model.resources import (
+    MAX_DEVICES_PER_NODE,
+    MAX_NODE_CPU_MILLI,
+    MAX_NODE_MEMORY_MIB,
+    MILLI_PER_DEVICE,
+)
+
+Tier = Literal["cloud", "region", "edge"]
+MAX_BATCH = 1000
+
+
+class PodSpec(BaseModel):
+    """One pod, in the model's units (millicores, MiB, GPU milli of 1000 per device)."""
+
+    id: str = Field(min_length=1, max_length=253)
+    cpu_milli: int = Field(0, ge=0, le=MAX_NODE_CPU_MILLI)
+    memory_mib: int = Field(0, ge=0, le=MAX_NODE_MEMORY_MIB)
+    num_gpu: int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
+    gpu_milli: int = Field(0, ge=0, le=MILLI_PER_DEVICE)
+    num_fpga: int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
+    pod_class: PodClass = Field(PodClass.BATCH, alias="class")
+    tenant: str = Field("default", min_length=1, max_length=253)
+    priority: int = Field(0, ge=-(2**31), le=2**31)
+    gpu_models: list[str] = Field(default_factory=list, max_length=32)
+    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    tolerations: list[str] = Field(default_factory=list, max_length=64)
+    allowed_regions: list[str] = Field(default_factory=list, max_length=64)
+    origin_site: str | None = None
+    latency_slo_ms: float | None = Field(None, gt=0, le=1e6)
+    duration_s: float | None = Field(None, gt=0, le=1e9)
+    gang_id: str | None = Field(None, min_length=1, max_length=253)
+    gang_size: int = Field(1, ge=1, le=10_000)
+    app: str | None = Field(None, min_length=1, max_length=253)
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def to_pod(self, now: float) -> Pod:
+        """The model's pod (its own checks apply: e.g. gpu_milli > 0 when num_gpu > 0)."""
+        return Pod(
+            id=self.id, cpu_milli=self.cpu_milli, memory_mib=self.memory_mib,
+            num_gpu=self.num_gpu, gpu_milli=self.gpu_milli, num_fpga=self.num_fpga,
+            pod_class=self.pod_class, tenant=self.tenant, priority=self.priority,
+            gpu_models=tuple(self.gpu_models),
+            node_selector=tuple(sorted(self.node_selector.items())),
+            tolerations=tuple(self.tolerations), allowed_regions=tuple(self.allowed_regions),
+            origin_site=self.origin_site, latency_slo_ms=self.latency_slo_ms, arrival=now,
+            duration=self.duration_s, gang_id=self.gang_id, gang_size=self.gang_size,
+            app=self.app,
+        )
+
+
+class PlacementRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    request_id: str | None = Field(None, min_length=1, max_length=128,
+                                   description="Idempotency key: a retry returns the same answer")
+    pod: PodSpec
+    ttl_s: float = Field(60.0, gt=0, le=86_400, description="Reservation lifetime")
+
+
+class BatchPlacementRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    request_id: str | None = Field(None, min_length=1, max_length=128)
+    pods: list[PodSpec] = Field(min_length=1, max_length=MAX_BATCH)
+    ttl_s: float = Field(60.0, gt=0, le=86_400)
+
+
+class StageReason(BaseModel):
+    tier: Tier
+    site: str
+    outcome: Literal["placed", "escalated", "skipped", "full", "rejected"]
+    reason: str
+
+
+class Placement(BaseModel):
+    pod_id: str
+    placed: bool
+    region: str | None = None
+    site: str | None = None
+    zone: str | None = None
+    node: str | None = None
+    devices: list[int] = Field(default_factory=list)
+    tier: Tier | None = None
+    profile: str | None = None
+    reservation_id: str | None = None
+    expires_at: float | None = None
+    reasons: list[StageReason] = Field(default_factory=list)
+
+
+class PlacementResponse(BaseModel):
+    request_id: str | None
+    placements: list[Placement]
+
+
+class NodeUsage(BaseModel):
+    """Observed use of a node (fractions of capacity), e.g. from Prometheus."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpu: float = Field(ge=0, le=4)
+    memory: float = Field(ge=0, le=4)
+    gpu: float = Field(0.0, ge=0, le=4)
+
+
+class NodeUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(min_length=1, max_length=253)
+    site: str
+    zone: str | None = None
+    cpu_milli: int = Field(ge=1, le=MAX_NODE_CPU_MILLI)
+    memory_mib: int = Field(ge=1, le=MAX_NODE_MEMORY_MIB)
+    num_gpu: int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
+    gpu_model: str = ""
+    labels: dict[str, str] = Field(default_factory=dict, max_length=128)
+    taints: list[str] = Field(default_factory=list, max_length=64)
+    unschedulable: bool = False
+    usage: NodeUsage | None = None
+
+
+class NodesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    nodes: list[NodeUpdate] = Field(min_length=1, max_length=10_000)
+
+
+class SiteSummary(BaseModel):
+    site: str
+    tier: Tier
+    nodes: int
+    cpu_free_pct: float
+    memory_free_pct: float
+    gpu_free_pct: float
+    gpus_total: int
+    reservations: int
+    profile: str
+
+
+class RegionSummary(SiteSummary):
+    edge_sites: list[SiteSummary] = Field(default_factory=list)
+
+
+class ProfileUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    profile: str = Field(min_length=1, max_length=1024,
+                         description="A profile name, a profile YAML path or rl:<policy path>")

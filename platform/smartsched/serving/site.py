@@ -1,0 +1,305 @@
+"""One site's authoritative placement state: a region's cloud nodes or one MEC edge site.
+
+Owns what must have a single writer: the ``ClusterState`` of the site's nodes,
+the reservations taken on it (with their TTL), and the answers already given
+to idempotent requests. Every placement goes filter -> score -> bind through
+the site's scheduling profile (any name ``make_scheduler`` accepts), then
+``ClusterState.allocate`` -- the twin's one definition of fit, which refuses
+over-allocation -- so a device can never be booked twice. Gangs are placed
+all-or-nothing: members placed before a failing one are released again.
+
+This class knows nothing of Ray or HTTP: Serve deployments wrap it (one
+replica per site), tests drive it directly, and the journal makes its state
+survive a restart.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from smartsched.model.cluster import ClusterSpec
+from smartsched.model.errors import InfeasibleDecisionError, UnknownReferenceError
+from smartsched.model.pod import Pod
+from smartsched.model.resources import CPU, GPU, MEM
+from smartsched.scheduling.base import make_scheduler
+from smartsched.serving.journal import Journal, pod_from_dict, pod_to_dict
+from smartsched.twin.state import ClusterState, PodRequest
+
+IDEMPOTENCY_KEEP = 10_000  # answers remembered per site for retries
+REPREPARE_EVERY = 500  # pods between refreshes of the scheduler's view of the workload
+
+
+@dataclass
+class Booking:
+    """One pod of a reservation: where it sits and what it holds."""
+
+    pod: Pod
+    node: int
+    devices: tuple[int, ...]
+    request: PodRequest
+
+
+@dataclass
+class Reservation:
+    id: str
+    bookings: list[Booking]
+    expires_at: float
+    confirmed: bool = False
+    request_id: str | None = None
+
+
+@dataclass
+class SiteResult:
+    """The outcome for one pod at this site."""
+
+    pod_id: str
+    placed: bool
+    node: str | None = None
+    zone: str | None = None
+    devices: tuple[int, ...] = ()
+    reservation_id: str | None = None
+    expires_at: float | None = None
+    reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def site_subspec(spec: ClusterSpec, sites: Sequence[str]) -> ClusterSpec:
+    """The part of ``spec`` in ``sites`` (their zones and nodes), as its own cluster."""
+    wanted = set(sites)
+    unknown = wanted - {s.name for s in spec.sites}
+    if unknown:
+        raise UnknownReferenceError("site", f"unknown site {sorted(unknown)[0]!r}")
+    zones = tuple(z for z in spec.zones if z.site in wanted)
+    zone_names = {z.name for z in zones}
+    nodes = tuple(n for n in spec.nodes if n.zone in zone_names)
+    return ClusterSpec(name=f"{spec.name}/{'+'.join(sorted(wanted))}",
+                       sites=tuple(s for s in spec.sites if s.name in wanted),
+                       zones=zones, nodes=nodes)
+
+
+class SitePlacer:
+    """Single-writer placement state and reservations for one site."""
+
+    def __init__(self, spec: ClusterSpec, profile: str, *, seed: int = 0,
+                 clock: Callable[[], float] = time.time, journal: Journal | None = None,
+                 ) -> None:
+        self.spec = spec
+        self.state = ClusterState(spec)
+        self.clock = clock
+        self.t0 = clock()
+        self.profile = profile
+        self.scheduler = make_scheduler(profile, seed)
+        self.reservations: dict[str, Reservation] = {}
+        self.answers: OrderedDict[str, Any] = OrderedDict()
+        self._recent: deque[Pod] = deque(maxlen=2000)
+        self._since_prepare: int | None = None
+        self.decisions = 0
+        self.journal = journal
+        if journal is not None:
+            self._recover(journal)
+
+    # ------------------------------------------------------------ profile
+    def set_profile(self, profile: str, seed: int = 0) -> None:
+        """Swap the scheduling profile; state and reservations are untouched."""
+        sched = make_scheduler(profile, seed)  # fails before anything changes
+        if self._recent and hasattr(sched, "prepare"):
+            sched.prepare(list(self._recent))
+        self.scheduler, self.profile = sched, profile
+
+    def _maybe_prepare(self, pods: Sequence[Pod]) -> None:
+        """Give heuristics that need the workload (FGD's target) the recently seen pods."""
+        self._recent.extend(pods)
+        if not hasattr(self.scheduler, "prepare"):
+            return
+        if self._since_prepare is None or self._since_prepare >= REPREPARE_EVERY:
+            self.scheduler.prepare(list(self._recent))
+            self._since_prepare = 0
+        self._since_prepare += len(pods)
+
+    # ------------------------------------------------------------ placing
+    def can_host(self, pod: Pod) -> bool:
+        """Whether any node of the site could hold ``pod`` now (resources only)."""
+        req = self.state.compile(pod)
+        return bool(self.state.resource_fit(req).any())
+
+    def place(self, pods: Sequence[Pod], ttl_s: float,
+              request_id: str | None = None) -> list[SiteResult]:
+        """Place ``pods`` (a gang or unrelated pods); reserve what was placed for ``ttl_s``.
+
+        Pods sharing a ``gang_id`` succeed or fail together. The answer for a
+        ``request_id`` seen before is returned again without a second reservation.
+        """
+        if request_id is not None and request_id in self.answers:
+            self.answers.move_to_end(request_id)
+            return self.answers[request_id]
+        self.expire()
+        now = self.clock()
+        self.state.now = now - self.t0
+        self._maybe_prepare(pods)
+        results: list[SiteResult] = []
+        groups: dict[str, list[Pod]] = {}
+        for p in pods:
+            groups.setdefault(p.gang_id or f"\0{p.id}", []).append(p)
+        for members in groups.values():
+            results.extend(self._place_group(members, now + ttl_s, request_id))
+        order = {p.id: i for i, p in enumerate(pods)}
+        results.sort(key=lambda r: order[r.pod_id])
+        if request_id is not None:
+            self.answers[request_id] = results
+            while len(self.answers) > IDEMPOTENCY_KEEP:
+                self.answers.popitem(last=False)
+        return results
+
+    def _place_group(self, members: list[Pod], expires_at: float,
+                     request_id: str | None) -> list[SiteResult]:
+        bookings: list[Booking] = []
+        failure = ""
+        for pod in members:
+            booking, why = self._place_one(pod)
+            if booking is None:
+                failure = f"{pod.id}: {why}"
+                break
+            bookings.append(booking)
+        if failure:
+            for b in reversed(bookings):  # all-or-nothing
+                self.state.release(b.node, b.request, b.devices)
+            gang = len(members) > 1
+            return [SiteResult(p.id, False, reason=(f"gang not placed ({failure})" if gang
+                                                    else failure.split(": ", 1)[1]))
+                    for p in members]
+        rid = uuid.uuid4().hex
+        res = Reservation(rid, bookings, expires_at, request_id=request_id)
+        self.reservations[rid] = res
+        self._log(self._reserve_event(res))
+        zone_names = self.state.zone_names
+        return [SiteResult(b.pod.id, True, node=self.state.names[b.node],
+                           zone=zone_names[int(self.state.zone_id[b.node])],
+                           devices=tuple(int(d) for d in b.devices), reservation_id=rid,
+                           expires_at=expires_at) for b in bookings]
+
+    def _place_one(self, pod: Pod) -> tuple[Booking | None, str]:
+        req = self.state.compile(pod)
+        decision = self.scheduler.decide(self.state, req)
+        self.decisions += 1
+        if decision.node is None:
+            # kube-scheduler's form: "0/4 nodes are available: 3 Insufficient cpu, 1 ..."
+            parts = [r.replace(" nodes: ", " ", 1).replace(" node: ", " ", 1)
+                     for r in decision.reasons] or ["no feasible node"]
+            why = f"0/{self.state.num_nodes} nodes are available: {', '.join(parts)}"
+            if decision.defer:
+                why = "the profile deferred it"
+            return None, why
+        devices = decision.devices
+        if devices is None:
+            devices = self.state.pick_devices(decision.node, req)
+        try:
+            self.state.allocate(decision.node, req, tuple(devices))
+        except InfeasibleDecisionError as e:  # a profile bug must not corrupt state
+            return None, f"refused by the state: {e}"
+        return Booking(pod, decision.node, tuple(devices), req), ""
+
+    # ------------------------------------------------------------ reservations
+    def confirm(self, rid: str) -> Reservation:
+        """Keep a reservation until released (the pod was bound / started)."""
+        r = self._get(rid)
+        if not r.confirmed:
+            r.confirmed = True
+            self._log({"op": "confirm", "rid": rid})
+        return r
+
+    def release(self, rid: str) -> Reservation:
+        r = self.reservations.pop(rid, None)
+        if r is None:
+            raise UnknownReferenceError("reservation", f"unknown reservation {rid!r}")
+        for b in r.bookings:
+            self.state.release(b.node, b.request, b.devices)
+        self._log({"op": "release", "rid": rid})
+        return r
+
+    def expire(self) -> int:
+        """Release unconfirmed reservations past their TTL; return how many."""
+        now = self.clock()
+        old = [rid for rid, r in self.reservations.items()
+               if not r.confirmed and r.expires_at <= now]
+        for rid in old:
+            self.release(rid)
+        return len(old)
+
+    def _get(self, rid: str) -> Reservation:
+        self.expire()
+        try:
+            return self.reservations[rid]
+        except KeyError:
+            raise UnknownReferenceError("reservation",
+                                        f"unknown or expired reservation {rid!r}") from None
+
+    # ------------------------------------------------------------ durability
+    def _reserve_event(self, r: Reservation) -> dict[str, Any]:
+        return {"op": "reserve", "rid": r.id, "expires_at": r.expires_at,
+                "confirmed": r.confirmed, "request_id": r.request_id,
+                "bookings": [{"pod": pod_to_dict(b.pod), "node": self.state.names[b.node],
+                              "devices": list(b.devices)} for b in r.bookings]}
+
+    def _log(self, event: dict[str, Any]) -> None:
+        if self.journal is None:
+            return
+        self.journal.append(event)
+        if self.journal.needs_compaction():
+            self.journal.rewrite([self._reserve_event(r) for r in self.reservations.values()])
+
+    def _recover(self, journal: Journal) -> None:
+        """Rebuild reservations from the journal; drop those expired meanwhile."""
+        live: dict[str, dict[str, Any]] = {}
+        for e in journal.replay():
+            op, rid = e.get("op"), e.get("rid")
+            if op == "reserve":
+                live[rid] = e
+            elif op == "confirm" and rid in live:
+                live[rid]["confirmed"] = True
+            elif op == "release":
+                live.pop(rid, None)
+        now = self.clock()
+        for rid, e in live.items():
+            if not e.get("confirmed") and e["expires_at"] <= now:
+                continue
+            bookings = []
+            for b in e["bookings"]:
+                pod = pod_from_dict(b["pod"])
+                node = self.state.node_index(b["node"])
+                req = self.state.compile(pod)
+                self.state.allocate(node, req, tuple(b["devices"]))
+                bookings.append(Booking(pod, node, tuple(b["devices"]), req))
+            r = Reservation(rid, bookings, e["expires_at"], bool(e.get("confirmed")),
+                            e.get("request_id"))
+            self.reservations[rid] = r
+            if r.request_id is not None:
+                zone_names = self.state.zone_names
+                self.answers[r.request_id] = [SiteResult(
+                    b.pod.id, True, node=self.state.names[b.node],
+                    zone=zone_names[int(self.state.zone_id[b.node])], devices=b.devices,
+                    reservation_id=rid, expires_at=r.expires_at) for b in bookings]
+        # Start the file afresh with the live state only.
+        journal.rewrite([self._reserve_event(r) for r in self.reservations.values()])
+
+    # ------------------------------------------------------------ views
+    def free_fraction(self) -> dict[str, float]:
+        st = self.state
+        cap = np.maximum(st.capacity[st.up].sum(axis=0), 1)
+        free = st.free_res[st.up].sum(axis=0)
+        return {"cpu": float(free[CPU] / cap[CPU]), "memory": float(free[MEM] / cap[MEM]),
+                "gpu": float(free[GPU] / cap[GPU]) if st.capacity[:, GPU].sum() else 0.0}
+
+    def summary(self) -> dict[str, Any]:
+        self.expire()
+        f = self.free_fraction()
+        return {"nodes": self.state.num_nodes, "cpu_free_pct": 100 * f["cpu"],
+                "memory_free_pct": 100 * f["memory"], "gpu_free_pct": 100 * f["gpu"],
+                "gpus_total": int(self.state.gpu_count.sum()),
+                "reservations": len(self.reservations), "profile": self.profile}

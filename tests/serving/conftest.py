@@ -1,0 +1,51 @@
+"""One placement service on Ray Serve per test session, over real HTTP on loopback."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+TOKEN = "test-token-0123456789abcdef"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def service(ray_session, tmp_path_factory: pytest.TempPathFactory):
+    """Base URL of the running service (medium cluster: 2 regions, 2 MEC sites)."""
+    import requests
+    from ray import serve
+
+    from smartsched.serving.app import build_app
+
+    root = tmp_path_factory.mktemp("serve")
+    token_file = root / "token"
+    token_file.write_text(TOKEN + "\n")
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    args = {"cluster": "medium", "auth": {"token_file": str(token_file)},
+            "max_body_bytes": 256 * 1024, "journal_dir": str(Path(root) / "journal")}
+    serve.run(build_app(args), name="placement", route_prefix="/")
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+                break
+        except requests.ConnectionError:
+            time.sleep(0.5)
+    yield url
+    serve.delete("placement")
+    serve.shutdown()
+
+
+@pytest.fixture()
+def auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKEN}"}

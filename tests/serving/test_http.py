@@ -1,0 +1,223 @@
+"""The placement service over real Serve HTTP: tiers, safety, idempotency, auth, errors."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.slow
+
+
+def _pod(**kw) -> dict:
+    return {"id": f"p-{uuid.uuid4().hex[:8]}", "cpu_milli": 1000, "memory_mib": 1024, **kw}
+
+
+def _place(url: str, auth: dict, pod: dict, **kw) -> requests.Response:
+    return requests.post(f"{url}/v1/placements", json={"pod": pod, **kw}, headers=auth,
+                         timeout=30)
+
+
+def test_each_tier_answers(service: str, auth: dict) -> None:
+    r = _place(service, auth, _pod())
+    assert r.status_code == 200, r.text
+    p = r.json()["placements"][0]
+    assert p["placed"] and p["tier"] == "region" and p["region"] in ("region-a", "region-b")
+    assert p["profile"] == "k8s-default" and p["node"] and p["reservation_id"]
+    assert p["reasons"][0]["tier"] == "cloud" and p["reasons"][-1]["outcome"] == "placed"
+    e = _place(service, auth, _pod(**{"class": "edge-rt"}, origin_site="mec-0",
+                                   latency_slo_ms=20)).json()["placements"][0]
+    assert e["placed"] and e["tier"] == "edge" and e["site"] == "mec-0"
+
+
+def test_full_edge_site_escalates_to_its_region(service: str, auth: dict) -> None:
+    edge = {"class": "edge-rt", "origin_site": "mec-1", "latency_slo_ms": 50}
+    pods = [_pod(cpu_milli=16000, **edge) for _ in range(12)]
+    r = requests.post(f"{service}/v1/placements:batch", json={"pods": pods}, headers=auth,
+                      timeout=60).json()["placements"]
+    tiers = [p["tier"] for p in r]
+    assert "edge" in tiers and "region" in tiers  # the site filled, the rest went up
+    up = next(p for p in r if p["tier"] == "region")
+    assert up["reasons"][0] == {**up["reasons"][0], "tier": "edge", "site": "mec-1",
+                                "outcome": "escalated"}
+
+
+def test_compliance_and_no_double_booking_under_concurrency(service: str, auth: dict) -> None:
+    """200 one-GPU pods allowed only in region-b, all at once: exactly its free GPUs are
+    booked, never one device twice, and nothing lands outside region-b."""
+    free = requests.get(f"{service}/v1/clusters/region-b/summary", timeout=10).json()
+    free_gpus = round(free["gpus_total"] * free["gpu_free_pct"] / 100)
+    pods = [_pod(cpu_milli=500, memory_mib=512, num_gpu=1, gpu_milli=1000,
+                 tolerations=["nvidia.com/gpu=present:NoSchedule"],
+                 allowed_regions=["region-b"]) for _ in range(200)]
+    with ThreadPoolExecutor(32) as ex:
+        res = list(ex.map(lambda p: _place(service, auth, p, ttl_s=600), pods))
+    assert all(r.status_code == 200 for r in res)
+    placed = [r.json()["placements"][0] for r in res]
+    ok = [p for p in placed if p["placed"]]
+    assert {p["region"] for p in ok} == {"region-b"}
+    devices = [(p["node"], d) for p in ok for d in p["devices"]]
+    assert len(devices) == len(set(devices)) == len(ok) == free_gpus
+    after = requests.get(f"{service}/v1/clusters/region-b/summary", timeout=10).json()
+    assert after["gpu_free_pct"] == 0.0
+    for p in ok:  # give the GPUs back for the other tests
+        assert requests.delete(f"{service}/v1/reservations/{p['reservation_id']}",
+                               headers=auth, timeout=10).status_code == 200
+
+
+def test_idempotent_retry_and_expiry(service: str, auth: dict) -> None:
+    rid = uuid.uuid4().hex
+    pod = _pod(cpu_milli=7000, allowed_regions=["region-a"])
+    a = _place(service, auth, pod, request_id=rid, ttl_s=1.0).json()
+    b = _place(service, auth, pod, request_id=rid, ttl_s=1.0).json()
+    assert a == b and a["placements"][0]["placed"]
+    res_id = a["placements"][0]["reservation_id"]
+    summary = requests.get(f"{service}/v1/clusters/region-a/summary", timeout=10).json()
+    time.sleep(1.5)
+    # Expired: the capacity is back and the reservation is gone.
+    r = requests.post(f"{service}/v1/reservations/{res_id}:confirm", headers=auth, timeout=10)
+    assert r.status_code == 404 and "reservation" in r.text
+    later = requests.get(f"{service}/v1/clusters/region-a/summary", timeout=10).json()
+    assert later["cpu_free_pct"] > summary["cpu_free_pct"]
+
+
+def test_confirm_keeps_and_delete_releases(service: str, auth: dict) -> None:
+    p = _place(service, auth, _pod(), ttl_s=1.0).json()["placements"][0]
+    url = f"{service}/v1/reservations/{p['reservation_id']}"
+    assert requests.post(f"{url}:confirm", headers=auth, timeout=10).json()["confirmed"]
+    time.sleep(1.2)
+    assert requests.delete(url, headers=auth, timeout=10).status_code == 200  # still there
+    assert requests.delete(url, headers=auth, timeout=10).status_code == 404
+
+
+def test_auth_is_required_for_mutations(service: str) -> None:
+    r = _place(service, {}, _pod())
+    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    assert _place(service, {"Authorization": "Bearer wrong"}, _pod()).status_code == 403
+    assert requests.get(f"{service}/healthz", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("pod", "status", "field"),
+    [
+        ({"id": "x", "cpu_milli": -1}, 422, "cpu_milli"),
+        ({"id": "x", "cpu_milli": 10**12}, 422, "cpu_milli"),
+        ({"id": "x", "cpu_milli": 1, "colour": "red"}, 422, "colour"),
+        ({"id": "x", "cpu_milli": 1, "num_gpu": 1}, 422, "gpu_milli"),
+        ({"id": "x", "cpu_milli": 1, "allowed_regions": ["mars"]}, 404, "allowed_regions"),
+        ({"id": "x", "cpu_milli": 1, "origin_site": "nowhere"}, 404, "origin_site"),
+    ],
+)
+def test_bad_bodies_name_the_field(service: str, auth: dict, pod: dict, status: int,
+                                   field: str) -> None:
+    r = _place(service, auth, pod)
+    assert r.status_code == status, r.text
+    assert field in str(r.json()["detail"][0]["loc"])
+
+
+def test_malformed_oversized_and_unknown(service: str, auth: dict) -> None:
+    r = requests.post(f"{service}/v1/placements", data="{not json", headers={
+        **auth, "Content-Type": "application/json"}, timeout=10)
+    assert r.status_code == 422
+    big = {"pods": [_pod(app="x" * 200) for _ in range(1000)]}
+    r = requests.post(f"{service}/v1/placements:batch", json=big, headers=auth, timeout=10)
+    assert r.status_code == 413
+    assert requests.get(f"{service}/v1/clusters/mars/summary", timeout=10).status_code == 404
+    r = requests.delete(f"{service}/v1/reservations/mec-0~nope", headers=auth, timeout=10)
+    assert r.status_code == 404
+
+
+def test_metrics_and_openapi(service: str, auth: dict) -> None:
+    _place(service, auth, _pod())
+    text = requests.get(f"{service}/metrics", timeout=10).text
+    assert 'smartsched_decisions_total{profile="k8s-default",tier="region"}' in text
+    assert "smartsched_request_seconds_bucket" in text
+    assert "smartsched_reservations_active" in text
+    schema = requests.get(f"{service}/openapi.json", timeout=10).json()
+    assert "/v1/placements" in schema["paths"] and "/v1/placements:batch" in schema["paths"]
+
+
+def test_reload_swaps_profile_while_requests_flow(service: str, auth: dict) -> None:
+    from smartsched.client import PlacementClient
+
+    client = PlacementClient(service, auth["Authorization"].split()[1])
+    pods = [_pod(cpu_milli=100, memory_mib=128, allowed_regions=["region-a"])
+            for _ in range(60)]
+
+    def send(p: dict) -> requests.Response:
+        return _place(service, auth, p, ttl_s=600)
+
+    with ThreadPoolExecutor(4) as ex:
+        futs = [ex.submit(send, p) for p in pods[:30]]
+        for f in futs[:5]:
+            f.result()  # some answered under the old profile, the rest still in flight
+        assert client.set_profile("region-a", "fgd")["profile"] == "fgd"
+        futs += [ex.submit(send, p) for p in pods[30:]]
+        res = [f.result() for f in futs]
+    assert all(r.status_code == 200 for r in res)  # zero failed requests
+    profiles = [r.json()["placements"][0]["profile"] for r in res]
+    assert all(profiles) and profiles[-1] == "fgd" and "k8s-default" in profiles
+    with pytest.raises(Exception, match=r"unknown profile|scheduler"):
+        client.set_profile("region-a", "no-such-profile")
+    assert client.summary("region-a").profile == "fgd"  # a bad reload changes nothing
+    client.set_profile("region-a", "k8s-default")
+    for r in res:
+        client.release(r.json()["placements"][0]["reservation_id"])
+
+
+def test_region_restart_recovers_reservations(service: str, auth: dict) -> None:
+    """Kill region-a's replica: Serve restarts it and the journal brings back every live
+    reservation -- no lost one, and its capacity is not handed out twice."""
+    import ray
+
+    p = _place(service, auth, _pod(cpu_milli=3000, allowed_regions=["region-a"]),
+               ttl_s=600).json()["placements"][0]
+    before = requests.get(f"{service}/v1/clusters/region-a/summary", timeout=10).json()
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if "#region-a#" in a["name"]]
+    assert len(names) == 1
+    ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=False)
+    deadline = time.time() + 120  # Serve restarts the replica; requests wait for it
+    after = None
+    while time.time() < deadline:
+        try:
+            r = requests.get(f"{service}/v1/clusters/region-a/summary", timeout=10)
+        except requests.Timeout:
+            continue
+        if r.status_code == 200:
+            after = r.json()
+            break
+        time.sleep(0.5)
+    assert after is not None
+    assert after["reservations"] == before["reservations"]
+    assert after["cpu_free_pct"] == pytest.approx(before["cpu_free_pct"])
+    r = requests.delete(f"{service}/v1/reservations/{p['reservation_id']}", headers=auth,
+                        timeout=10)
+    assert r.status_code == 200
+
+
+def test_place_cli_and_client(service: str, auth: dict, tmp_path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+    from smartsched.client import PlacementClient, PlacementError
+
+    monkeypatch.setenv("SMARTSCHED_API_TOKEN", auth["Authorization"].split()[1])
+    f = tmp_path / "pods.yaml"
+    f.write_text("- {id: train-0, cpu_milli: 4000, memory_mib: 8192, gang_id: g1, gang_size: 2}\n"
+                 "- {id: train-1, cpu_milli: 4000, memory_mib: 8192, gang_id: g1, gang_size: 2}\n")
+    r = CliRunner().invoke(main, ["place", "--url", service, str(f), "--json",
+                                  str(tmp_path / "out.json")])
+    assert r.exit_code == 0, r.output
+    assert "train-0: region-" in r.output and "train-1: region-" in r.output
+    f.write_text("{id: bad, cpu_milli: 1, num_gpu: 1}\n")
+    r = CliRunner().invoke(main, ["place", "--url", service, str(f)])
+    assert r.exit_code == 2 and "gpu_milli" in r.output
+    client = PlacementClient(service)
+    with pytest.raises(PlacementError) as e:
+        client.summary("mars")
+    assert e.value.status == 404
+    assert client.healthy()

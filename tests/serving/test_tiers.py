@@ -1,0 +1,158 @@
+"""The hierarchy's decision flow in process: sites, gangs, reservations, escalation, spill-over."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from smartsched.federation.topology import Hierarchy
+from smartsched.model.errors import UnknownReferenceError
+from smartsched.model.pod import Pod, PodClass
+from smartsched.model.presets import load_cluster
+from smartsched.serving.site import SitePlacer, site_subspec
+from smartsched.serving.tiers import CloudTier, SiteTier
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _pod(i: int | str, cpu: int = 1000, **kw) -> Pod:
+    return Pod(id=f"p{i}", cpu_milli=cpu, memory_mib=1024, **kw)
+
+
+@pytest.fixture(scope="module")
+def medium() -> Hierarchy:
+    return Hierarchy.from_spec(load_cluster("medium"))
+
+
+def test_hierarchy_from_preset(medium: Hierarchy) -> None:
+    assert medium.regions == ("region-a", "region-b")
+    assert set(medium.edges) == {"mec-0", "mec-1"}
+    assert all(medium.parent[e] in medium.regions for e in medium.edges)
+    with pytest.raises(UnknownReferenceError):
+        Hierarchy.from_spec(load_cluster("medium"), {"mec-9": "region-a"})
+
+
+def test_site_never_overbooks_and_reservations_expire(medium: Hierarchy) -> None:
+    clock = Clock()
+    site = SitePlacer(site_subspec(medium.spec, ["mec-0"]), "k8s-default", clock=clock)
+    cap = int(site.state.capacity[:, 0].sum())
+    pods = [_pod(i, cpu=4000) for i in range(cap // 4000 + 5)]
+    res = site.place(pods, ttl_s=30)
+    placed = [r for r in res if r.placed]
+    assert 0 < len(placed) < len(pods)  # the site filled, and refused the rest
+    assert (site.state.allocated <= site.state.capacity).all()
+    assert next(r for r in res if not r.placed).reason == \
+        "0/4 nodes are available: 4 Insufficient cpu"
+    # Confirmed reservations survive their TTL; the others are freed.
+    keep = placed[0].reservation_id
+    site.confirm(keep)
+    clock.t += 31
+    assert site.expire() == len(placed) - 1
+    assert site.state.allocated[:, 0].sum() == 4000
+    site.release(keep)
+    assert site.state.allocated.sum() == 0
+    with pytest.raises(UnknownReferenceError):
+        site.release(keep)
+
+
+def test_gang_is_all_or_nothing_and_retry_is_idempotent(medium: Hierarchy) -> None:
+    site = SitePlacer(site_subspec(medium.spec, ["mec-0"]), "k8s-default")
+    before = site.state.allocated.copy()
+    big = int(site.state.capacity[:, 0].max())
+    gang = [_pod(f"g{i}", cpu=big, gang_id="g", gang_size=40) for i in range(40)]
+    res = site.place(gang, ttl_s=60)
+    assert not any(r.placed for r in res) and "gang not placed" in res[0].reason
+    assert np.array_equal(site.state.allocated, before)  # members placed first were released
+    a = site.place([_pod("x")], 60, request_id="req-1")
+    b = site.place([_pod("x")], 60, request_id="req-1")
+    assert a[0].reservation_id == b[0].reservation_id and len(site.reservations) == 1
+
+
+def _cloud(h: Hierarchy, profile: str = "k8s-default") -> tuple[CloudTier, dict[str, SiteTier]]:
+    sites: dict[str, SiteTier] = {}
+    for r in h.regions:
+        sites[r] = SiteTier(h, r, profile)
+    for e in h.edges:
+        sites[e] = SiteTier(h, e, profile, parent=sites[h.parent[e]].place)
+
+    async def free() -> dict[str, dict[str, float]]:
+        return {r: sites[r].free() for r in h.regions}
+
+    cloud = CloudTier(h, {r: sites[r].place for r in h.regions},
+                      {e: sites[e].place for e in h.edges}, free)
+    return cloud, sites
+
+
+def test_edge_first_then_escalation_then_spill_over(medium: Hierarchy) -> None:
+    cloud, sites = _cloud(medium)
+    run = asyncio.run
+    edge_pod = _pod("e", pod_class=PodClass.EDGE_RT, origin_site="mec-0", latency_slo_ms=20)
+    r = run(cloud.place([edge_pod], 60, None))[0]
+    assert r["placed"] and r["tier"] == "edge" and r["site"] == "mec-0"
+    # Fill mec-0, then the next edge pod escalates to its parent region.
+    cap = int(sites["mec-0"].placer.state.capacity[:, 0].sum())
+    run(cloud.place([_pod(f"f{i}", cpu=8000, pod_class=PodClass.EDGE_RT, origin_site="mec-0",
+                          latency_slo_ms=20) for i in range(cap // 8000 + 2)], 60, None))
+    r = run(cloud.place([_pod("e2", cpu=8000, pod_class=PodClass.EDGE_RT,
+                              origin_site="mec-0", latency_slo_ms=20)], 60, None))[0]
+    assert r["placed"] and r["tier"] == "region" and r["region"] == medium.parent["mec-0"]
+    assert [s["outcome"] for s in r["reasons"]][:1] == ["escalated"]
+    # Compliance: a pod allowed only in region-b lands there and nowhere else.
+    only_b = [_pod(f"b{i}", cpu=16000, allowed_regions=("region-b",)) for i in range(400)]
+    res = run(cloud.place(only_b, 60, None))
+    assert {x["region"] for x in res if x["placed"]} == {"region-b"}
+    assert not res[-1]["placed"] and "no allowed region" in res[-1]["reasons"][-1]["reason"]
+    # region-b is full now for big pods: unrestricted ones spill over to region-a.
+    r = run(cloud.place([_pod("s", cpu=16000)], 60, None))[0]
+    assert r["placed"] and r["region"] == "region-a"
+
+
+def test_cloud_retry_returns_the_same_answer(medium: Hierarchy) -> None:
+    cloud, sites = _cloud(medium)
+    a = asyncio.run(cloud.place([_pod("z")], 60, "same"))
+    b = asyncio.run(cloud.place([_pod("z")], 60, "same"))
+    assert a == b
+    assert sum(len(s.placer.reservations) for s in sites.values()) == 1
+
+
+def test_journal_recovers_reservations_after_restart(medium: Hierarchy, tmp_path) -> None:
+    from smartsched.serving.journal import Journal
+
+    clock = Clock()
+    spec = site_subspec(medium.spec, ["mec-0"])
+    path = tmp_path / "mec-0.jsonl"
+    a = SitePlacer(spec, "k8s-default", clock=clock, journal=Journal(path))
+    gpu = Pod(id="g", cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=1000)
+    kept = a.place([gpu], ttl_s=10, request_id="r-keep")[0]
+    a.confirm(kept.reservation_id)
+    short = a.place([_pod("s")], ttl_s=5)[0]
+    gone = a.place([_pod("d")], ttl_s=500)[0]
+    a.release(gone.reservation_id)
+    with path.open("a") as f:
+        f.write('{"op": "reserve", "rid": "torn')  # a crash mid-write
+    clock.t += 6  # 'short' expires while the replica is down
+    b = SitePlacer(spec, "k8s-default", clock=clock, journal=Journal(path))
+    assert set(b.reservations) == {kept.reservation_id}
+    # Same allocation as before the restart, less the reservation that expired.
+    assert np.array_equal(b.state.allocated,
+                          a.state.allocated - _alloc_of(a, short.reservation_id))
+    # The retry after the restart gets the same answer; the device stays booked.
+    again = b.place([gpu], ttl_s=10, request_id="r-keep")[0]
+    assert again.reservation_id == kept.reservation_id and again.devices == kept.devices
+    node = b.state.node_index(kept.node)
+    assert b.state.gpu_free[node, kept.devices[0]] == 0
+
+
+def _alloc_of(site: SitePlacer, rid: str) -> np.ndarray:
+    out = np.zeros_like(site.state.allocated)
+    for bk in site.reservations[rid].bookings:
+        out[bk.node] += site.state.charged(bk.request)
+    return out
