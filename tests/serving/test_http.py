@@ -221,3 +221,25 @@ def test_place_cli_and_client(service: str, auth: dict, tmp_path, monkeypatch) -
         client.summary("mars")
     assert e.value.status == 404
     assert client.healthy()
+
+
+def test_put_nodes_registers_and_places(service: str, auth: dict) -> None:
+    node = {"name": "mec-1-fast-0", "site": "mec-1", "cpu_milli": 32000, "memory_mib": 131072,
+            "labels": {"pool": "fast"}, "usage": {"cpu": 0.1, "memory": 0.2}}
+    r = requests.put(f"{service}/v1/nodes", json={"nodes": [node]}, headers=auth, timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.json()["sites"][0] == {"site": "mec-1", "changed": 1, "usage": 1}
+    p = _place(service, auth, _pod(node_selector={"pool": "fast"}, **{"class": "edge-rt"},
+                                   origin_site="mec-1", latency_slo_ms=50)).json()["placements"][0]
+    assert p["placed"] and p["node"] == "mec-1-fast-0" and p["tier"] == "edge", p
+    bad = [({**node, "site": "mars"}, 404, "site"),
+           ({**node, "gpu_model": "Z100", "num_gpu": 1}, 422, "gpu_model"),
+           ({**node, "name": "cpu-00136"}, 422, "name"),  # a region-a node's name
+           ({**node, "cpu_milli": 0}, 422, "cpu_milli")]
+    for body, status, field in bad:
+        r = requests.put(f"{service}/v1/nodes", json={"nodes": [body]}, headers=auth,
+                         timeout=30)
+        assert r.status_code == status, (body, r.text)
+        assert field in str(r.json()["detail"][0]["loc"])
+    assert requests.put(f"{service}/v1/nodes", json={"nodes": [node]},
+                        timeout=30).status_code == 401

@@ -156,3 +156,33 @@ def _alloc_of(site: SitePlacer, rid: str) -> np.ndarray:
     for bk in site.reservations[rid].bookings:
         out[bk.node] += site.state.charged(bk.request)
     return out
+
+
+def test_nodes_register_change_and_survive_restart(medium: Hierarchy, tmp_path) -> None:
+    from smartsched.model.cluster import NodeSpec
+    from smartsched.model.errors import SmartSchedError
+    from smartsched.serving.journal import Journal
+
+    spec = site_subspec(medium.spec, ["mec-0"])
+    zone = spec.zones[0].name
+    path = tmp_path / "mec-0.jsonl"
+    a = SitePlacer(spec, "k8s-default", journal=Journal(path))
+    new = NodeSpec(name="mec-0-new", cpu_milli=64000, memory_mib=262144, zone=zone,
+                   labels={"pool": "fast"})
+    assert a.upsert_nodes([new])["changed"] == 1
+    r = a.place([_pod("f", cpu=8000, node_selector=(("pool", "fast"),))], 600)[0]
+    assert r.placed and r.node == "mec-0-new"
+    # Shrinking the node below its reservation is refused and changes nothing.
+    small = NodeSpec(name="mec-0-new", cpu_milli=4000, memory_mib=262144, zone=zone,
+                     labels={"pool": "fast"})
+    with pytest.raises(SmartSchedError, match="mec-0-new"):
+        a.upsert_nodes([small])
+    assert a.state.capacity[a.state.node_index("mec-0-new"), 0] == 64000
+    # Usage only: no rebuild, the node's observed use is set.
+    a.upsert_nodes([new], {"mec-0-new": (0.5, 0.25, 0.0)})
+    assert a.state.usage[a.state.node_index("mec-0-new"), 0] == 32000
+    with pytest.raises(UnknownReferenceError):
+        a.upsert_nodes([NodeSpec(name="x", cpu_milli=1000, memory_mib=1024, zone="nowhere")])
+    b = SitePlacer(spec, "k8s-default", journal=Journal(path))  # restart
+    i = b.state.node_index("mec-0-new")
+    assert b.state.allocated[i, 0] == 8000 and b.state.labels[i].any()

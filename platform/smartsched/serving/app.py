@@ -25,6 +25,7 @@ from smartsched.model.errors import SmartSchedError, UnknownReferenceError, Vali
 from smartsched.serving.config import ServiceConfig, load_token, parse_service_config
 from smartsched.serving.schemas import (
     BatchPlacementRequest,
+    NodesRequest,
     PlacementRequest,
     PlacementResponse,
     ProfileUpdate,
@@ -82,6 +83,9 @@ class SiteDeployment:
 
     async def set_profile(self, profile: str) -> str:
         return self.tier.set_profile(profile)
+
+    async def upsert_nodes(self, nodes: list, usage: dict) -> dict[str, Any]:
+        return self.tier.upsert_nodes(nodes, usage)
 
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=2000)
@@ -275,6 +279,37 @@ async def region_summary(region: str, ing: Any = Depends(_ingress)) -> Any:
     return {**got[0], "edge_sites": got[1:]}
 
 
+@app_api.put("/v1/nodes")
+async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_ingress)) -> Any:
+    """Register nodes, change them (labels, taints, capacity) or report their usage."""
+    if (denied := ing.authorize(request)) is not None:
+        return denied
+    per_site: dict[str, tuple[list, dict]] = {}
+    for i, n in enumerate(body.nodes):
+        if n.site not in ing.sites:
+            raise UnknownReferenceError(f"nodes.{i}.site", f"unknown site {n.site!r}")
+        owner = ing.node_site.get(n.name)
+        if owner is not None and owner != n.site:
+            raise ValidationError(f"nodes.{i}.name", f"node {n.name!r} belongs to {owner}")
+        zones = [z.name for z in ing.h.spec.zones if z.site == n.site]
+        zone = n.zone or zones[0]
+        if zone not in zones:
+            raise UnknownReferenceError(f"nodes.{i}.zone", f"unknown zone {zone!r} in {n.site}")
+        try:
+            spec = n.to_node_spec(zone)
+        except ValidationError as e:
+            raise ValidationError(f"nodes.{i}.{e.field.split('.')[-1]}", e.message) from None
+        nodes, usage = per_site.setdefault(n.site, ([], {}))
+        nodes.append(spec)
+        if n.usage is not None:
+            usage[n.name] = (n.usage.cpu, n.usage.memory, n.usage.gpu)
+    out = []
+    for site, (nodes, usage) in per_site.items():
+        out.append(await ing.sites[site].upsert_nodes.remote(nodes, usage))
+        ing.node_site.update({x.name: site for x in nodes})
+    return {"sites": out}
+
+
 @app_api.put("/v1/admin/sites/{site}/profile")
 async def set_profile(site: str, body: ProfileUpdate, request: Request,
                       ing: Any = Depends(_ingress)) -> Any:
@@ -300,6 +335,8 @@ class Ingress:
         self.cloud = cloud
         self.sites = sites
         self.metrics = ServiceMetrics()
+        zone_site = self.h.spec.zone_site()
+        self.node_site = {n.name: zone_site[n.zone] for n in self.h.spec.nodes}
         from smartsched.serving.replica import set_current
 
         set_current(self)
@@ -342,9 +379,9 @@ class Ingress:
 
     def _check_refs(self, pod: Any, i: int) -> None:
         sites = {s.name for s in self.h.spec.sites}
-        for r in pod.allowed_regions:
-            if r not in self.h.regions:
-                raise UnknownReferenceError(f"pods.{i}.allowed_regions", f"unknown region {r!r}")
+        for r in pod.allowed_regions:  # region or MEC site names, as in the twin
+            if r not in sites:
+                raise UnknownReferenceError(f"pods.{i}.allowed_regions", f"unknown site {r!r}")
         if pod.origin_site is not None and pod.origin_site not in sites:
             raise UnknownReferenceError(f"pods.{i}.origin_site",
                                         f"unknown site {pod.origin_site!r}")

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from smartsched.model.cluster import NodeSpec
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.resources import (
     MAX_DEVICES_PER_NODE,
@@ -128,6 +129,14 @@ class NodeUpdate(BaseModel):
     taints: list[str] = Field(default_factory=list, max_length=64)
     unschedulable: bool = False
     usage: NodeUsage | None = None
+
+
+    def to_node_spec(self, zone: str) -> NodeSpec:
+        """The model's node (its own checks apply: e.g. a known GPU model)."""
+        return NodeSpec(name=self.name, cpu_milli=self.cpu_milli, memory_mib=self.memory_mib,
+                        zone=zone, num_gpu=self.num_gpu, gpu_model=self.gpu_model,
+                        labels=dict(self.labels), taints=tuple(self.taints),
+                        unschedulable=self.unschedulable)
 
 
 class NodesRequest(BaseModel):

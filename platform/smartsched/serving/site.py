@@ -24,8 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from smartsched.model.cluster import ClusterSpec
-from smartsched.model.errors import InfeasibleDecisionError, UnknownReferenceError
+from smartsched.model.cluster import ClusterSpec, NodeSpec
+from smartsched.model.errors import (
+    InfeasibleDecisionError,
+    SmartSchedError,
+    UnknownReferenceError,
+)
 from smartsched.model.pod import Pod
 from smartsched.model.resources import CPU, GPU, MEM
 from smartsched.scheduling.base import make_scheduler
@@ -102,6 +106,7 @@ class SitePlacer:
         self._since_prepare: int | None = None
         self.decisions = 0
         self.journal = journal
+        self.registered: dict[str, NodeSpec] = {}  # nodes added or changed through the API
         if journal is not None:
             self._recover(journal)
 
@@ -240,6 +245,57 @@ class SitePlacer:
             raise UnknownReferenceError("reservation",
                                         f"unknown or expired reservation {rid!r}") from None
 
+    # ------------------------------------------------------------ nodes
+    def upsert_nodes(self, nodes: Sequence[NodeSpec],
+                     usage: dict[str, tuple[float, float, float]] | None = None) -> dict[str, int]:
+        """Register new nodes or replace changed ones, and/or set observed usage.
+
+        Changing nodes rebuilds the state and re-books every live reservation on
+        the same node and devices; if one no longer fits (a node shrank or lost
+        devices) nothing changes and the error names the node.
+        """
+        zones = {z.name for z in self.spec.zones}
+        for n in nodes:
+            if n.zone not in zones:
+                raise UnknownReferenceError(f"nodes.{n.name}.zone",
+                                            f"unknown zone {n.zone!r} in this site")
+        by_name = {n.name: n for n in self.spec.nodes}
+        changed = [n for n in nodes if by_name.get(n.name) != n]
+        if changed:
+            self._rebuild(changed)
+            self._log({"op": "nodes", "nodes": [_node_dict(n) for n in changed]})
+        for name, (cpu, mem, gpu) in (usage or {}).items():
+            i = self.state.node_index(name)
+            cap = self.state.capacity[i]
+            self.state.usage[i] = (cpu * cap[CPU], mem * cap[MEM], gpu * cap[GPU])
+        return {"changed": len(changed), "usage": len(usage or {})}
+
+    def _rebuild(self, changed: Sequence[NodeSpec]) -> None:
+        by_name = {n.name: n for n in changed}
+        old = [by_name.pop(n.name, n) for n in self.spec.nodes]
+        spec = ClusterSpec(name=self.spec.name, sites=self.spec.sites, zones=self.spec.zones,
+                           nodes=(*old, *by_name.values()))
+        state = ClusterState(spec)
+        state.usage[: self.state.num_nodes] = self.state.usage
+        state.now = self.state.now
+        rebooked: dict[str, list[Booking]] = {}
+        for rid, r in self.reservations.items():
+            rebooked[rid] = []
+            for b in r.bookings:
+                node = state.node_index(self.state.names[b.node])
+                req = state.compile(b.pod)
+                try:
+                    state.allocate(node, req, b.devices)
+                except InfeasibleDecisionError as e:
+                    raise SmartSchedError(
+                        f"nodes.{self.state.names[b.node]}: the update does not leave room for "
+                        f"reservation {rid} ({e}); release it first") from None
+                rebooked[rid].append(Booking(b.pod, node, b.devices, req))
+        for rid, bookings in rebooked.items():
+            self.reservations[rid].bookings = bookings
+        self.spec, self.state = spec, state
+        self.registered.update({n.name: n for n in changed})
+
     # ------------------------------------------------------------ durability
     def _reserve_event(self, r: Reservation) -> dict[str, Any]:
         return {"op": "reserve", "rid": r.id, "expires_at": r.expires_at,
@@ -247,24 +303,34 @@ class SitePlacer:
                 "bookings": [{"pod": pod_to_dict(b.pod), "node": self.state.names[b.node],
                               "devices": list(b.devices)} for b in r.bookings]}
 
+    def _snapshot_events(self) -> list[dict[str, Any]]:
+        nodes = ([{"op": "nodes", "nodes": [_node_dict(n) for n in self.registered.values()]}]
+                 if self.registered else [])
+        return nodes + [self._reserve_event(r) for r in self.reservations.values()]
+
     def _log(self, event: dict[str, Any]) -> None:
         if self.journal is None:
             return
         self.journal.append(event)
         if self.journal.needs_compaction():
-            self.journal.rewrite([self._reserve_event(r) for r in self.reservations.values()])
+            self.journal.rewrite(self._snapshot_events())
 
     def _recover(self, journal: Journal) -> None:
         """Rebuild reservations from the journal; drop those expired meanwhile."""
         live: dict[str, dict[str, Any]] = {}
+        nodes: dict[str, NodeSpec] = {}
         for e in journal.replay():
             op, rid = e.get("op"), e.get("rid")
-            if op == "reserve":
+            if op == "nodes":
+                nodes.update({d["name"]: _node_from_dict(d) for d in e["nodes"]})
+            elif op == "reserve":
                 live[rid] = e
             elif op == "confirm" and rid in live:
                 live[rid]["confirmed"] = True
             elif op == "release":
                 live.pop(rid, None)
+        if nodes:
+            self._rebuild(list(nodes.values()))  # no reservations yet: cannot conflict
         now = self.clock()
         for rid, e in live.items():
             if not e.get("confirmed") and e["expires_at"] <= now:
@@ -286,7 +352,7 @@ class SitePlacer:
                     zone=zone_names[int(self.state.zone_id[b.node])], devices=b.devices,
                     reservation_id=rid, expires_at=r.expires_at) for b in bookings]
         # Start the file afresh with the live state only.
-        journal.rewrite([self._reserve_event(r) for r in self.reservations.values()])
+        journal.rewrite(self._snapshot_events())
 
     # ------------------------------------------------------------ views
     def free_fraction(self) -> dict[str, float]:
@@ -303,3 +369,15 @@ class SitePlacer:
                 "memory_free_pct": 100 * f["memory"], "gpu_free_pct": 100 * f["gpu"],
                 "gpus_total": int(self.state.gpu_count.sum()),
                 "reservations": len(self.reservations), "profile": self.profile}
+
+
+def _node_dict(n: NodeSpec) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    d = asdict(n)
+    d["labels"] = dict(n.labels)
+    return d
+
+
+def _node_from_dict(d: dict[str, Any]) -> NodeSpec:
+    return NodeSpec(**{**d, "taints": tuple(d.get("taints", ()))})

@@ -9,7 +9,8 @@ one instance per replica:
   region when it cannot place them.
 * ``CloudTier`` -- picks regions for each pod (``federation.topology``) and
   asks them in order, spilling over when one is full; pods from an edge site
-  with a latency SLO go to that site first. It remembers answers by request id,
+  with a latency SLO go to that site first (unless ``allowed_regions`` leaves the
+  site out: compliance names sites, as in the twin). It remembers answers by request id,
   so a retry never books twice even when the first attempt spilled over.
 
 Calls between tiers go through ``SiteCaller`` objects: direct method calls in
@@ -112,6 +113,10 @@ class SiteTier:
     def summary(self) -> dict[str, Any]:
         return {"site": self.site, "tier": self.tier, **self.placer.summary()}
 
+    def upsert_nodes(self, nodes: list[Any], usage: dict[str, tuple[float, float, float]],
+                     ) -> dict[str, Any]:
+        return {"site": self.site, **self.placer.upsert_nodes(nodes, usage)}
+
     def free(self) -> dict[str, float]:
         return self.placer.free_fraction()
 
@@ -166,8 +171,7 @@ class CloudTier:
         origin = lead.origin_site
         if (origin in self.edges and (lead.pod_class == PodClass.EDGE_RT
                                       or lead.latency_slo_ms is not None)
-                and (not lead.allowed_regions or self.h.region_of(origin)
-                     in lead.allowed_regions)):
+                and (not lead.allowed_regions or origin in lead.allowed_regions)):
             res = await self.edges[origin](members, ttl_s, rid)
             tried.add(self.h.region_of(origin))  # the edge escalated to it already
             if all(r["placed"] for r in res):
