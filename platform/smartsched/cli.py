@@ -312,6 +312,30 @@ def bench_rl(policy: str | None, skip_sampling: bool, json_path: str | None) -> 
     _write_json(json_path, run_rl_bench(policy, echo=click.echo, skip_sampling=skip_sampling))
 
 
+@bench.command("serve")
+@click.option("--nodes-per-region", default=1500, show_default=True,
+              type=click.IntRange(2, 100_000))
+@click.option("--profiles", default="k8s-default,rl:models/ppo_mixed_small", show_default=True,
+              help="Comma-separated; each is deployed on every region and edge site in turn.")
+@click.option("--requests", "requests_per_kind", default=200, show_default=True,
+              type=click.IntRange(10, 100_000), help="Sequential requests per path.")
+@click.option("--batches", default=4, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--state-dir", default="runs/bench_serve", show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, batches: int,
+                batch_size: int, state_dir: str, json_path: str | None) -> None:
+    """The placement service on loopback beside a bare echo deployment (bounded load)."""
+    from smartsched.bench.serve import format_serve_bench, run_serve_bench
+
+    res = run_serve_bench(nodes_per_region=nodes_per_region,
+                          profiles=tuple(p for p in profiles.split(",") if p),
+                          requests_per_kind=requests_per_kind, batches=batches,
+                          batch_size=batch_size, state_dir=state_dir, echo=click.echo)
+    click.echo(format_serve_bench(res))
+    _write_json(json_path, res)
+
+
 @bench.command("speed")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 @click.option("--skip-large", is_flag=True, help="Skip the 24 h mixed run on the large preset.")

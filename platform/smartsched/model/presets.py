@@ -165,6 +165,34 @@ def openb(variant: str = "gpu_node", root: Path | None = None) -> ClusterSpec:
     return ClusterSpec(f"openb-{variant}", (site,), (Zone("openb-1", "openb"),), tuple(nodes))
 
 
+def regional(nodes_per_region: int, regions: int = 2, edge_sites: int = 2,
+             nodes_per_edge: int = 8) -> ClusterSpec:
+    """A cluster of ``regions`` x ``nodes_per_region`` (80 % CPU nodes, 20 % 8-GPU A100
+    nodes, two zones each) plus ``edge_sites`` MEC sites: the service benchmark's shape."""
+    if not 1 <= regions <= 3:
+        raise ValidationError("regions", f"must be 1..3, got {regions}")
+    if nodes_per_region < 2 or edge_sites < 0 or nodes_per_edge < 1:
+        raise ValidationError("nodes_per_region", "needs >= 2 nodes per region, >= 1 per edge")
+    cloud = _regions(regions)
+    edges = _edge_sites(edge_sites, (400.0, 150.0), 500.0)
+    zones = [Zone(f"{r.name}-{z}", r.name) for r in cloud for z in (1, 2)]
+    zones += [Zone(f"{e.name}-1", e.name) for e in edges]
+    nodes: list[NodeSpec] = []
+    for r in cloud:
+        rz = [f"{r.name}-1", f"{r.name}-2"]
+        gpu = nodes_per_region // 5
+        nodes += _pool(f"{r.name}-cpu", nodes_per_region - gpu, rz, 40, cpu_milli=64_000,
+                       memory_mib=262_144)
+        nodes += _pool(f"{r.name}-a100", gpu, rz, 16, cpu_milli=96_000, memory_mib=786_432,
+                       num_gpu=8, gpu_model="A100", taints=(GPU_NODE_TAINT,))
+    for e in edges:
+        nodes += _pool(f"{e.name}-n", nodes_per_edge, [f"{e.name}-1"], nodes_per_edge,
+                       cpu_milli=16_000, memory_mib=65_536, num_gpu=1, gpu_model="T4",
+                       labels={"node-role/edge": "true"})
+    return ClusterSpec(f"regional-{nodes_per_region}", tuple(cloud + edges), tuple(zones),
+                       tuple(nodes))
+
+
 PRESETS: dict[str, Callable[[], ClusterSpec]] = {
     "small": small,
     "medium": medium,

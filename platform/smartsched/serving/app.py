@@ -1,13 +1,15 @@
-"""The Ray Serve application: FastAPI ingress -> cloud -> region / edge deployments.
+"""The Ray Serve application: the cloud ingress -> region / edge deployments.
 
 Owns the deployment graph and the HTTP surface. ``build_app(args)`` is the
 import path of ``serve_apps/placement.yaml`` (``serve run``) and of
 ``smartsched serve``. One deployment per region and per MEC site, each with
 exactly one replica (the single writer of its state; methods are coroutines
 without awaits around state changes, so requests are applied one at a time on
-the replica's event loop); one cloud deployment (single replica: it owns the
-idempotency answers across spill-over); an ingress that validates, authorizes,
-routes and measures. Every replica asks a fraction of a CPU (``replica_cpus``).
+the replica's event loop). The ``cloud`` deployment is the FastAPI ingress and
+the global tier in one replica: it validates, authorizes, measures, ranks
+regions and owns the idempotency answers across spill-over. (A separate cloud
+deployment cost one more handle hop, ~6 ms p50 per request on 2 cores -- see
+docs/benchmarks.md.) Every replica asks a fraction of a CPU (``replica_cpus``).
 """
 
 from __future__ import annotations
@@ -86,43 +88,6 @@ class SiteDeployment:
 
     async def upsert_nodes(self, nodes: list, usage: dict) -> dict[str, Any]:
         return self.tier.upsert_nodes(nodes, usage)
-
-
-@serve.deployment(num_replicas=1, max_ongoing_requests=2000)
-class CloudDeployment:
-    """The global tier (see ``serving.tiers.CloudTier``)."""
-
-    def __init__(self, args: dict[str, Any], regions: dict[str, Any],
-                 edges: dict[str, Any]) -> None:
-        from smartsched.federation.topology import RankWeights
-        from smartsched.serving.tiers import CloudTier
-
-        cfg = parse_service_config(args)
-        h = _hierarchy(cfg)
-        self._regions = regions
-        self._free: dict[str, dict[str, float]] = {}
-        self._free_at = 0.0
-
-        def caller(handle: Any) -> Any:
-            async def call(pods: list, ttl_s: float, rid: str | None) -> list:
-                return await handle.place.remote(pods, ttl_s, rid)
-            return call
-
-        self.tier = CloudTier(h, {k: caller(v) for k, v in regions.items()},
-                              {k: caller(v) for k, v in edges.items()}, self._free_of,
-                              RankWeights(**cfg.ranking.model_dump()))
-
-    async def _free_of(self, max_age_s: float = 1.0) -> dict[str, dict[str, float]]:
-        """Region headroom for ranking, refreshed at most once a second."""
-        if time.monotonic() - self._free_at > max_age_s:
-            names = list(self._regions)
-            got = await asyncio.gather(*(self._regions[n].free.remote() for n in names))
-            self._free = dict(zip(names, got, strict=True))
-            self._free_at = time.monotonic()
-        return self._free
-
-    async def place(self, pods: list, ttl_s: float, rid: str | None) -> list[dict[str, Any]]:
-        return await self.tier.place(pods, ttl_s, rid)
 
 
 def _error(status: int, field: str, msg: str) -> JSONResponse:
@@ -326,14 +291,28 @@ async def set_profile(site: str, body: ProfileUpdate, request: Request,
 class Ingress:
     """HTTP: validation, auth, routing by reservation id, Prometheus metrics."""
 
-    def __init__(self, args: dict[str, Any], cloud: Any, sites: dict[str, Any]) -> None:
+    def __init__(self, args: dict[str, Any], regions: dict[str, Any],
+                 edges: dict[str, Any]) -> None:
+        from smartsched.federation.topology import RankWeights
         from smartsched.serving.metrics import ServiceMetrics
+        from smartsched.serving.tiers import CloudTier
 
         self.cfg = parse_service_config(args)
         self.token = load_token(self.cfg.auth)
         self.h = _hierarchy(self.cfg)
-        self.cloud = cloud
-        self.sites = sites
+        self.sites = {**regions, **edges}
+        self._regions = regions
+        self._free: dict[str, dict[str, float]] | None = None
+        self._refresher: asyncio.Task | None = None
+
+        def caller(handle: Any) -> Any:
+            async def call(pods: list, ttl_s: float, rid: str | None) -> list:
+                return await handle.place.remote(pods, ttl_s, rid)
+            return call
+
+        self.cloud = CloudTier(self.h, {k: caller(v) for k, v in regions.items()},
+                               {k: caller(v) for k, v in edges.items()}, self._free_of,
+                               RankWeights(**self.cfg.ranking.model_dump()))
         self.metrics = ServiceMetrics()
         zone_site = self.h.spec.zone_site()
         self.node_site = {n.name: zone_site[n.zone] for n in self.h.spec.nodes}
@@ -373,9 +352,30 @@ class Ingress:
             self._check_refs(pod, i)
             pods.append(pod)
         self._check_gangs(pods)
-        results = await self.cloud.place.remote(pods, ttl_s, rid)
+        results = await self.cloud.place(pods, ttl_s, rid)
         self.metrics.observe_placements(results)
         return PlacementResponse(request_id=rid, placements=results)
+
+    async def _fetch_free(self) -> dict[str, dict[str, float]]:
+        names = list(self._regions)
+        got = await asyncio.gather(*(self._regions[n].free.remote() for n in names))
+        return dict(zip(names, got, strict=True))
+
+    async def _refresh_free(self, every_s: float = 1.0) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                self._free = await self._fetch_free()
+            except Exception:  # a restarting region: keep the last figures
+                continue
+
+    async def _free_of(self) -> dict[str, dict[str, float]]:
+        """Region headroom for ranking, refreshed in the background once a second
+        (never on a request's path after the first)."""
+        if self._free is None:
+            self._free = await self._fetch_free()
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh_free())
+        return self._free
 
     def _check_refs(self, pod: Any, i: int) -> None:
         sites = {s.name for s in self.h.spec.sites}
@@ -409,5 +409,4 @@ def build_app(args: dict[str, Any]) -> Any:
                for r in h.regions}
     edges = {e: SiteDeployment.options(name=e, **opts).bind(
         plain, e, regions[h.parent[e]]) for e in h.edges}
-    cloud = CloudDeployment.options(name="cloud", **opts).bind(plain, regions, edges)
-    return Ingress.options(name="ingress", **opts).bind(plain, cloud, {**regions, **edges})
+    return Ingress.options(name="cloud", **opts).bind(plain, regions, edges)

@@ -19,9 +19,13 @@ process, deployment handles under Serve.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import itertools
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from smartsched.federation.topology import Hierarchy, RankWeights
@@ -151,11 +155,24 @@ class CloudTier:
         for p in pods:
             groups.setdefault(p.gang_id or f"\0{p.id}", []).append(p)
         free = await self.free_of()
+        plans = [self._plan(members, free) for members in groups.values()]
+        # Rounds: every group still unplaced goes to its next target; groups with the
+        # same target share one call (a batch costs one hop per site, not per pod).
+        for rnd in itertools.count():
+            buckets: dict[tuple[str, str], list[_Plan]] = {}
+            for plan in plans:
+                if plan.result is None and plan.pos < len(plan.seq):
+                    kind, site, _ = plan.seq[plan.pos]
+                    buckets.setdefault((kind, site), []).append(plan)
+            if not buckets:
+                break
+            await asyncio.gather(*(self._call(kind, site, bucket, ttl_s, request_id, rnd)
+                                   for (kind, site), bucket in buckets.items()))
         out: dict[str, dict[str, Any]] = {}
-        for i, members in enumerate(groups.values()):
-            rid = None if request_id is None else f"{request_id}#{i}"
-            for r in await self._place_group(members, ttl_s, rid, free):
-                out[r["pod_id"]] = r
+        for plan in plans:
+            res = plan.result or [_unplaced(p, [*plan.stages, _stage(
+                "cloud", "global", "rejected", plan.final)]) for p in plan.members]
+            out.update({r["pod_id"]: r for r in res})
         results = [out[p.id] for p in pods]
         if request_id is not None:
             self.answers[request_id] = results
@@ -163,39 +180,60 @@ class CloudTier:
                 self.answers.popitem(last=False)
         return results
 
-    async def _place_group(self, members: list[Pod], ttl_s: float, rid: str | None,
-                           free: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    def _plan(self, members: list[Pod], free: dict[str, dict[str, float]]) -> _Plan:
+        """Where to try a group, in order: its edge site first (latency-bound pods from an
+        edge site), then the ranked regions (the edge's parent is skipped: the edge site
+        escalates to it itself)."""
         lead = members[0]
-        stages: list[dict[str, str]] = []
-        tried: set[str] = set()
+        seq: list[tuple[str, str, str]] = []
+        skip = None
         origin = lead.origin_site
         if (origin in self.edges and (lead.pod_class == PodClass.EDGE_RT
                                       or lead.latency_slo_ms is not None)
                 and (not lead.allowed_regions or origin in lead.allowed_regions)):
-            res = await self.edges[origin](members, ttl_s, rid)
-            tried.add(self.h.region_of(origin))  # the edge escalated to it already
-            if all(r["placed"] for r in res):
-                return res
-            stages += res[0]["reasons"]
+            seq.append(("edge", origin, ""))
+            skip = self.h.region_of(origin)
         ranked = self.h.rank_regions(lead, free, self.clock() - self.t0, self.weights)
+        seq += [("region", r, why) for r, why in ranked if r != skip]
+        final = "no allowed region can place it"
         if not ranked:
-            why = ("no allowed region exists: " + ", ".join(lead.allowed_regions)
-                   if lead.allowed_regions else "no region")
-            return [_unplaced(p, [*stages, _stage("cloud", "global", "rejected", why)])
-                    for p in members]
-        for region, why in ranked:
-            if region in tried:
-                continue
-            stages.append(_stage("cloud", "global", "escalated", f"try {region}: {why}"))
-            res = await self.regions[region](members, ttl_s, rid)
-            if all(r["placed"] for r in res):
-                for r in res:
-                    r["reasons"] = [*stages, *r["reasons"]]
-                return res
-            stages += res[0]["reasons"]
-        return [_unplaced(p, [*stages, _stage("cloud", "global", "rejected",
-                                              "no allowed region can place it")])
-                for p in members]
+            final = ("no allowed region exists: " + ", ".join(lead.allowed_regions)
+                     if lead.allowed_regions else "no region")
+        return _Plan(members, seq, final)
+
+    async def _call(self, kind: str, site: str, bucket: list[_Plan], ttl_s: float,
+                    request_id: str | None, rnd: int) -> None:
+        pods = [p for plan in bucket for p in plan.members]
+        rid = None
+        if request_id is not None:  # the same pods at the same site give the same key
+            digest = hashlib.sha1("\0".join(p.id for p in pods).encode()).hexdigest()[:16]
+            rid = f"{request_id}#{site}#{digest}"
+        for plan in bucket:
+            why = plan.seq[plan.pos][2]
+            if kind == "region":
+                plan.stages.append(_stage("cloud", "global", "escalated", f"try {site}: {why}"))
+        call = self.edges[site] if kind == "edge" else self.regions[site]
+        res = await call(pods, ttl_s, rid)
+        by_id = {r["pod_id"]: r for r in res}
+        for plan in bucket:
+            mine = [by_id[p.id] for p in plan.members]
+            if all(r["placed"] for r in mine):
+                for r in mine:
+                    r["reasons"] = [*plan.stages, *r["reasons"]]
+                plan.result = mine
+            else:
+                plan.stages += mine[0]["reasons"]
+                plan.pos += 1
+
+
+@dataclass
+class _Plan:
+    members: list[Pod]
+    seq: list[tuple[str, str, str]]  # (tier, site, why) to try in order
+    final: str  # the reason if every target refuses
+    pos: int = 0
+    stages: list[dict[str, str]] = field(default_factory=list)
+    result: list[dict[str, Any]] | None = None
 
 
 def _unplaced(pod: Pod, stages: list[dict[str, str]]) -> dict[str, Any]:
