@@ -18,21 +18,26 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def service(ray_session, tmp_path_factory: pytest.TempPathFactory):
-    """Base URL of the running service (medium cluster: 2 regions, 2 MEC sites)."""
+def serve_args(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The service's config (medium cluster: 2 regions, 2 MEC sites)."""
+    root = tmp_path_factory.mktemp("serve")
+    token_file = root / "token"
+    token_file.write_text(TOKEN + "\n")
+    return {"cluster": "medium", "auth": {"token_file": str(token_file)},
+            "max_body_bytes": 256 * 1024, "journal_dir": str(Path(root) / "journal")}
+
+
+@pytest.fixture(scope="session")
+def service(ray_session, serve_args: dict):
+    """Base URL of the running service."""
     import requests
     from ray import serve
 
     from smartsched.serving.app import build_app
 
-    root = tmp_path_factory.mktemp("serve")
-    token_file = root / "token"
-    token_file.write_text(TOKEN + "\n")
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    args = {"cluster": "medium", "auth": {"token_file": str(token_file)},
-            "max_body_bytes": 256 * 1024, "journal_dir": str(Path(root) / "journal")}
-    serve.run(build_app(args), name="placement", route_prefix="/")
+    serve.run(build_app(serve_args), name="placement", route_prefix="/")
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while time.time() < deadline:

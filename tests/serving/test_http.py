@@ -243,3 +243,33 @@ def test_put_nodes_registers_and_places(service: str, auth: dict) -> None:
         assert field in str(r.json()["detail"][0]["loc"])
     assert requests.put(f"{service}/v1/nodes", json={"nodes": [node]},
                         timeout=30).status_code == 401
+
+
+def test_redeploy_with_another_profile_keeps_reservations(service: str, auth: dict,
+                                                          serve_args: dict) -> None:
+    """Redeploying the app from Python with another profile for mec-0: Serve starts new
+    replicas (a Python redeploy is a code change to Serve), the journal brings back every
+    reservation, and the site decides with the new profile."""
+    from ray import serve
+
+    from smartsched.serving.app import build_app
+
+    p = _place(service, auth, _pod(**{"class": "edge-rt"}, origin_site="mec-0",
+                                   latency_slo_ms=20), ttl_s=600).json()["placements"][0]
+    assert p["tier"] == "edge" and p["profile"] == "k8s-default"
+    before = requests.get(f"{service}/v1/clusters/{p['region']}/summary", timeout=10).json()
+    serve.run(build_app({**serve_args, "profiles": {"mec-0": "fgd"}}), name="placement",
+              route_prefix="/")
+    after = requests.get(f"{service}/v1/clusters/{p['region']}/summary", timeout=10).json()
+    mec0 = lambda summ: next(e for e in summ["edge_sites"] if e["site"] == "mec-0")  # noqa: E731
+    assert mec0(after)["reservations"] == mec0(before)["reservations"] >= 1
+    assert mec0(after)["profile"] == "fgd"
+    q = _place(service, auth, _pod(**{"class": "edge-rt"}, origin_site="mec-0",
+                                   latency_slo_ms=20), ttl_s=600).json()["placements"][0]
+    assert q["tier"] == "edge" and q["profile"] == "fgd"
+    url = f"{service}/v1/reservations/{p['reservation_id']}"
+    assert requests.post(f"{url}:confirm", headers=auth, timeout=10).status_code == 200
+    serve.run(build_app(serve_args), name="placement", route_prefix="/")  # back
+    for r in (p, q):
+        requests.delete(f"{service}/v1/reservations/{r['reservation_id']}", headers=auth,
+                        timeout=10)

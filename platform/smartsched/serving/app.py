@@ -35,6 +35,7 @@ from smartsched.serving.schemas import (
 )
 
 API_TITLE = "SmartSched placement service"
+PROFILE_FIELDS = ("region_profile", "edge_profile", "profiles")
 
 
 def _hierarchy(cfg: ServiceConfig) -> Any:
@@ -58,6 +59,8 @@ class SiteDeployment:
         async def call_parent(pods: list, ttl_s: float, rid: str | None) -> list:
             return await parent.place.remote(pods, ttl_s, rid)
 
+        # The real profile arrives through reconfigure(user_config) right after this,
+        # so that changing it later is an in-place update, not a new replica.
         self.tier = SiteTier(h, site, cfg.profile_of(site, tier),
                              parent=call_parent if parent is not None else None, seed=cfg.seed,
                              journal_dir=cfg.journal_dir)
@@ -404,9 +407,17 @@ def build_app(args: dict[str, Any]) -> Any:
     h = _hierarchy(cfg)
     load_token(cfg.auth)  # fail here, before any replica starts, when no token is set
     opts = {"ray_actor_options": {"num_cpus": cfg.replica_cpus}}
-    plain = cfg.model_dump()
-    regions = {r: SiteDeployment.options(name=r, **opts).bind(plain, r)
-               for r in h.regions}
-    edges = {e: SiteDeployment.options(name=e, **opts).bind(
-        plain, e, regions[h.parent[e]]) for e in h.edges}
+    # Profiles travel as user_config only: a changed profile (here or in the YAML's
+    # deployments section) reaches the running replica through reconfigure, keeping
+    # its state and reservations; the init args stay the same.
+    plain = cfg.model_dump(exclude=set(PROFILE_FIELDS))
+
+    def site(name: str, *parent: Any) -> Any:
+        tier = "region" if name in h.regions else "edge"
+        return SiteDeployment.options(
+            name=name, user_config={"profile": cfg.profile_of(name, tier)}, **opts,
+        ).bind(plain, name, *parent)
+
+    regions = {r: site(r) for r in h.regions}
+    edges = {e: site(e, regions[h.parent[e]]) for e in h.edges}
     return Ingress.options(name="cloud", **opts).bind(plain, regions, edges)
