@@ -273,3 +273,24 @@ def test_redeploy_with_another_profile_keeps_reservations(service: str, auth: di
     for r in (p, q):
         requests.delete(f"{service}/v1/reservations/{r['reservation_id']}", headers=auth,
                         timeout=10)
+
+
+def test_spill_over_to_the_next_region(service: str, auth: dict) -> None:
+    gpu = {"cpu_milli": 500, "memory_mib": 512, "num_gpu": 1, "gpu_milli": 1000,
+           "tolerations": ["nvidia.com/gpu=present:NoSchedule"]}
+    summary = requests.get(f"{service}/v1/clusters/region-b/summary", timeout=10).json()
+    free = round(summary["gpus_total"] * summary["gpu_free_pct"] / 100)
+    fill = requests.post(f"{service}/v1/placements:batch", headers=auth, timeout=60, json={
+        "pods": [_pod(**gpu, allowed_regions=["region-b"]) for _ in range(free)],
+        "ttl_s": 600}).json()["placements"]
+    assert all(p["placed"] and p["region"] == "region-b" for p in fill)
+    # Closest to region-b, which is full now: it spills over to region-a, and says why.
+    p = _place(service, auth, _pod(**gpu, origin_site="region-b")).json()["placements"][0]
+    assert p["placed"] and p["region"] == "region-a", p
+    stages = [(s["site"], s["outcome"]) for s in p["reasons"]]
+    assert ("region-b", "full") in stages and stages[-1] == ("region-a", "placed")
+    text = requests.get(f"{service}/metrics", timeout=10).text
+    assert 'smartsched_escalations_total{from_tier="region",site="region-b"}' in text
+    for r in [*fill, p]:
+        requests.delete(f"{service}/v1/reservations/{r['reservation_id']}", headers=auth,
+                        timeout=10)
