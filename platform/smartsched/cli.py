@@ -234,6 +234,63 @@ def place(pod_file: str, url: str, request_id: str | None, ttl_s: float,
 
 
 @main.group()
+def forecast() -> None:
+    """Load forecasting: train the LSTM, evaluate it against the baselines."""
+
+
+DEFAULT_FORECAST_DATA = "google2011"
+
+
+def _forecast_data(data: str) -> str:
+    if data == DEFAULT_FORECAST_DATA:
+        from smartsched.forecast.data import GOOGLE_FILE
+        from smartsched.paths import data_dir
+
+        return str(data_dir() / GOOGLE_FILE)
+    return data
+
+
+@forecast.command("train")
+@click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True,
+              help="Long-format CSV/Parquet (series_id, timestamp, values) or google2011.")
+@click.option("--out", default="models/forecast", show_default=True)
+@click.option("--epochs", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--seed", default=0, show_default=True)
+@click.option("--lookback", default=36, show_default=True, type=click.IntRange(2, 10_000))
+@click.option("--horizon", default=3, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def forecast_train(data: str, out: str, epochs: int, seed: int, lookback: int, horizon: int,
+                   json_path: str | None) -> None:
+    """Train the LSTM (early stopping on validation, interval calibrated there)."""
+    from smartsched.forecast.run import train_forecaster
+
+    _write_json(json_path, train_forecaster(_forecast_data(data), out, epochs=epochs, seed=seed,
+                                            lookback=lookback, horizon=horizon,
+                                            echo=click.echo))
+
+
+@forecast.command("evaluate")
+@click.option("--model", default=None, help="A trained forecaster folder (omit: baselines only).")
+@click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True)
+@click.option("--plot", default=None, type=click.Path(dir_okay=False),
+              help="PNG of actual vs predicted for a few test series.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def forecast_evaluate(model: str | None, data: str, plot: str | None,
+                      json_path: str | None) -> None:
+    """MAE, MAPE, sMAPE, MASE and interval coverage per model, per machine and aggregate."""
+    from smartsched.forecast.evaluate import format_table
+    from smartsched.forecast.run import evaluate_forecaster
+
+    res = evaluate_forecaster(model, _forecast_data(data), plot=plot)
+    click.echo(format_table(res))
+    for t, best in res["best_baseline"].items():
+        if "LSTM" in res["models"]:
+            r = res["models"]["LSTM"][t]["machine"]["MASE_vs_best"]
+            click.echo(f"{t}: LSTM MAE / best baseline ({best}) MAE = {r:.3f}")
+    _write_json(json_path, res)
+
+
+@main.group()
 def bench() -> None:
     """Benchmark suites that print figures (and write them with --json)."""
 

@@ -1,0 +1,1 @@
+"""Load forecasting: series data, baselines, an LSTM with intervals, evaluation."""

@@ -1,0 +1,173 @@
+"""Load-series data: long-format tables, the Google 2011 loader, and splits by series.
+
+Owns getting utilization series into one shape -- a long table of
+``series_id, timestamp (s), value`` per target, the format a Prometheus
+export gives -- and splitting them into train / validation / test by series
+id (whole series go to one split; time is never shuffled, so no test
+machine's values are seen in training).
+
+``Series`` holds one machine's regularly sampled values for every target;
+gaps are refused rather than interpolated silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from smartsched.model.errors import ValidationError
+
+GOOGLE_FILE = "google2011-vm-utilization/gcd_vm_cpu_mem_5min.csv"
+GOOGLE_COLUMNS = ("vm_file", "job_id", "day", "step", "cpu_util_pct", "mem_util_pct")
+LONG_COLUMNS = ("series_id", "timestamp")
+
+
+@dataclass(frozen=True)
+class Series:
+    """One machine: ``values[t, k]`` for target ``targets[k]`` at ``start_s + t * step_s``."""
+
+    id: str
+    start_s: float
+    step_s: float
+    targets: tuple[str, ...]
+    values: np.ndarray  # [T, K] float32
+
+    def __len__(self) -> int:
+        return int(self.values.shape[0])
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise ValidationError("data", f"no such file: {path}")
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise ValidationError("data", f"{path}: not a readable CSV: {e}") from None
+
+
+def _require(df: pd.DataFrame, cols: Sequence[str], source: str) -> None:
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        have = ", ".join(map(str, df.columns))
+        raise ValidationError(missing[0], f"missing column (have: {have})", source=source)
+
+
+def _numeric(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    vals = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(vals))
+    if bad.size:
+        raise ValidationError(col, f"not a finite number: {df[col].iloc[bad[0]]!r}",
+                              row=int(bad[0]), source=source)
+    return vals
+
+
+def series_from_long(df: pd.DataFrame, targets: Sequence[str], source: str = "table",
+                     step_s: float | None = None) -> list[Series]:
+    """Series from a long table ``series_id, timestamp, <targets...>``.
+
+    Each series must be regularly sampled (one step, inferred as the most common
+    gap unless given) without gaps or duplicate timestamps.
+    """
+    _require(df, [*LONG_COLUMNS, *targets], source)
+    ts = _numeric(df, "timestamp", source)
+    vals = np.stack([_numeric(df, t, source) for t in targets], axis=1)
+    sid = df["series_id"].astype(str).to_numpy()
+    order = np.lexsort((ts, sid))
+    sid, ts, vals = sid[order], ts[order], vals[order]
+    cuts = np.flatnonzero(sid[1:] != sid[:-1]) + 1
+    out = []
+    for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(sid)], strict=True):
+        t = ts[a:b]
+        if b - a < 2:
+            raise ValidationError("timestamp", f"series {sid[a]!r} has a single point",
+                                  source=source)
+        gaps = np.diff(t)
+        step = step_s or float(pd.Series(gaps).mode().iloc[0])
+        if step <= 0 or not np.allclose(gaps, step):
+            bad = int(np.flatnonzero(~np.isclose(gaps, step))[0]) if step > 0 else 0
+            raise ValidationError("timestamp", f"series {sid[a]!r} is not regular at "
+                                  f"{t[bad]:.0f} s (step {step:.0f} s, gap {gaps[bad]:.0f} s)",
+                                  source=source)
+        out.append(Series(str(sid[a]), float(t[0]), step, tuple(targets),
+                          vals[a:b].astype(np.float32)))
+    return out
+
+
+def load_long(path: str | Path, targets: Sequence[str] | None = None) -> list[Series]:
+    """A long-format CSV or Parquet; targets default to every column but id and time."""
+    path = Path(path)
+    df = _read_table(path)
+    _require(df, LONG_COLUMNS, str(path))
+    tg = list(targets) if targets else [c for c in df.columns if c not in LONG_COLUMNS]
+    if not tg:
+        raise ValidationError("value", "no value column besides series_id and timestamp",
+                              source=str(path))
+    return series_from_long(df, tg, str(path))
+
+
+def load_google2011(path: str | Path, chain_days: bool = True) -> list[Series]:
+    """The shared Google 2011 VM file: CPU and memory %, 5-minute steps.
+
+    With ``chain_days`` a job's consecutive days form one series (the file's
+    README measured the day boundaries as contiguous); a job whose days have a
+    hole is split at it. Without it every (job, day) is its own 288-step series.
+    """
+    path = Path(path)
+    df = _read_table(path)
+    _require(df, GOOGLE_COLUMNS, str(path))
+    day = _numeric(df, "day", str(path)).astype(np.int64)
+    step = _numeric(df, "step", str(path)).astype(np.int64)
+    job = df["job_id"].astype(str).to_numpy()
+    long = pd.DataFrame({
+        "timestamp": (day - 1) * 86_400 + step * 300,
+        "cpu": _numeric(df, "cpu_util_pct", str(path)),
+        "mem": _numeric(df, "mem_util_pct", str(path)),
+    })
+    if chain_days:
+        # A new series starts where a job's day does not follow the previous one.
+        frame = pd.DataFrame({"job": job, "day": day}).drop_duplicates().sort_values(
+            ["job", "day"])
+        frame["run"] = (frame.groupby("job")["day"].diff() != 1).cumsum()
+        run_of = dict(zip(zip(frame["job"], frame["day"], strict=True), frame["run"],
+                          strict=True))
+        long["series_id"] = [f"job{j}-r{run_of[(j, d)]}" for j, d in zip(job, day,
+                                                                        strict=True)]
+    else:
+        long["series_id"] = [f"job{j}-d{d}" for j, d in zip(job, day, strict=True)]
+    return series_from_long(long, ["cpu", "mem"], str(path), step_s=300.0)
+
+
+@dataclass(frozen=True)
+class Split:
+    train: list[Series]
+    val: list[Series]
+    test: list[Series]
+
+
+def split_by_series(series: Sequence[Series], val_frac: float = 0.15, test_frac: float = 0.15,
+                    seed: int = 0, group: str = "job") -> Split:
+    """Whole series to one split, by a seeded hash of their group (``job`` keeps all
+    series of one Google job together, so no job is seen in both train and test)."""
+    if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
+        raise ValidationError("split", "val_frac + test_frac must be < 1, each >= 0")
+
+    def key(s: Series) -> str:
+        return s.id.split("-r")[0].split("-d")[0] if group == "job" else s.id
+
+    def u(s: Series) -> float:
+        h = hashlib.sha256(f"{seed}:{key(s)}".encode()).digest()
+        return int.from_bytes(h[:8], "big") / 2**64
+
+    out: dict[str, list[Series]] = {"train": [], "val": [], "test": []}
+    for s in series:
+        x = u(s)
+        part = "test" if x < test_frac else "val" if x < test_frac + val_frac else "train"
+        out[part].append(s)
+    return Split(out["train"], out["val"], out["test"])

@@ -1,0 +1,87 @@
+"""Forecast metrics at the horizon, per machine and on the aggregate, for every forecaster.
+
+Owns the figures ``smartsched forecast evaluate`` prints. All metrics are on
+the prediction for the last horizon step (15 minutes ahead at 5-minute steps),
+per target:
+
+  MAE    mean |y - f|
+  MAPE   100 * mean |y - f| / |y|
+  sMAPE  100 * mean 2 |y - f| / (|y| + |f|)
+  MASE   MAE / MAE of seasonal naive on the same points (< 1: better than it)
+  coverage  share of y inside the forecaster's interval (when it has one)
+
+"Aggregate" sums actuals and forecasts over all machines that have a window at
+the same origin time (bottom-up), then computes the same metrics over those
+sums -- the load of the whole test fleet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from smartsched.forecast.baselines import DAY_STEPS_5MIN, SeasonalNaive
+from smartsched.forecast.windows import Windows
+
+
+def point_metrics(y: np.ndarray, f: np.ndarray, ref: np.ndarray | None = None
+                  ) -> dict[str, float]:
+    """MAE, MAPE, sMAPE (and MASE against ``ref``) of forecasts ``f`` for actuals ``y``."""
+    y = np.asarray(y, dtype=np.float64)
+    f = np.asarray(f, dtype=np.float64)
+    err = np.abs(y - f)
+    out = {"MAE": float(err.mean()),
+           "MAPE": float(100 * (err / np.maximum(np.abs(y), 1e-9)).mean()),
+           "sMAPE": float(100 * (2 * err / np.maximum(np.abs(y) + np.abs(f), 1e-9)).mean())}
+    if ref is not None:
+        out["MASE"] = out["MAE"] / max(float(np.abs(y - np.asarray(ref)).mean()), 1e-12)
+    return out
+
+
+def _aggregate(w: Windows, arr: np.ndarray) -> np.ndarray:
+    """Sum ``arr`` [N, K] over windows with the same origin time -> [T, K]."""
+    _, inv = np.unique(w.origin_s, return_inverse=True)
+    out = np.zeros((inv.max() + 1, arr.shape[1]))
+    np.add.at(out, inv, arr)
+    return out
+
+
+def evaluate(forecasters: Sequence[Any], test: Windows,
+             season: int = DAY_STEPS_5MIN) -> dict[str, Any]:
+    """Per forecaster and target: per-machine and aggregate metrics at the last horizon step."""
+    y = test.future[:, -1, :]
+    ref = SeasonalNaive(season).predict(test)[:, -1, :]
+    y_agg, ref_agg = _aggregate(test, y), _aggregate(test, ref)
+    out: dict[str, Any] = {"windows": len(test), "targets": list(test.targets), "models": {}}
+    for fc in forecasters:
+        f = fc.predict(test)[:, -1, :]
+        f_agg = _aggregate(test, f)
+        row: dict[str, Any] = {}
+        lo_hi = fc.interval(test) if hasattr(fc, "interval") else None
+        for k, target in enumerate(test.targets):
+            per = point_metrics(y[:, k], f[:, k], ref[:, k])
+            agg = point_metrics(y_agg[:, k], f_agg[:, k], ref_agg[:, k])
+            if lo_hi is not None:
+                lo, hi = lo_hi[0][:, -1, k], lo_hi[1][:, -1, k]
+                per["coverage"] = float(((y[:, k] >= lo) & (y[:, k] <= hi)).mean())
+            row[target] = {"machine": per, "aggregate": agg}
+        out["models"][fc.name] = row
+    return out
+
+
+def format_table(res: dict[str, Any]) -> str:
+    lines = []
+    for target in res["targets"]:
+        lines += [f"**{target}**, {res['windows']:,} test windows, error at the last horizon "
+                  "step", "",
+                  "| model | MAE | MAPE % | sMAPE % | MASE | agg MAPE % | agg MASE | coverage |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, row in res["models"].items():
+            m, a = row[target]["machine"], row[target]["aggregate"]
+            cov = f"{100 * m['coverage']:.1f} %" if "coverage" in m else "-"
+            lines.append(f"| {name} | {m['MAE']:.3f} | {m['MAPE']:.2f} | {m['sMAPE']:.2f} | "
+                         f"{m['MASE']:.3f} | {a['MAPE']:.2f} | {a['MASE']:.3f} | {cov} |")
+        lines.append("")
+    return "\n".join(lines)
