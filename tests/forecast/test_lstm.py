@@ -51,3 +51,50 @@ def test_forecast_commands_name_bad_input(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["forecast", "evaluate", "--model", str(tmp_path / "none"),
                                   "--data", str(f)])
     assert r.exit_code == 2
+
+
+def test_twin_attaches_the_forecaster_for_a_profile(tmp_path: Path) -> None:
+    """load-aware-forecast: after a full lookback of ticks the state carries predicted
+    usage, LoadAware plans on it, and best-effort slack never exceeds what it leaves."""
+    from smartsched.bench.simulate import simulate
+    from smartsched.forecast.node_predictor import NodeUsagePredictor
+    from smartsched.model.presets import load_cluster
+    from smartsched.twin.state import ClusterState
+
+    train = _sine(6, 200, 0)
+    both = [Series(s.id, 0.0, 300.0, ("cpu", "mem"), np.repeat(s.values, 2, axis=1))
+            for s in train]
+    fc = LSTMForecaster(LSTMSettings(lookback=6, horizon=3, hidden=8, epochs=1, seed=0))
+    fc.fit(make_windows(both, 6, 3))
+    folder = fc.save(tmp_path / "fc")
+    pred = NodeUsagePredictor.load(folder, 300.0)
+    st = ClusterState(load_cluster("small"))
+    st.usage[:, 0] = 0.5 * st.capacity[:, 0]
+    outs = [pred.update(300.0 * i, st) for i in range(6)]
+    assert all(o is None for o in outs[:5]) and outs[5].shape == (st.num_nodes, 2)
+    assert (outs[5] >= 0).all()
+    profile = tmp_path / "p.yaml"
+    profile.write_text(f"name: la-fc\nforecaster: {folder}\nfilters: [NodeResourcesFit, "
+                       "LoadAware]\nscore: [{name: LoadAware}]\n")
+    rep = simulate("small", "mixed", str(profile), hours=3, seed=1, plots=False)
+    assert rep["metrics"]["pods"]["placed"] > 0
+    # The same wiring by hand: after the lookback the twin's state carries predictions.
+    from smartsched.scheduling.base import make_scheduler
+    from smartsched.scheduling.runner import run
+    from smartsched.twin.engine import Engine, EngineConfig
+    from smartsched.workloads.resolve import load_workload
+
+    spec = load_cluster("small")
+    engine = Engine(spec, load_workload("mixed", spec, 3, 1), EngineConfig(horizon_s=3 * 3600))
+    engine.usage_predictor = NodeUsagePredictor.load(folder, 300.0)
+    run(engine, make_scheduler("load-aware", 1))
+    assert engine.state.predicted_usage is not None
+    assert (engine.state.be_allocatable <= engine.state.capacity[:, :2]).all()
+    with_step = tmp_path / "bad.yaml"
+    with_step.write_text("name: x\nforecaster: 7\nfilters: [NodeResourcesFit]\n")
+    import pytest
+
+    from smartsched.model.errors import ValidationError
+
+    with pytest.raises(ValidationError):
+        simulate("small", "mixed", str(with_step), hours=1, plots=False)

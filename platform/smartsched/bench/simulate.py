@@ -60,6 +60,11 @@ def simulate(
                           warmup_s=warm * 3600.0, **(engine_overrides or {}))
     engine = Engine(spec, pods, config)
     sched = make_scheduler(scheduler, seed)
+    forecaster = getattr(sched, "forecaster", None)
+    if forecaster is not None and mode == "replay":  # the profile plans on predicted usage
+        from smartsched.forecast.node_predictor import NodeUsagePredictor
+
+        engine.usage_predictor = NodeUsagePredictor.load(forecaster, config.tick_s)
     metrics = run(engine, sched, progress=progress)
     settings = {
         "scheduler": scheduler,

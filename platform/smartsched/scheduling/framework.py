@@ -95,6 +95,9 @@ class Profile:
     # "rank": lowest position in a seeded random node order (the FGD simulator's rule:
     # smallest name, names prefixed by a seeded permutation).
     tie_break: str = "random"
+    # A load forecaster (folder) whose per-node predictions the twin attaches for this
+    # profile (``ClusterState.predicted_usage``; LoadAware plans on them).
+    forecaster: str | None = None
 
     def plugins(self) -> list[object]:
         out: list[object] = [*self.filters, *(p for p, _ in self.scorers)]
@@ -109,6 +112,7 @@ class ProfileScheduler:
     def __init__(self, profile: Profile, seed: int = 0) -> None:
         self.profile = profile
         self.name = profile.name
+        self.forecaster = profile.forecaster
         self.rng = np.random.default_rng(seed)
         self.last_scores: np.ndarray | None = None
         self._rank: np.ndarray | None = None

@@ -83,7 +83,8 @@ def make_plugin(spec: str | dict[str, Any], where: str) -> Any:
         raise ValidationError(f"{where}.args", str(e)) from None
 
 
-_PROFILE_KEYS = {"name", "filters", "score", "binder", "tie_break", "description"}
+_PROFILE_KEYS = {"name", "filters", "score", "binder", "tie_break", "description",
+                 "forecaster"}
 
 
 def profile_from_dict(doc: dict[str, Any], source: str = "profile") -> Profile:
@@ -130,7 +131,10 @@ def profile_from_dict(doc: dict[str, Any], source: str = "profile") -> Profile:
     tie = doc.get("tie_break", "random")
     if tie not in ("random", "first", "rank"):
         raise ValidationError(f"{name}.tie_break", f"must be random, first or rank, got {tie!r}")
-    return Profile(name, tuple(filters), tuple(scorers), binder, tie)
+    forecaster = doc.get("forecaster")
+    if forecaster is not None and (not isinstance(forecaster, str) or not forecaster):
+        raise ValidationError(f"{name}.forecaster", "must be the path of a forecaster folder")
+    return Profile(name, tuple(filters), tuple(scorers), binder, tie, forecaster)
 
 
 def builtin_profiles() -> dict[str, Path | Any]:

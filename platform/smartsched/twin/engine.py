@@ -37,7 +37,7 @@ import numpy as np
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.errors import InfeasibleDecisionError, ValidationError
 from smartsched.model.pod import Pod
-from smartsched.model.resources import GPU
+from smartsched.model.resources import CPU, GPU, MEM
 from smartsched.twin.fill import tune_pods_to_gpu_target
 from smartsched.twin.fragmentation import typical_pods
 from smartsched.twin.metrics import MetricsRecorder
@@ -197,6 +197,9 @@ class Engine:
         self.spec = spec
         self.config = config
         self.rng = np.random.default_rng(config.seed)
+        # Optional: ``update(now, state) -> [N, 2] predicted cpu/mem use or None``, called
+        # at every metric tick (see forecast.node_predictor); the twin never imports it.
+        self.usage_predictor: Any = None
         spec.validate_pods(pods)
         self.state = ClusterState(spec)
         self.state.best_effort_threshold = config.best_effort_threshold
@@ -537,6 +540,13 @@ class Engine:
             self._cluster_event()
         span = cfg.tick_s if cfg.horizon_s is None else min(cfg.tick_s, cfg.horizon_s - self.now)
         self.metrics.tick(self.now, span, self.queue_length, {})
+        if self.usage_predictor is not None:  # usage was just sampled: predict from it
+            st = self.state
+            pred = self.usage_predictor.update(self.now, st)
+            st.predicted_usage = pred
+            if pred is not None:  # best-effort slack backs off before a predicted surge
+                cap = st.capacity[:, [CPU, MEM]] * st.best_effort_threshold
+                st.be_allocatable = np.minimum(st.be_allocatable, np.maximum(cap - pred, 0.0))
         nxt = self.now + cfg.tick_s
         if self._non_tick_events > 0 or (cfg.horizon_s is not None and nxt <= cfg.horizon_s):
             self._push(nxt, EV_TICK, None)
