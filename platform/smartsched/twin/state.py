@@ -76,11 +76,12 @@ def taint_tolerated(taint: str, toleration: str) -> bool:
     """Whether ``toleration`` tolerates ``taint``.
 
     Taints are ``key=value:Effect`` or ``key:Effect``. A toleration is ``key``
-    (operator Exists), ``key=value`` (operator Equal) or the full taint string.
+    (operator Exists), ``key=value`` (operator Equal), the full taint string, or
+    ``*`` (Exists without a key: tolerates everything).
     """
     kv = taint.split(":", 1)[0]
     key = kv.split("=", 1)[0]
-    return toleration in (taint, kv, key)
+    return toleration == "*" or toleration in (taint, kv, key)
 
 
 class ClusterState:

@@ -1,0 +1,1 @@
+"""Kubernetes integration: snapshots from API objects (scheduler and extender to come)."""

@@ -1,0 +1,270 @@
+"""A twin snapshot from Kubernetes objects: Nodes -> ClusterSpec/State, Pods -> model Pods.
+
+Owns reading the real API's objects (the JSON form ``kubectl get -o json``
+prints, or the client's ``V1Node`` / ``V1Pod``, converted to it) into the
+twin's types, so the same profiles decide for a real cluster:
+
+* quantities with the client's own parser (``500m``, ``2Gi``, ``1e3``);
+* GPUs: ``nvidia.com/gpu`` (whole devices), the Alibaba GPU-sharing convention
+  (node ``alibabacloud.com/gpu-count`` and label ``alibabacloud.com/gpu-card-model``;
+  pod annotations ``alibabacloud.com/gpu-milli`` and ``gpu-count``), and the old
+  ``alpha.kubernetes.io/nvidia-gpu``; the model from the card-model or
+  ``nvidia.com/gpu.product`` label, mapped onto the device catalogue;
+* zones and regions from ``topology.kubernetes.io/{zone,region}`` (or the
+  ``failure-domain.beta`` labels); taints (NoSchedule / NoExecute), labels,
+  ``spec.unschedulable``;
+* pods: container requests (init containers as kube counts them), node
+  selector and required node affinity (``In`` with one value -> a selector
+  term), tolerations, priority, gang from the Coscheduling pod-group label and
+  min-member annotation; pods already bound (``spec.nodeName``, not finished)
+  are allocated on their node.
+
+A malformed object is skipped and its reason recorded in ``Snapshot.skipped``
+(and logged), never a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
+from smartsched.model.errors import InfeasibleDecisionError, SmartSchedError
+from smartsched.model.pod import Pod, PodClass
+from smartsched.model.resources import GPU_MODEL_NAMES, MILLI_PER_DEVICE
+from smartsched.twin.state import ClusterState
+
+log = logging.getLogger(__name__)
+
+ZONE_LABELS = ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone")
+REGION_LABELS = ("topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/region")
+GPU_MODEL_LABELS = ("alibabacloud.com/gpu-card-model", "nvidia.com/gpu.product")
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+POD_GROUP_LABEL_OLD = "pod-group.scheduling.sigs.k8s.io"
+MIN_MEMBER_ANNOTATION = "scheduling.x-k8s.io/min-member"
+CLASS_LABEL = "smartsched.io/class"
+MIB = 1 << 20
+
+
+def _q(value: Any, what: str) -> Decimal:
+    from kubernetes.utils.quantity import parse_quantity
+
+    try:
+        return parse_quantity(value)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{what}: bad quantity {value!r} ({e})") from None
+
+
+def gpu_model(raw: str | None) -> str | None:
+    """A card-model label ("V100", "Tesla-V100-SXM2-32GB", "NVIDIA-A100-SXM4-40GB") in the
+    device catalogue's names, or None when it is not one we model."""
+    if not raw:
+        return None
+    s = raw.upper().replace("_", "-")
+    if "V100" in s:
+        return "V100M32" if "32" in s else "V100M16"
+    for name in sorted(GPU_MODEL_NAMES, key=len, reverse=True):
+        if name.upper() in s:
+            return name
+    return None
+
+
+def to_plain(obj: Any) -> dict[str, Any]:
+    """The API JSON form of a client object (V1Node, V1Pod) or a dict as it is."""
+    if isinstance(obj, Mapping):
+        return dict(obj)
+    from kubernetes.client import ApiClient
+
+    return ApiClient().sanitize_for_serialization(obj)
+
+
+@dataclass
+class Snapshot:
+    spec: ClusterSpec
+    state: ClusterState
+    pending: list[Pod]
+    bound: dict[str, str] = field(default_factory=dict)  # pod key -> node
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, reason
+
+
+def node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
+    """(NodeSpec, region) of a Node object; raises ValueError naming the field."""
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not name:
+        raise ValueError("metadata.name: missing")
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    status = obj.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity")
+    if not alloc:
+        raise ValueError("status.allocatable: missing")
+    if "cpu" not in alloc or "memory" not in alloc:
+        raise ValueError("status.allocatable: needs cpu and memory")
+    cpu_milli = int(_q(alloc["cpu"], "status.allocatable.cpu") * 1000)
+    mem_mib = int(_q(alloc["memory"], "status.allocatable.memory") / MIB)
+    gpus = 0
+    for key in ("nvidia.com/gpu", "alibabacloud.com/gpu-count", "alpha.kubernetes.io/nvidia-gpu"):
+        if key in alloc:
+            gpus = int(_q(alloc[key], f"status.allocatable.{key}"))
+            break
+    model = ""
+    if gpus > 0:
+        raw = next((labels[k] for k in GPU_MODEL_LABELS if k in labels), None)
+        mapped = gpu_model(raw)
+        if mapped is None:
+            raise ValueError(f"metadata.labels: GPU model {raw!r} is not one the twin models "
+                             f"({', '.join(GPU_MODEL_NAMES)})")
+        model = mapped
+    zone = next((labels[k] for k in ZONE_LABELS if k in labels), "default-zone")
+    region = next((labels[k] for k in REGION_LABELS if k in labels), "default-region")
+    spec = obj.get("spec") or {}
+    taints = []
+    for t in spec.get("taints") or []:
+        if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key"):
+            taints.append(f"{t['key']}={t.get('value', '')}:{t['effect']}"
+                          if t.get("value") else f"{t['key']}:{t['effect']}")
+    node = NodeSpec(name=str(name), cpu_milli=cpu_milli, memory_mib=mem_mib,
+                    zone=f"{region}/{zone}", num_gpu=gpus, gpu_model=model, labels=labels,
+                    taints=tuple(taints), unschedulable=bool(spec.get("unschedulable", False)))
+    return node, region
+
+
+def _requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Effective requests: sum over containers, at least the largest init container."""
+    total: dict[str, Decimal] = {}
+    for c in spec.get("containers") or []:
+        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+            total[k] = total.get(k, Decimal(0)) + _q(v, f"spec.containers.resources.{k}")
+        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
+            if k == "nvidia.com/gpu" and k not in total:  # extended resources: limit = request
+                total[k] = _q(v, f"spec.containers.resources.limits.{k}")
+    for c in spec.get("initContainers") or []:
+        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+            total[k] = max(total.get(k, Decimal(0)), _q(v, f"spec.initContainers.{k}"))
+    return total
+
+
+def pod_model(obj: Mapping[str, Any], arrival: float = 0.0,
+              gang_sizes: Mapping[str, int] | None = None) -> Pod:
+    """The model's Pod for a Pod object; raises ValueError naming the field."""
+    meta = obj.get("metadata") or {}
+    name = meta.get("name")
+    if not name:
+        raise ValueError("metadata.name: missing")
+    ns = meta.get("namespace") or "default"
+    ann = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    spec = obj.get("spec") or {}
+    req = _requests(spec)
+    cpu = int(req.get("cpu", Decimal(0)) * 1000)
+    mem = int(req.get("memory", Decimal(0)) / MIB)
+    num_gpu, gpu_milli = 0, 0
+    if "alibabacloud.com/gpu-milli" in ann:
+        gpu_milli = int(_q(ann["alibabacloud.com/gpu-milli"], "annotations.gpu-milli"))
+        num_gpu = int(_q(ann.get("alibabacloud.com/gpu-count", "1"), "annotations.gpu-count"))
+        if gpu_milli > MILLI_PER_DEVICE:
+            raise ValueError(f"annotations.alibabacloud.com/gpu-milli: {gpu_milli} > 1000")
+    elif req.get("nvidia.com/gpu"):
+        num_gpu, gpu_milli = int(req["nvidia.com/gpu"]), MILLI_PER_DEVICE
+    selector = dict(spec.get("nodeSelector") or {})
+    aff = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = aff.get("nodeSelectorTerms") or []
+    if len(terms) == 1:  # ORed terms would need more than a selector: keep the single-term case
+        for e in terms[0].get("matchExpressions") or []:
+            if e.get("operator") == "In" and len(e.get("values") or []) == 1:
+                selector[e["key"]] = e["values"][0]
+    models: tuple[str, ...] = ()
+    for key in GPU_MODEL_LABELS:
+        if key in selector:
+            m = gpu_model(selector.pop(key))
+            models = (m,) if m else ()
+    regions = tuple(v for k, v in selector.items() if k in REGION_LABELS)
+    for k in REGION_LABELS:
+        selector.pop(k, None)
+    tolerations = []  # in the twin's form (twin.state.taint_tolerated)
+    for t in spec.get("tolerations") or []:
+        key, eff, val = t.get("key"), t.get("effect"), t.get("value")
+        if t.get("operator") == "Exists":
+            tolerations.append(key or "*")  # any value (and, here, any effect) of the key
+        elif key:
+            tolerations.append(f"{key}={val or ''}:{eff}" if eff else f"{key}={val or ''}")
+    group = labels.get(POD_GROUP_LABEL) or labels.get(POD_GROUP_LABEL_OLD)
+    gang_size = 1
+    if group:
+        gang_size = int(ann.get(MIN_MEMBER_ANNOTATION) or (gang_sizes or {}).get(group, 1))
+    cls = labels.get(CLASS_LABEL, "batch")
+    try:
+        pod_class = PodClass(cls)
+    except ValueError:
+        raise ValueError(f"metadata.labels.{CLASS_LABEL}: unknown class {cls!r}") from None
+    return Pod(id=f"{ns}/{name}", cpu_milli=cpu, memory_mib=mem, num_gpu=num_gpu,
+               gpu_milli=gpu_milli, pod_class=pod_class, tenant=ns,
+               priority=int(spec.get("priority") or 0), gpu_models=models,
+               node_selector=tuple(sorted(selector.items())), tolerations=tuple(tolerations),
+               allowed_regions=regions, arrival=arrival, gang_id=group,
+               gang_size=gang_size, app=labels.get("app"))
+
+
+def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> Snapshot:
+    """The twin's view of a cluster from its Node and Pod objects."""
+    skipped: list[tuple[str, str, str]] = []
+    specs: list[NodeSpec] = []
+    regions: dict[str, None] = {}
+    for raw in nodes:
+        obj = to_plain(raw)
+        try:
+            node, region = node_spec(obj)
+        except (ValueError, SmartSchedError) as e:
+            name = (obj.get("metadata") or {}).get("name", "?")
+            skipped.append(("Node", str(name), str(e)))
+            log.warning("skipping node %s: %s", name, e)
+            continue
+        specs.append(node)
+        regions.setdefault(region, None)
+    if not specs:
+        raise SmartSchedError("no usable node in the snapshot: " + "; ".join(
+            f"{n}: {r}" for _, n, r in skipped[:3]))
+    zones = sorted({n.zone for n in specs})
+    spec = ClusterSpec("kubernetes", tuple(Site(r) for r in regions),
+                       tuple(Zone(z, z.split("/", 1)[0]) for z in zones), tuple(specs))
+    state = ClusterState(spec)
+    pending: list[Pod] = []
+    bound: dict[str, str] = {}
+    for raw in pods:
+        obj = to_plain(raw)
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
+        phase = (obj.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            continue
+        try:
+            pod = pod_model(obj)
+        except (ValueError, SmartSchedError) as e:
+            skipped.append(("Pod", key, str(e)))
+            log.warning("skipping pod %s: %s", key, e)
+            continue
+        node_name = (obj.get("spec") or {}).get("nodeName")
+        if not node_name:
+            pending.append(pod)
+            continue
+        if node_name not in state.index:
+            skipped.append(("Pod", key, f"bound to unknown node {node_name!r}"))
+            continue
+        i = state.index[node_name]
+        req = state.compile(pod)
+        ann = meta.get("annotations") or {}
+        devices: tuple[int, ...] | None = None
+        if "alibabacloud.com/gpu-index" in ann:
+            devices = tuple(int(x) for x in str(ann["alibabacloud.com/gpu-index"]).split("-"))
+        try:
+            state.allocate(i, req, devices if devices is not None else
+                           state.pick_devices(i, req))
+        except (InfeasibleDecisionError, ValueError) as e:
+            skipped.append(("Pod", key, f"does not fit its node {node_name}: {e}"))
+            continue
+        bound[key] = node_name
+    return Snapshot(spec, state, pending, bound, skipped)

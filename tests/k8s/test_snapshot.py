@@ -1,0 +1,97 @@
+"""Snapshots from real-form Kubernetes objects (the shared fixtures)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from smartsched.k8s.snapshot import build_snapshot, gpu_model, pod_model
+from smartsched.scheduling.base import make_scheduler
+
+
+def _fgd(data_dir: Path) -> tuple[list[dict], list[dict]]:
+    root = data_dir / "k8s-api-examples" / "hkust-fgd-test-cluster"
+    nodes = [yaml.safe_load(p.read_text()) for p in sorted((root / "node").glob("*.yaml"))]
+    pods = [yaml.safe_load(p.read_text()) for p in sorted((root / "pod").glob("*.yaml"))]
+    return nodes, pods
+
+
+def test_gpu_sharing_fixtures(data_dir: Path) -> None:
+    nodes, pods = _fgd(data_dir)
+    snap = build_snapshot(nodes, pods)
+    assert snap.skipped == []
+    n0 = snap.spec.nodes[0]
+    assert (n0.name, n0.cpu_milli, n0.memory_mib, n0.num_gpu, n0.gpu_model) == (
+        "pai-node-00", 64_000, 256_000, 2, "V100M16")
+    byid = {p.id: p for p in snap.pending}
+    assert (byid["pai-gpu/gpu-pod-00"].gpu_milli, byid["pai-gpu/gpu-pod-00"].num_gpu) == (500, 1)
+    assert byid["pai-gpu/gpu-pod-01"].num_gpu == 0
+    assert byid["pai-gpu/gpu-pod-01"].memory_mib == 17_408
+    assert (byid["pai-gpu/gpu-pod-02"].num_gpu, byid["pai-gpu/gpu-pod-02"].cpu_milli) == (2, 12_000)
+    # The same profiles decide for it.
+    sched = make_scheduler("fgd")
+    sched.prepare(snap.pending)
+    for p in snap.pending:
+        d = sched.decide(snap.state, snap.state.compile(p))
+        assert d.node is not None
+
+
+def test_bound_pods_are_allocated_and_gone_or_bad_ones_skipped(data_dir: Path) -> None:
+    nodes, pods = _fgd(data_dir)
+    bound = json.loads(json.dumps(pods[2]))
+    bound["spec"]["nodeName"] = "pai-node-01"
+    done = json.loads(json.dumps(pods[0]))
+    done["metadata"]["name"] = "finished"
+    done["spec"]["nodeName"] = "pai-node-00"
+    done["status"] = {"phase": "Succeeded"}
+    bad = {"metadata": {"name": "bad", "namespace": "x"},
+           "spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]}}
+    broken_node = {"metadata": {"name": "n-broken"}, "status": {"allocatable": {"cpu": "4"}}}
+    snap = build_snapshot([*nodes, broken_node], [bound, done, bad])
+    i = snap.state.index["pai-node-01"]
+    assert snap.state.allocated[i, 0] == 12_000 and (snap.state.gpu_free[i, :2] == 0).all()
+    assert snap.bound == {"pai-gpu/gpu-pod-02": "pai-node-01"}
+    reasons = {(k, n): r for k, n, r in snap.skipped}
+    assert "needs cpu and memory" in reasons[("Node", "n-broken")]
+    assert "cpu" in reasons[("Pod", "x/bad")]
+
+
+def test_gke_nodelist(data_dir: Path) -> None:
+    doc = json.loads((data_dir / "k8s-api-examples" / "gke-2017-nodelist" / "nodes.json")
+                     .read_text())
+    snap = build_snapshot(doc["items"])
+    assert len(snap.spec.nodes) == 17 and not snap.skipped
+    assert sum(n.unschedulable for n in snap.spec.nodes) == 2
+    n = snap.spec.nodes[0]
+    assert n.cpu_milli == 2000 and n.memory_mib == 13_317_664 // 1024
+    assert {s.name for s in snap.spec.sites} >= {"us-central1"}
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def test_quantities_affinity_tolerations_and_gangs() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "ns", "labels": {
+               "scheduling.x-k8s.io/pod-group": "g1", "app": "web"},
+               "annotations": {"scheduling.x-k8s.io/min-member": "4"}},
+           "spec": {"priority": 7,
+                    "containers": [{"resources": {"requests": {"cpu": "500m", "memory": "2Gi"},
+                                                  "limits": {"nvidia.com/gpu": 2}}},
+                                   {"resources": {"requests": {"cpu": "1e3m"}}}],
+                    "initContainers": [{"resources": {"requests": {"memory": "4Gi"}}}],
+                    "nodeSelector": {"disk": "ssd"},
+                    "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "topology.kubernetes.io/region",
+                                               "operator": "In", "values": ["eu-west1"]}]}]}}},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"},
+                                    {"key": "dedicated", "operator": "Equal", "value": "ai",
+                                     "effect": "NoSchedule"}]}}
+    p = pod_model(pod)
+    assert (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli) == (1500, 4096, 2, 1000)
+    assert p.node_selector == (("disk", "ssd"),) and p.allowed_regions == ("eu-west1",)
+    assert p.tolerations == ("nvidia.com/gpu", "dedicated=ai:NoSchedule")
+    assert (p.gang_id, p.gang_size, p.priority, p.app) == ("g1", 4, 7, "web")
+    assert gpu_model("NVIDIA-A100-SXM4-40GB") == "A100"
+    assert gpu_model("Tesla-V100-SXM2-32GB") == "V100M32" and gpu_model("MI300") is None
