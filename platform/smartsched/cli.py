@@ -234,6 +234,36 @@ def place(pod_file: str, url: str, request_id: str | None, ttl_s: float,
 
 
 @main.group()
+def k8s() -> None:
+    """Kubernetes integration (the scheduler extender; more to come)."""
+
+
+@k8s.command("extender")
+@click.option("--profile", default="k8s-default", show_default=True)
+@click.option("--host", default="0.0.0.0", show_default=True)
+@click.option("--port", default=8888, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--nodes", "nodes_file", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="NodeList (JSON or YAML) for nodeCacheCapable: true.")
+def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None) -> None:
+    """Serve kube-scheduler's extender protocol (POST /filter, /prioritize)."""
+    import uvicorn
+    import yaml
+
+    from smartsched.k8s.extender import Extender, make_app
+
+    ext = Extender(profile)
+    if nodes_file:
+        try:
+            doc = yaml.safe_load(Path(nodes_file).read_text())  # JSON is YAML
+        except yaml.YAMLError as e:
+            raise ValidationError("nodes", f"not valid JSON/YAML: {e}") from None
+        items = doc.get("items") if isinstance(doc, dict) and "items" in doc else doc
+        snap = ext.set_cache(items if isinstance(items, list) else [items])
+        click.echo(f"node cache: {len(snap.spec.nodes)} nodes, {len(snap.skipped)} skipped")
+    uvicorn.run(make_app(ext), host=host, port=port, log_level="warning")
+
+
+@main.group()
 def forecast() -> None:
     """Load forecasting: train the LSTM, evaluate it against the baselines."""
 

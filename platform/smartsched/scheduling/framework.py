@@ -158,6 +158,25 @@ class ProfileScheduler:
         devices = self.profile.binder.devices(ctx, node) if self.profile.binder else None
         return Decision(node, devices)
 
+    def node_reasons(self, ctx: CycleContext) -> dict[int, str]:
+        """Each infeasible node's first failing check (kube's per-node status message)."""
+        remaining = np.ones(ctx.state.num_nodes, dtype=bool)
+        out: dict[int, str] = {}
+        for f in self.profile.filters:
+            for reason, passing in f.explain(ctx):
+                failed = remaining & ~passing
+                out.update(dict.fromkeys(np.flatnonzero(failed).tolist(), reason))
+                remaining &= ~failed
+        return out
+
+    def weighted_scores(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+        """The profile's weighted score sum per node (what ``decide`` maximizes)."""
+        total = np.zeros(ctx.state.num_nodes)
+        if feasible.any():
+            for plugin, weight in self.profile.scorers:
+                total += weight * plugin.score(ctx, feasible)
+        return total
+
     def reasons(self, ctx: CycleContext) -> tuple[str, ...]:
         """"N nodes: <reason>" per check, blaming each node on its first failing check."""
         remaining = np.ones(ctx.state.num_nodes, dtype=bool)

@@ -1,0 +1,166 @@
+"""kube-scheduler's extender protocol: ``filter`` and ``prioritize`` answered by a profile.
+
+Owns the wire format of ``k8s.io/kube-scheduler/extender/v1`` -- its Go
+structs have no JSON tags, so keys are the capitalized field names:
+
+  ExtenderArgs          {Pod, Nodes (a v1 NodeList) | NodeNames ([]string)}
+  ExtenderFilterResult  {Nodes | NodeNames, FailedNodes, FailedAndUnresolvableNodes, Error}
+  HostPriorityList      [{Host, Score}], Score in 0..MaxExtenderPriority (10)
+
+With ``nodeCacheCapable: false`` kube-scheduler sends whole Node objects and
+the extender builds its view from them; with ``true`` it sends names only
+and the extender decides on its own cache (``set_cache``: nodes and the pods
+bound to them). Filter keeps the nodes the profile's filters admit and names
+each rejected node's first failing check; prioritize maps the profile's
+weighted score over the admitted candidates linearly onto 0..10 (rejected
+candidates get 0). A malformed payload is a ``BadRequest`` with a message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request  # module level: FastAPI resolves route annotations here
+from fastapi.responses import JSONResponse
+
+from smartsched.k8s.snapshot import Snapshot, build_snapshot, pod_model
+from smartsched.model.errors import SmartSchedError
+from smartsched.scheduling.base import make_scheduler
+from smartsched.scheduling.framework import ProfileScheduler
+
+MAX_EXTENDER_PRIORITY = 10
+
+
+class BadRequest(SmartSchedError):
+    """The payload is not a valid ExtenderArgs (answered with HTTP 400)."""
+
+
+class Extender:
+    def __init__(self, profile: str = "k8s-default", seed: int = 0) -> None:
+        sched = make_scheduler(profile, seed)
+        if not isinstance(sched, ProfileScheduler):
+            raise SmartSchedError(f"the extender needs a filter/score profile, not {profile!r}")
+        self.sched = sched
+        self.cache: Snapshot | None = None
+
+    def set_cache(self, nodes: Iterable[Any], pods: Iterable[Any] = ()) -> Snapshot:
+        """The node cache used when kube-scheduler sends node names only."""
+        self.cache = build_snapshot(nodes, pods)
+        return self.cache
+
+    # ---------------------------------------------------------------- parsing
+    def _parse(self, args: Any) -> tuple[Any, Snapshot, list[str], bool, dict[str, str]]:
+        """(pod, snapshot, candidate names, names-only?, unresolvable failures)."""
+        if not isinstance(args, dict):
+            raise BadRequest("ExtenderArgs must be a JSON object")
+        if not isinstance(args.get("Pod"), dict):
+            raise BadRequest("ExtenderArgs.Pod: missing or not an object")
+        try:
+            pod = pod_model(args["Pod"])
+        except (ValueError, SmartSchedError) as e:
+            raise BadRequest(f"ExtenderArgs.Pod: {e}") from None
+        unresolvable: dict[str, str] = {}
+        if args.get("Nodes") is not None:
+            items = args["Nodes"].get("items") if isinstance(args["Nodes"], dict) else None
+            if not isinstance(items, list):
+                raise BadRequest("ExtenderArgs.Nodes: expected a NodeList with items")
+            try:
+                snap = build_snapshot(items)
+            except SmartSchedError as e:
+                raise BadRequest(f"ExtenderArgs.Nodes: {e}") from None
+            for _, name, reason in snap.skipped:
+                unresolvable[name] = f"node not understood: {reason}"
+            names = [n.name for n in snap.spec.nodes]
+            return pod, snap, names, False, unresolvable
+        if args.get("NodeNames") is not None:
+            names = args["NodeNames"]
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise BadRequest("ExtenderArgs.NodeNames: expected a list of strings")
+            if self.cache is None:
+                raise BadRequest("NodeNames given but this extender has no node cache "
+                                 "(configure nodeCacheCapable: false, or give it --nodes)")
+            known = [n for n in names if n in self.cache.state.index]
+            for n in names:
+                if n not in self.cache.state.index:
+                    unresolvable[n] = "node unknown to the extender's cache"
+            return pod, self.cache, known, True, unresolvable
+        raise BadRequest("ExtenderArgs: needs Nodes or NodeNames")
+
+    def _feasible(self, pod: Any, snap: Snapshot, names: list[str]) -> tuple[Any, ...]:
+        st = snap.state
+        req = st.compile(pod)
+        ok, ctx = self.sched.feasible(st, req)
+        cand = np.zeros(st.num_nodes, dtype=bool)
+        cand[[st.index[n] for n in names]] = True
+        return ok & cand, ctx, cand
+
+    # ---------------------------------------------------------------- verbs
+    def filter(self, args: Any) -> dict[str, Any]:
+        pod, snap, names, names_only, unresolvable = self._parse(args)
+        ok, ctx, cand = self._feasible(pod, snap, names)
+        why = self.sched.node_reasons(ctx)
+        st = snap.state
+        passing = [st.names[i] for i in np.flatnonzero(ok)]
+        failed = {st.names[i]: why.get(i, "rejected") for i in np.flatnonzero(cand & ~ok)}
+        out: dict[str, Any] = {"FailedNodes": failed,
+                               "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+        if names_only:
+            out["NodeNames"] = passing
+        else:
+            keep = set(passing)
+            items = [n for n in args["Nodes"]["items"]
+                     if (n.get("metadata") or {}).get("name") in keep]
+            out["Nodes"] = {**{k: v for k, v in args["Nodes"].items() if k != "items"},
+                            "items": items}
+        return out
+
+    def prioritize(self, args: Any) -> list[dict[str, Any]]:
+        pod, snap, names, _, _ = self._parse(args)
+        ok, ctx, _ = self._feasible(pod, snap, names)
+        total = self.sched.weighted_scores(ctx, ok)
+        st = snap.state
+        vals = total[ok]
+        lo, hi = (float(vals.min()), float(vals.max())) if vals.size else (0.0, 0.0)
+        out = []
+        for n in names:
+            i = st.index[n]
+            if not ok[i]:
+                score = 0
+            elif hi > lo:
+                score = round(MAX_EXTENDER_PRIORITY * (total[i] - lo) / (hi - lo))
+            else:
+                score = MAX_EXTENDER_PRIORITY
+            out.append({"Host": n, "Score": int(score)})
+        return out
+
+
+def make_app(extender: Extender) -> Any:
+    """The HTTP server kube-scheduler calls (``urlPrefix`` + ``/filter``, ``/prioritize``)."""
+    app = FastAPI(title="SmartSched scheduler extender")
+
+    async def body(request: Request) -> Any:
+        try:
+            return json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BadRequest(f"not valid JSON: {e}") from None
+
+    @app.exception_handler(BadRequest)
+    async def _bad(_: Request, e: BadRequest) -> JSONResponse:
+        return JSONResponse({"Error": str(e)}, status_code=400)
+
+    @app.post("/filter")
+    async def filter_(request: Request) -> Any:
+        return extender.filter(await body(request))
+
+    @app.post("/prioritize")
+    async def prioritize(request: Request) -> Any:
+        return extender.prioritize(await body(request))
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
