@@ -288,14 +288,15 @@ def _forecast_data(data: str) -> str:
 @click.option("--seed", default=0, show_default=True)
 @click.option("--lookback", default=36, show_default=True, type=click.IntRange(2, 10_000))
 @click.option("--horizon", default=3, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--hidden", default=64, show_default=True, type=click.IntRange(4, 4096))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def forecast_train(data: str, out: str, epochs: int, seed: int, lookback: int, horizon: int,
-                   json_path: str | None) -> None:
+                   hidden: int, json_path: str | None) -> None:
     """Train the LSTM (early stopping on validation, interval calibrated there)."""
     from smartsched.forecast.run import train_forecaster
 
     _write_json(json_path, train_forecaster(_forecast_data(data), out, epochs=epochs, seed=seed,
-                                            lookback=lookback, horizon=horizon,
+                                            lookback=lookback, horizon=horizon, hidden=hidden,
                                             echo=click.echo))
 
 

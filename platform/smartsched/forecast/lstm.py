@@ -138,7 +138,7 @@ class LSTMForecaster:
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
                 opt.step()
-                total += float(loss) * len(b)
+                total += loss.item() * len(b)
             rec = {"epoch": epoch + 1, "train_pinball": total / len(x),
                    "seconds": time.perf_counter() - t0}
             if val is not None and len(val):

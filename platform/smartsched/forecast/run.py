@@ -38,7 +38,8 @@ def _split(path: str | Path, seed: int) -> Split:
 
 
 def train_forecaster(data: str | Path, out: str | Path, *, epochs: int = 20, seed: int = 0,
-                     lookback: int = 36, horizon: int = 3, split_seed: int = 0,
+                     lookback: int = 36, horizon: int = 3, hidden: int = 64,
+                     split_seed: int = 0,
                      echo: Callable[[str], Any] = print) -> dict[str, Any]:
     import torch
 
@@ -51,7 +52,7 @@ def train_forecaster(data: str | Path, out: str | Path, *, epochs: int = 20, see
     echo(f"{len(sp.train)} / {len(sp.val)} / {len(sp.test)} series (train / val / test); "
          f"{len(tr):,} training windows")
     fc = LSTMForecaster(LSTMSettings(lookback=lookback, horizon=horizon, epochs=epochs,
-                                     seed=seed))
+                                     hidden=hidden, seed=seed))
     fc.fit(tr, va, progress=lambda line: echo("  " + line))
     folder = fc.save(out)
     meta = json.loads((folder / "forecaster.json").read_text())

@@ -1,0 +1,107 @@
+"""The deployable manifests: core objects against the Kubernetes OpenAPI schemas,
+KubeRay and scheduler configs against the fields their APIs define, alert rules
+against the metrics the service exports."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA = ROOT / "infra"
+K8S_VERSION = "1.33.0"
+
+# kube-scheduler's Extender type (k8s.io/kube-scheduler/config/v1), json field names.
+EXTENDER_FIELDS = {"urlPrefix", "filterVerb", "preemptVerb", "prioritizeVerb", "weight",
+                   "bindVerb", "enableHTTPS", "tlsConfig", "httpTimeout", "nodeCacheCapable",
+                   "managedResources", "ignorable"}
+
+
+def _docs(path: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def test_core_manifests_validate_against_the_openapi_schemas() -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    docs = _docs(INFRA / "k8s" / "extender" / "extender.yaml")
+    assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "Deployment", "Service"}
+    for d in docs:
+        kv.validate(d, K8S_VERSION, strict=True)  # raises on an unknown or mistyped field
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False  # no API access needed
+    assert pod["containers"][0]["command"][:3] == ["smartsched", "k8s", "extender"]
+    bad = {**dep, "spec": {**dep["spec"], "replicas": "two"}}
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, K8S_VERSION, strict=True)
+
+
+def test_no_rbac_is_granted_to_the_extender() -> None:
+    kinds = {d["kind"] for f in INFRA.rglob("*.yaml") for d in _docs(f) if "kind" in d}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+def test_kube_scheduler_extender_config() -> None:
+    (cfg,) = _docs(INFRA / "k8s" / "extender" / "kube-scheduler-config.yaml")
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert cfg["kind"] == "KubeSchedulerConfiguration"
+    (ext,) = cfg["extenders"]
+    assert set(ext) <= EXTENDER_FIELDS
+    assert ext["filterVerb"] == "filter" and ext["prioritizeVerb"] == "prioritize"
+    assert ext["weight"] > 0 and ext["nodeCacheCapable"] is False
+    svc = next(d for d in _docs(INFRA / "k8s" / "extender" / "extender.yaml")
+               if d["kind"] == "Service")
+    assert ext["urlPrefix"] == (f"http://{svc['metadata']['name']}."
+                                f"{svc['metadata']['namespace']}.svc:{svc['spec']['ports'][0]['port']}")
+
+
+def test_kuberay_manifests() -> None:
+    from smartsched.rl.config import load_train_config
+    from smartsched.serving.config import parse_service_config
+
+    (job,) = _docs(INFRA / "kuberay" / "rayjob-train.yaml")
+    assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
+    spec = job["spec"]
+    assert spec["entrypoint"].startswith("smartsched train --config ")
+    config = spec["entrypoint"].split("--config ")[1].split()[0]
+    load_train_config(ROOT / config)  # the config it names exists and is valid
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
+    assert head and spec["rayClusterSpec"]["workerGroupSpecs"][0]["groupName"]
+    (svc,) = _docs(INFRA / "kuberay" / "rayservice-placement.yaml")
+    assert (svc["apiVersion"], svc["kind"]) == ("ray.io/v1", "RayService")
+    serve = yaml.safe_load(svc["spec"]["serveConfigV2"])
+    (app,) = serve["applications"]
+    assert app["import_path"] == "smartsched.serving.app:build_app"
+    parse_service_config(app["args"])  # the service would accept its args
+    mounts = {m["mountPath"] for m in
+              svc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+              ["containers"][0]["volumeMounts"]}
+    assert Path(app["args"]["auth"]["token_file"]).parent.as_posix() in mounts
+
+
+def test_alert_rules_use_exported_metrics() -> None:
+    from prometheus_client import generate_latest
+
+    from smartsched.serving.metrics import ServiceMetrics
+
+    m = ServiceMetrics()
+    m.request("POST", "/v1/placements", 200, 0.01)
+    full = {"tier": "edge", "site": "e", "outcome": "escalated", "reason": "full"}
+    m.observe_placements([
+        {"placed": True, "profile": "fgd", "tier": "region", "reservation_id": "a~1",
+         "reasons": [full, {"tier": "region", "site": "a", "outcome": "placed", "reason": ""}]},
+        {"placed": False, "reasons": [{"tier": "region", "site": "a", "outcome": "full",
+                                       "reason": "0/3 nodes are available: 3 Insufficient cpu"}]},
+    ])
+    exported = set(re.findall(r"^(smartsched_\w+?)(?:\{| )", generate_latest(m.registry)
+                              .decode(), re.M))
+    rules = yaml.safe_load((INFRA / "prometheus" / "alerts.yml").read_text())
+    used = {n for g in rules["groups"] for r in g["rules"]
+            for n in re.findall(r"smartsched_\w+", r["expr"])}
+    assert used and used <= exported, used - exported
+    prom = yaml.safe_load((INFRA / "prometheus" / "prometheus.yml").read_text())
+    assert prom["rule_files"] == ["alerts.yml"]
+    assert prom["scrape_configs"][0]["metrics_path"] == "/metrics"
