@@ -96,12 +96,20 @@ def test_alert_rules_use_exported_metrics() -> None:
         {"placed": False, "reasons": [{"tier": "region", "site": "a", "outcome": "full",
                                        "reason": "0/3 nodes are available: 3 Insufficient cpu"}]},
     ])
+    m.set_reservations({"a": 2})
+    m.reservation_event("confirmed")
     exported = set(re.findall(r"^(smartsched_\w+?)(?:\{| )", generate_latest(m.registry)
                               .decode(), re.M))
     rules = yaml.safe_load((INFRA / "prometheus" / "alerts.yml").read_text())
     used = {n for g in rules["groups"] for r in g["rules"]
             for n in re.findall(r"smartsched_\w+", r["expr"])}
     assert used and used <= exported, used - exported
+    import json
+
+    dash = json.loads((INFRA / "grafana" / "smartsched-placement.json").read_text())
+    in_dash = {n for p in dash["panels"] for t in p["targets"]
+               for n in re.findall(r"smartsched_\w+", t["expr"])}
+    assert len(dash["panels"]) >= 5 and in_dash <= exported, in_dash - exported
     prom = yaml.safe_load((INFRA / "prometheus" / "prometheus.yml").read_text())
     assert prom["rule_files"] == ["alerts.yml"]
     assert prom["scrape_configs"][0]["metrics_path"] == "/metrics"
