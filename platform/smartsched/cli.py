@@ -263,6 +263,49 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None) -> 
     uvicorn.run(make_app(ext), host=host, port=port, log_level="warning")
 
 
+@k8s.command("scheduler")
+@click.option("--kubeconfig", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Default: in-cluster config, else ~/.kube/config.")
+@click.option("--scheduler-name", default="smartsched", show_default=True)
+@click.option("--profile", default="k8s-default", show_default=True,
+              help="Any profile name, profile YAML or rl:PATH.")
+@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.1, 3600))
+@click.option("--lease-namespace", default="kube-system", show_default=True)
+@click.option("--identity", default=None, help="Leader-election identity (default: hostname).")
+@click.option("--once", is_flag=True, help="One pass (if leader), then exit.")
+def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, interval: float,
+                  lease_namespace: str, identity: str | None, once: bool) -> None:
+    """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
+    import socket
+    import time
+
+    from kubernetes import client, config
+
+    from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
+
+    if kubeconfig:
+        config.load_kube_config(kubeconfig)
+    else:
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+    loop = SchedulerLoop(client.CoreV1Api(), scheduler_name, profile)
+    lock = LeaseLock(client.CoordinationV1Api(), scheduler_name, lease_namespace,
+                     identity or socket.gethostname())
+    while True:
+        if lock.try_acquire():
+            res = loop.run_once()
+            if res.bound or res.failed or res.conflicts:
+                click.echo(f"bound {len(res.bound)}, unschedulable {len(res.failed)}, "
+                           f"conflicts {len(res.conflicts)}")
+        elif once:
+            click.echo("not the leader: another replica holds the lease")
+        if once:
+            return
+        time.sleep(interval)
+
+
 @main.group()
 def forecast() -> None:
     """Load forecasting: train the LSTM, evaluate it against the baselines."""

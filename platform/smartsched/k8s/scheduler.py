@@ -1,0 +1,211 @@
+"""The custom scheduler: pods with ``schedulerName: smartsched`` placed by a profile and bound.
+
+Owns one scheduling pass against a real API server through the official
+client: list nodes and pods, build the twin's snapshot (pods already bound
+count as allocated), take this scheduler's pending pods in kube's queue order
+(priority, then creation time), decide each with the profile on the snapshot
+-- allocating as it goes, so one pass never overbooks -- and bind with the
+Binding API. A pod-group (Coscheduling label + min-member annotation) binds
+all-or-nothing: its members are decided on a fork of the state and bound only
+if every member fits. A pod that fits nowhere gets a Kubernetes Event with the
+per-check reasons ("0/12 nodes are available: 10 Insufficient gpu, ...").
+A bind that conflicts (409: bound meanwhile) re-reads the pod instead of
+retrying. ``LeaseLock`` is leader election on a ``coordination.k8s.io`` Lease,
+so two replicas never bind the same pod.
+
+Not built yet: the informer (list + watch with resourceVersion, re-list on
+410) -- passes re-list every time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from smartsched.k8s.snapshot import POD_GROUP_LABEL, POD_GROUP_LABEL_OLD, build_snapshot, to_plain
+from smartsched.scheduling.base import make_scheduler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassResult:
+    bound: dict[str, str] = field(default_factory=dict)  # pod key -> node
+    failed: dict[str, str] = field(default_factory=dict)  # pod key -> reason
+    conflicts: list[str] = field(default_factory=list)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class SchedulerLoop:
+    def __init__(self, core: Any, scheduler_name: str = "smartsched",
+                 profile: str = "k8s-default", seed: int = 0) -> None:
+        self.core = core
+        self.name = scheduler_name
+        self.sched = make_scheduler(profile, seed)
+
+    def _mine(self, pod: dict[str, Any]) -> bool:
+        spec = pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase", "Pending")
+        return (spec.get("schedulerName") == self.name and not spec.get("nodeName")
+                and phase == "Pending" and not (pod.get("metadata") or {}).get(
+                    "deletionTimestamp"))
+
+    def run_once(self) -> PassResult:
+        nodes = [to_plain(n) for n in self.core.list_node().items]
+        pods = [to_plain(p) for p in self.core.list_pod_for_all_namespaces().items]
+        others = [p for p in pods if not self._mine(p)]
+        mine = sorted((p for p in pods if self._mine(p)), key=lambda p: (
+            -int((p.get("spec") or {}).get("priority") or 0),
+            str((p.get("metadata") or {}).get("creationTimestamp") or "")))
+        snap = build_snapshot(nodes, others)
+        from smartsched.k8s.snapshot import pod_model
+
+        res = PassResult()
+        groups: dict[str, list[tuple[dict, Any]]] = {}
+        for obj in mine:
+            key = f"{obj['metadata'].get('namespace') or 'default'}/{obj['metadata']['name']}"
+            try:
+                pod = pod_model(obj)
+            except ValueError as e:
+                res.failed[key] = f"not understood: {e}"
+                self._event(obj, "FailedScheduling", res.failed[key])
+                continue
+            labels = obj["metadata"].get("labels") or {}
+            gid = labels.get(POD_GROUP_LABEL) or labels.get(POD_GROUP_LABEL_OLD) or "\0" + key
+            groups.setdefault(gid, []).append((obj, pod))
+        if hasattr(self.sched, "prepare"):
+            self.sched.prepare([p for g in groups.values() for _, p in g])
+        for members in groups.values():
+            self._place_group(snap, members, res)
+        return res
+
+    def _place_group(self, snap: Any, members: list[tuple[dict, Any]], res: PassResult) -> None:
+        size = members[0][1].gang_size
+        keys = [f"{o['metadata'].get('namespace') or 'default'}/{o['metadata']['name']}"
+                for o, _ in members]
+        if len(members) < size:
+            for k in keys:
+                res.failed[k] = f"pod group has {len(members)} of its {size} members pending"
+            return
+        trial = snap.state.fork()
+        chosen: list[tuple[int, tuple[int, ...]]] = []
+        for (_, pod), k in zip(members, keys, strict=True):
+            req = trial.compile(pod)
+            d = self.sched.decide(trial, req)
+            if d.node is None:
+                reasons = ", ".join(r.replace(" nodes: ", " ", 1) for r in d.reasons)
+                why = f"0/{trial.num_nodes} nodes are available: {reasons or 'no feasible node'}"
+                if len(members) > 1:
+                    why = f"pod group not placed ({k}: {why})"
+                for (o, _), kk in zip(members, keys, strict=True):
+                    res.failed[kk] = why
+                    self._event(o, "FailedScheduling", why)
+                return
+            devices = d.devices if d.devices is not None else trial.pick_devices(d.node, req)
+            trial.allocate(d.node, req, tuple(devices))
+            chosen.append((d.node, tuple(devices)))
+        for ((obj, pod), k), (node, devices) in zip(zip(members, keys, strict=True), chosen,
+                                                    strict=True):
+            name = snap.state.names[node]
+            if self._bind(obj, name, res, k):
+                req = snap.state.compile(pod)
+                snap.state.allocate(node, req, devices)
+                res.bound[k] = name
+
+    def _bind(self, obj: dict[str, Any], node: str, res: PassResult, key: str) -> bool:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        meta = obj["metadata"]
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta.get("namespace")),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
+        try:
+            # _preload_content=False: the client cannot deserialize a Binding response.
+            self.core.create_namespaced_pod_binding(meta["name"], meta.get("namespace") or
+                                                    "default", body, _preload_content=False)
+            return True
+        except ApiException as e:
+            if e.status == 409:  # bound meanwhile (another scheduler): re-read, do not retry
+                res.conflicts.append(key)
+                try:
+                    now = self.core.read_namespaced_pod(meta["name"], meta.get("namespace"))
+                    log.info("pod %s already bound to %s", key, now.spec.node_name)
+                except ApiException:
+                    pass
+                return False
+            res.failed[key] = f"bind failed: HTTP {e.status} {e.reason}"
+            return False
+
+    def _event(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        meta = obj["metadata"]
+        ns = meta.get("namespace") or "default"
+        ev = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=ns),
+            involved_object=client.V1ObjectReference(kind="Pod", name=meta["name"], namespace=ns,
+                                                     uid=meta.get("uid")),
+            reason=reason, message=message[:1024], type="Warning",
+            source=client.V1EventSource(component=self.name), first_timestamp=_now(),
+            last_timestamp=_now(), count=1)
+        try:
+            self.core.create_namespaced_event(ns, ev)
+        except ApiException as e:
+            log.warning("could not record an event for %s: %s", meta["name"], e.reason)
+
+
+class LeaseLock:
+    """Leader election on a coordination.k8s.io/v1 Lease (optimistic concurrency)."""
+
+    def __init__(self, coord: Any, name: str, namespace: str, identity: str,
+                 lease_s: int = 15, clock: Callable[[], dt.datetime] = _now) -> None:
+        self.coord, self.name, self.ns, self.identity = coord, name, namespace, identity
+        self.lease_s, self.clock = lease_s, clock
+
+    def try_acquire(self) -> bool:
+        """Take or renew the lease; False when another holder's lease is still valid."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        now = self.clock()
+        spec = client.V1LeaseSpec(holder_identity=self.identity,
+                                  lease_duration_seconds=self.lease_s, renew_time=now,
+                                  acquire_time=now)
+        try:
+            lease = self.coord.read_namespaced_lease(self.name, self.ns)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            try:
+                self.coord.create_namespaced_lease(self.ns, client.V1Lease(
+                    metadata=client.V1ObjectMeta(name=self.name, namespace=self.ns), spec=spec))
+                return True
+            except ApiException as e2:
+                if e2.status == 409:  # someone created it first
+                    return False
+                raise
+        held = lease.spec.holder_identity
+        renew = lease.spec.renew_time
+        valid = (renew is not None and held and held != self.identity
+                 and renew + dt.timedelta(seconds=lease.spec.lease_duration_seconds or 0) > now)
+        if valid:
+            return False
+        if held == self.identity:
+            spec.acquire_time = lease.spec.acquire_time
+        lease.spec = spec
+        try:
+            # The lease read carries its resourceVersion: a concurrent change is a 409.
+            self.coord.replace_namespaced_lease(self.name, self.ns, lease)
+            return True
+        except ApiException as e:
+            if e.status == 409:  # changed since we read it: someone else won
+                return False
+            raise

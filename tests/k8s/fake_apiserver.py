@@ -1,0 +1,157 @@
+"""A local HTTP server with the API subset the scheduler uses, objects in the real JSON form.
+
+Serves list (with resourceVersion) of nodes and pods, one pod, pods/binding
+(409 when the pod is already bound), events, and coordination.k8s.io/v1 leases
+(409 on a stale resourceVersion), so tests drive the official ``kubernetes``
+client against it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def _api_form(obj: Any) -> Any:
+    """As the API server returns it: quantities (and annotation values) are strings."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if k in ("allocatable", "capacity", "requests", "limits", "annotations",
+                     "labels") and isinstance(v, dict):
+                out[k] = {kk: str(vv) for kk, vv in v.items()}
+            else:
+                out[k] = _api_form(v)
+        return out
+    if isinstance(obj, list):
+        return [_api_form(x) for x in obj]
+    return obj
+
+
+def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
+
+
+class FakeAPIServer:
+    def __init__(self, nodes: list[dict], pods: list[dict]) -> None:
+        self.lock = threading.Lock()
+        self.rv = 1
+        self.nodes = {n["metadata"]["name"]: _api_form(copy.deepcopy(n)) for n in nodes}
+        self.pods: dict[tuple[str, str], dict] = {}
+        for p in pods:
+            p = _api_form(copy.deepcopy(p))
+            p["metadata"].setdefault("namespace", "default")
+            p["metadata"].setdefault("uid", f"uid-{p['metadata']['name']}")
+            p.setdefault("status", {"phase": "Pending"})
+            self.pods[(p["metadata"]["namespace"], p["metadata"]["name"])] = p
+        self.events: list[dict] = []
+        self.leases: dict[tuple[str, str], dict] = {}
+        self.bindings: list[tuple[str, str]] = []  # (pod key, node), successful ones
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def _send(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> dict:
+                n = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(n) or b"{}")
+
+            def do_GET(self) -> None:
+                self._send(*server.get(self.path.split("?")[0]))
+
+            def do_POST(self) -> None:
+                self._send(*server.post(self.path.split("?")[0], self._body()))
+
+            def do_PUT(self) -> None:
+                self._send(*server.put(self.path.split("?")[0], self._body()))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeAPIServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+
+    def _bump(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def get(self, path: str) -> tuple[int, dict]:
+        with self.lock:
+            if path == "/api/v1/nodes":
+                return 200, {"kind": "NodeList", "apiVersion": "v1",
+                             "metadata": {"resourceVersion": str(self.rv)},
+                             "items": list(self.nodes.values())}
+            if path == "/api/v1/pods":
+                return 200, {"kind": "PodList", "apiVersion": "v1",
+                             "metadata": {"resourceVersion": str(self.rv)},
+                             "items": list(self.pods.values())}
+            if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", path):
+                pod = self.pods.get((m[1], m[2]))
+                return (200, pod) if pod else (404, _status(404, "NotFound", "no such pod"))
+            if m := re.fullmatch(r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases/([^/]+)",
+                                 path):
+                lease = self.leases.get((m[1], m[2]))
+                return (200, lease) if lease else (404, _status(404, "NotFound", "no lease"))
+            return 404, _status(404, "NotFound", path)
+
+    def post(self, path: str, body: dict) -> tuple[int, dict]:
+        with self.lock:
+            if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/binding", path):
+                pod = self.pods.get((m[1], m[2]))
+                if pod is None:
+                    return 404, _status(404, "NotFound", "no such pod")
+                if pod["spec"].get("nodeName"):
+                    return 409, _status(409, "Conflict", f"pod {m[2]} is already assigned "
+                                        f"to node {pod['spec']['nodeName']}")
+                node = body["target"]["name"]
+                pod["spec"]["nodeName"] = node
+                pod["metadata"]["resourceVersion"] = self._bump()
+                self.bindings.append((f"{m[1]}/{m[2]}", node))
+                return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success",
+                             "code": 201, "metadata": {}}
+            if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", path):
+                body.setdefault("metadata", {})["name"] = (
+                    body["metadata"].get("generateName", "ev.") + str(len(self.events)))
+                self.events.append(body)
+                return 201, body
+            if m := re.fullmatch(r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases", path):
+                key = (m[1], body["metadata"]["name"])
+                if key in self.leases:
+                    return 409, _status(409, "AlreadyExists", "lease exists")
+                body["metadata"]["resourceVersion"] = self._bump()
+                self.leases[key] = body
+                return 201, body
+            return 404, _status(404, "NotFound", path)
+
+    def put(self, path: str, body: dict) -> tuple[int, dict]:
+        with self.lock:
+            if m := re.fullmatch(r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases/([^/]+)",
+                                 path):
+                cur = self.leases.get((m[1], m[2]))
+                if cur is None:
+                    return 404, _status(404, "NotFound", "no lease")
+                if body["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
+                    return 409, _status(409, "Conflict", "the object has been modified")
+                body["metadata"]["resourceVersion"] = self._bump()
+                self.leases[(m[1], m[2])] = body
+                return 200, body
+            return 404, _status(404, "NotFound", path)

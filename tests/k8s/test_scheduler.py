@@ -1,0 +1,126 @@
+"""The custom scheduler against a local API server, through the official client."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
+from tests.k8s.fake_apiserver import FakeAPIServer
+
+
+def _client(url: str):
+    from kubernetes import client
+
+    cfg = client.Configuration()
+    cfg.host = url
+    api = client.ApiClient(cfg)
+    return client.CoreV1Api(api), client.CoordinationV1Api(api)
+
+
+@pytest.fixture()
+def objects(data_dir: Path) -> tuple[list[dict], list[dict]]:
+    root = data_dir / "k8s-api-examples" / "hkust-fgd-test-cluster"
+    nodes = [yaml.safe_load(p.read_text()) for p in sorted((root / "node").glob("*.yaml"))]
+    pods = []
+    for p in sorted((root / "pod").glob("*.yaml")):
+        pod = yaml.safe_load(p.read_text())
+        pod["spec"]["schedulerName"] = "smartsched"
+        pods.append(pod)
+    huge = copy.deepcopy(pods[2])
+    huge["metadata"]["name"] = "four-gpus"
+    huge["metadata"]["annotations"] = {"alibabacloud.com/gpu-milli": "1000",
+                                       "alibabacloud.com/gpu-count": "4"}
+    other = copy.deepcopy(pods[1])
+    other["metadata"]["name"] = "not-mine"
+    other["spec"]["schedulerName"] = "default-scheduler"
+    return nodes, [*pods, huge, other]
+
+
+def test_binds_feasible_pods_and_records_why_not(objects) -> None:
+    nodes, pods = objects
+    with FakeAPIServer(nodes, pods) as api:
+        core, _ = _client(api.url)
+        res = SchedulerLoop(core, "smartsched", "fgd").run_once()
+        assert set(res.bound) == {"pai-gpu/gpu-pod-00", "pai-gpu/gpu-pod-01",
+                                  "pai-gpu/gpu-pod-02"}
+        assert set(res.bound.values()) <= {"pai-node-00", "pai-node-01"}
+        assert dict(api.bindings) == res.bound  # bound through the Binding API
+        assert "pai-gpu/four-gpus" in res.failed and "not-mine" not in str(res.bound)
+        (ev,) = api.events
+        assert ev["involvedObject"]["name"] == "four-gpus" and ev["reason"] == "FailedScheduling"
+        assert ev["message"].startswith("0/2 nodes are available: 2 Insufficient gpu")
+        # A second pass finds nothing new to bind (bound pods now count as allocated).
+        again = SchedulerLoop(core, "smartsched", "fgd").run_once()
+        assert again.bound == {} and len(api.bindings) == 3
+
+
+def test_two_schedulers_never_double_bind(objects) -> None:
+    nodes, pods = objects
+    with FakeAPIServer(nodes, pods) as api:
+        core_a, coord_a = _client(api.url)
+        core_b, coord_b = _client(api.url)
+        a = LeaseLock(coord_a, "smartsched", "kube-system", "replica-a")
+        b = LeaseLock(coord_b, "smartsched", "kube-system", "replica-b")
+        assert a.try_acquire() and not b.try_acquire()
+        assert a.try_acquire()  # renew
+        # Even without the lease, a second binder gets 409 and re-reads: one binding per pod.
+        loop_a, loop_b = SchedulerLoop(core_a), SchedulerLoop(core_b)
+        snap_pods = loop_b.core.list_pod_for_all_namespaces()  # b saw them all pending
+        assert snap_pods.items
+        res_a = loop_a.run_once()
+        for key, node in res_a.bound.items():
+            ns, name = key.split("/")
+            obj = next(p for p in pods if p["metadata"]["name"] == name)
+            from smartsched.k8s.scheduler import PassResult
+
+            r = PassResult()
+            assert not loop_b._bind({"metadata": {**obj["metadata"], "namespace": ns}}, node,
+                                    r, key)
+            assert r.conflicts == [key]
+        keys = [k for k, _ in api.bindings]
+        assert len(keys) == len(set(keys)) == len(res_a.bound)
+
+
+def test_pod_group_binds_all_or_nothing(objects) -> None:
+    nodes, _ = objects
+    base = {"apiVersion": "v1", "kind": "Pod", "spec": {
+        "schedulerName": "smartsched",
+        "containers": [{"name": "m", "resources": {"requests": {"cpu": "40", "memory": "1Gi"}}}]}}
+    group = []
+    for i in range(4):  # 4 x 40 cores: only 2 fit on two 64-core nodes
+        p = copy.deepcopy(base)
+        p["metadata"] = {"name": f"w{i}", "namespace": "ml",
+                         "labels": {"scheduling.x-k8s.io/pod-group": "job"},
+                         "annotations": {"scheduling.x-k8s.io/min-member": "4"}}
+        group.append(p)
+    with FakeAPIServer(nodes, group) as api:
+        core, _ = _client(api.url)
+        res = SchedulerLoop(core).run_once()
+        assert res.bound == {} and api.bindings == []
+        assert all("pod group not placed" in r for r in res.failed.values())
+        assert len(api.events) == 4
+
+
+def test_scheduler_command_with_a_kubeconfig(objects, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    nodes, pods = objects
+    with FakeAPIServer(nodes, pods) as api:
+        kc = tmp_path / "kubeconfig"
+        kc.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "t",
+            "clusters": [{"name": "t", "cluster": {"server": api.url}}],
+            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
+            "users": [{"name": "u", "user": {"token": "x"}}]}))
+        args = ["k8s", "scheduler", "--kubeconfig", str(kc), "--profile", "fgd", "--once"]
+        r = CliRunner().invoke(main, [*args, "--identity", "a"])
+        assert r.exit_code == 0, r.output
+        assert "bound 3, unschedulable 1" in r.output and len(api.bindings) == 3
+        r = CliRunner().invoke(main, [*args, "--identity", "b"])
+        assert "not the leader" in r.output
