@@ -293,17 +293,32 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
     loop = SchedulerLoop(client.CoreV1Api(), scheduler_name, profile)
     lock = LeaseLock(client.CoordinationV1Api(), scheduler_name, lease_namespace,
                      identity or socket.gethostname())
+    backoff = interval
     while True:
-        if lock.try_acquire():
-            res = loop.run_once()
-            if res.bound or res.failed or res.conflicts:
-                click.echo(f"bound {len(res.bound)}, unschedulable {len(res.failed)}, "
-                           f"conflicts {len(res.conflicts)}")
-        elif once:
-            click.echo("not the leader: another replica holds the lease")
+        if not lock.try_acquire():
+            if once:
+                click.echo("not the leader: another replica holds the lease")
+                return
+            time.sleep(interval)
+            continue
+        res = loop.run_once()
+        if res.bound or res.failed or res.conflicts:
+            click.echo(f"bound {len(res.bound)}, unschedulable {len(res.failed)}, "
+                       f"conflicts {len(res.conflicts)}")
         if once:
             return
-        time.sleep(interval)
+        # Until one of our pods is pending or a pod frees room (or the lease needs renewing).
+        rv, work = loop.last_rv, False
+        deadline = time.monotonic() + max(interval, 5.0)
+        while not work and rv is not None and time.monotonic() < deadline:
+            try:
+                rv, work = loop.watch_pods(rv, timeout_s=deadline - time.monotonic())
+                backoff = interval
+            except Exception as e:  # API errors other than 410: back off, then re-list
+                click.echo(f"watch failed ({e}); retrying in {backoff:.0f} s", err=True)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 60.0)
+                break
 
 
 @main.group()

@@ -50,11 +50,17 @@ class FakeAPIServer:
             p.setdefault("status", {"phase": "Pending"})
             self.pods[(p["metadata"]["namespace"], p["metadata"]["name"])] = p
         self.events: list[dict] = []
+        self.log: list[tuple[int, str, dict]] = []  # (resourceVersion, type, pod) for watches
+        self.oldest_rv = 0  # watches from before this get 410 Gone (etcd compaction)
+        self.drop_next_watch = False
+        self.changed = threading.Condition(self.lock)
         self.leases: dict[tuple[str, str], dict] = {}
         self.bindings: list[tuple[str, str]] = []  # (pod key, node), successful ones
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # watches stream chunked responses
+
             def log_message(self, *a: Any) -> None:
                 pass
 
@@ -71,7 +77,13 @@ class FakeAPIServer:
                 return json.loads(self.rfile.read(n) or b"{}")
 
             def do_GET(self) -> None:
-                self._send(*server.get(self.path.split("?")[0]))
+                path, _, query = self.path.partition("?")
+                q = dict(x.split("=", 1) for x in query.split("&") if "=" in x)
+                if path == "/api/v1/pods" and q.get("watch") in ("true", "True", "1"):
+                    server.watch(self, int(q.get("resourceVersion") or 0),
+                                 float(q.get("timeoutSeconds") or 5))
+                    return
+                self._send(*server.get(path))
 
             def do_POST(self) -> None:
                 self._send(*server.post(self.path.split("?")[0], self._body()))
@@ -93,6 +105,67 @@ class FakeAPIServer:
     def _bump(self) -> str:
         self.rv += 1
         return str(self.rv)
+
+    def _record(self, kind: str, pod: dict) -> None:
+        pod["metadata"]["resourceVersion"] = self._bump()
+        self.log.append((self.rv, kind, copy.deepcopy(pod)))
+        self.changed.notify_all()
+
+    def add_pod(self, pod: dict) -> None:
+        """A new pod appears (as if created by a user): watchers see ADDED."""
+        with self.lock:
+            pod = _api_form(copy.deepcopy(pod))
+            pod["metadata"].setdefault("namespace", "default")
+            pod.setdefault("status", {"phase": "Pending"})
+            self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
+            self._record("ADDED", pod)
+
+    def compact(self) -> None:
+        """Forget history: watches from an older resourceVersion now get 410 Gone."""
+        with self.lock:
+            self.oldest_rv = self.rv
+            self.log.clear()
+
+    def watch(self, handler: Any, since: int, timeout_s: float) -> None:
+        """Stream watch events newer than ``since`` (one JSON per line) until the timeout."""
+        import time
+
+        def chunk(data: bytes) -> None:
+            handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            handler.wfile.flush()
+
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.close_connection = True
+        if self.drop_next_watch:  # the connection breaks mid-stream
+            self.drop_next_watch = False
+            handler.wfile.write(b"ff\r\n{\"type\": \"ADD")  # a torn chunk, then EOF
+            handler.wfile.flush()
+            return
+        if since < self.oldest_rv:
+            gone = {"type": "ERROR", "object": _status(410, "Expired", "too old resource "
+                                                       f"version: {since} ({self.oldest_rv})")}
+            chunk((json.dumps(gone) + "\n").encode())
+            handler.wfile.write(b"0\r\n\r\n")
+            return
+        deadline = time.monotonic() + timeout_s
+        sent = since
+        while time.monotonic() < deadline:
+            with self.lock:
+                new = [e for e in self.log if e[0] > sent]
+                if not new:
+                    self.changed.wait(timeout=max(0.0, deadline - time.monotonic()))
+                    new = [e for e in self.log if e[0] > sent]
+            for rv, kind, obj in new:
+                try:
+                    chunk((json.dumps({"type": kind, "object": obj}) + "\n").encode())
+                except (BrokenPipeError, ConnectionResetError):
+                    return  # the client stopped watching
+                sent = rv
+        handler.wfile.write(b"0\r\n\r\n")
 
     def get(self, path: str) -> tuple[int, dict]:
         with self.lock:
@@ -124,7 +197,7 @@ class FakeAPIServer:
                                         f"to node {pod['spec']['nodeName']}")
                 node = body["target"]["name"]
                 pod["spec"]["nodeName"] = node
-                pod["metadata"]["resourceVersion"] = self._bump()
+                self._record("MODIFIED", pod)
                 self.bindings.append((f"{m[1]}/{m[2]}", node))
                 return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success",
                              "code": 201, "metadata": {}}

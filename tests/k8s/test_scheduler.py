@@ -124,3 +124,34 @@ def test_scheduler_command_with_a_kubeconfig(objects, tmp_path: Path) -> None:
         assert "bound 3, unschedulable 1" in r.output and len(api.bindings) == 3
         r = CliRunner().invoke(main, [*args, "--identity", "b"])
         assert "not the leader" in r.output
+
+
+def test_watch_wakes_on_new_pods_relists_on_410_and_survives_drops(objects) -> None:
+    import threading
+    import time
+
+    nodes, pods = objects
+    with FakeAPIServer(nodes, pods) as api:
+        core, _ = _client(api.url)
+        loop = SchedulerLoop(core, "smartsched", "fgd")
+        loop.run_once()
+        rv = loop.last_rv
+        assert rv is not None
+        # A new pending pod wakes the watch well before its timeout.
+        new = copy.deepcopy(pods[1])
+        new["metadata"]["name"] = "late-arrival"
+        threading.Timer(0.3, api.add_pod, args=(new,)).start()
+        t0 = time.monotonic()
+        rv2, work = loop.watch_pods(rv, timeout_s=10)
+        assert work and time.monotonic() - t0 < 5 and int(rv2) > int(rv)
+        assert "pai-gpu/late-arrival" in loop.run_once().bound
+        # Our own bindings are MODIFIED events of pods no longer pending: no work.
+        _, work = loop.watch_pods(loop.last_rv, timeout_s=1)
+        assert not work
+        # History compacted: 410 Gone -> re-list.
+        api.compact()
+        assert loop.watch_pods(rv, timeout_s=2) == (None, True)
+        # A stream that breaks is a reconnect, not a crash.
+        api.drop_next_watch = True
+        rv4, work = loop.watch_pods(loop.last_rv, timeout_s=2)
+        assert not work and rv4 == loop.last_rv

@@ -13,8 +13,10 @@ A bind that conflicts (409: bound meanwhile) re-reads the pod instead of
 retrying. ``LeaseLock`` is leader election on a ``coordination.k8s.io`` Lease,
 so two replicas never bind the same pod.
 
-Not built yet: the informer (list + watch with resourceVersion, re-list on
-410) -- passes re-list every time.
+Between passes ``watch_pods`` watches pods from the list's resourceVersion and
+returns as soon as one of this scheduler's pods is pending or a pod frees room
+(finished or deleted); a 410 Gone (history compacted) asks for a re-list, a
+dropped stream for a reconnect with backoff.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class SchedulerLoop:
     def __init__(self, core: Any, scheduler_name: str = "smartsched",
                  profile: str = "k8s-default", seed: int = 0) -> None:
         self.core = core
+        self.last_rv: str | None = None
         self.name = scheduler_name
         self.sched = make_scheduler(profile, seed)
 
@@ -58,7 +61,9 @@ class SchedulerLoop:
 
     def run_once(self) -> PassResult:
         nodes = [to_plain(n) for n in self.core.list_node().items]
-        pods = [to_plain(p) for p in self.core.list_pod_for_all_namespaces().items]
+        pod_list = self.core.list_pod_for_all_namespaces()
+        self.last_rv = pod_list.metadata.resource_version if pod_list.metadata else None
+        pods = [to_plain(p) for p in pod_list.items]
         others = [p for p in pods if not self._mine(p)]
         mine = sorted((p for p in pods if self._mine(p)), key=lambda p: (
             -int((p.get("spec") or {}).get("priority") or 0),
@@ -84,6 +89,35 @@ class SchedulerLoop:
         for members in groups.values():
             self._place_group(snap, members, res)
         return res
+
+    def watch_pods(self, rv: str | None, timeout_s: float) -> tuple[str | None, bool]:
+        """Watch pods from ``rv``: (new resourceVersion or None to re-list, work to do?)."""
+        import urllib3
+        from kubernetes import watch
+        from kubernetes.client.rest import ApiException
+
+        if rv is None:
+            return None, True
+        w = watch.Watch()
+        try:
+            for ev in w.stream(self.core.list_pod_for_all_namespaces, resource_version=rv,
+                               timeout_seconds=max(1, int(timeout_s))):
+                obj = ev["raw_object"]
+                rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                phase = (obj.get("status") or {}).get("phase")
+                if self._mine(obj) or ev["type"] == "DELETED" or phase in ("Succeeded",
+                                                                           "Failed"):
+                    w.stop()
+                    return rv, True
+            return rv, False
+        except ApiException as e:
+            if e.status == 410:  # history compacted: list again
+                log.info("watch expired (%s); re-listing", e.reason)
+                return None, True
+            raise
+        except (urllib3.exceptions.HTTPError, OSError) as e:  # a dropped stream: reconnect
+            log.info("watch stream dropped (%s); reconnecting", e)
+            return rv, False
 
     def _place_group(self, snap: Any, members: list[tuple[dict, Any]], res: PassResult) -> None:
         size = members[0][1].gang_size
