@@ -273,8 +273,11 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None) -> 
 @click.option("--lease-namespace", default="kube-system", show_default=True)
 @click.option("--identity", default=None, help="Leader-election identity (default: hostname).")
 @click.option("--once", is_flag=True, help="One pass (if leader), then exit.")
+@click.option("--metrics-port", default=None, type=click.IntRange(1, 65535),
+              help="Serve Prometheus metrics on this port.")
 def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, interval: float,
-                  lease_namespace: str, identity: str | None, once: bool) -> None:
+                  lease_namespace: str, identity: str | None, once: bool,
+                  metrics_port: int | None) -> None:
     """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
     import socket
     import time
@@ -291,6 +294,10 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
         except config.ConfigException:
             config.load_kube_config()
     loop = SchedulerLoop(client.CoreV1Api(), scheduler_name, profile)
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, registry=loop.metrics.registry)
     lock = LeaseLock(client.CoordinationV1Api(), scheduler_name, lease_namespace,
                      identity or socket.gethostname())
     backoff = interval

@@ -40,8 +40,45 @@ def test_core_manifests_validate_against_the_openapi_schemas() -> None:
 
 
 def test_no_rbac_is_granted_to_the_extender() -> None:
-    kinds = {d["kind"] for f in INFRA.rglob("*.yaml") for d in _docs(f) if "kind" in d}
+    kinds = {d["kind"] for d in _docs(INFRA / "k8s" / "extender" / "extender.yaml")}
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+
+
+# What the scheduler may do, and nothing more: (apiGroup, resource) -> verbs.
+READ = {"get", "list", "watch"}
+SCHEDULER_ALLOWED = {("", "pods"): READ, ("", "nodes"): READ,
+                     ("", "pods/binding"): {"create"}, ("", "events"): {"create"},
+                     ("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+
+
+def test_scheduler_manifests_and_least_privilege_rbac() -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    docs = _docs(INFRA / "k8s" / "scheduler" / "scheduler.yaml")
+    for d in docs:
+        kv.validate(d, K8S_VERSION, strict=True)
+    granted: dict[tuple[str, str], set[str]] = {}
+    for d in docs:
+        if d["kind"] in ("ClusterRole", "Role"):
+            for rule in d["rules"]:
+                assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+                for g in rule["apiGroups"]:
+                    for r in rule["resources"]:
+                        granted.setdefault((g, r), set()).update(rule["verbs"])
+    assert granted == SCHEDULER_ALLOWED
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    spec = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] == 2 and spec["securityContext"]["runAsNonRoot"]
+    cmd = spec["containers"][0]["command"]
+    assert cmd[:3] == ["smartsched", "k8s", "scheduler"]
+    # The lease namespace the command uses is the one the Role grants.
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert cmd[cmd.index("--lease-namespace") + 1] == role["metadata"]["namespace"]
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    r = CliRunner().invoke(main, ["k8s", "scheduler", "--help"])
+    assert all(opt in r.output for opt in cmd[3::2])  # every flag it passes exists
 
 
 def test_kube_scheduler_extender_config() -> None:

@@ -44,7 +44,8 @@ def test_binds_feasible_pods_and_records_why_not(objects) -> None:
     nodes, pods = objects
     with FakeAPIServer(nodes, pods) as api:
         core, _ = _client(api.url)
-        res = SchedulerLoop(core, "smartsched", "fgd").run_once()
+        loop = SchedulerLoop(core, "smartsched", "fgd")
+        res = loop.run_once()
         assert set(res.bound) == {"pai-gpu/gpu-pod-00", "pai-gpu/gpu-pod-01",
                                   "pai-gpu/gpu-pod-02"}
         assert set(res.bound.values()) <= {"pai-node-00", "pai-node-01"}
@@ -53,6 +54,13 @@ def test_binds_feasible_pods_and_records_why_not(objects) -> None:
         (ev,) = api.events
         assert ev["involvedObject"]["name"] == "four-gpus" and ev["reason"] == "FailedScheduling"
         assert ev["message"].startswith("0/2 nodes are available: 2 Insufficient gpu")
+        from prometheus_client import generate_latest
+
+        text = generate_latest(loop.metrics.registry).decode()
+        assert 'smartsched_scheduler_attempts_total{result="scheduled"} 3.0' in text
+        assert 'smartsched_scheduler_attempts_total{result="unschedulable"} 1.0' in text
+        assert "smartsched_scheduler_pending_pods 4.0" in text
+        assert "smartsched_scheduler_e2e_seconds_count 4.0" in text
         # A second pass finds nothing new to bind (bound pods now count as allocated).
         again = SchedulerLoop(core, "smartsched", "fgd").run_once()
         assert again.bound == {} and len(api.bindings) == 3

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,11 +45,31 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+class SchedulerMetrics:
+    """What the scheduler exports: attempts by result, end-to-end latency, queue depth."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.attempts = Counter("smartsched_scheduler_attempts",
+                                "Scheduling attempts by result", ["result"],
+                                registry=self.registry)
+        self.e2e = Histogram("smartsched_scheduler_e2e_seconds",
+                             "From a pass's start to the pod's bind (or its failure)",
+                             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                             registry=self.registry)
+        self.queue = Gauge("smartsched_scheduler_pending_pods",
+                           "Pods of this scheduler waiting at the start of a pass",
+                           registry=self.registry)
+
+
 class SchedulerLoop:
     def __init__(self, core: Any, scheduler_name: str = "smartsched",
                  profile: str = "k8s-default", seed: int = 0) -> None:
         self.core = core
         self.last_rv: str | None = None
+        self.metrics = SchedulerMetrics()
         self.name = scheduler_name
         self.sched = make_scheduler(profile, seed)
 
@@ -60,11 +81,26 @@ class SchedulerLoop:
                     "deletionTimestamp"))
 
     def run_once(self) -> PassResult:
+        t0 = time.perf_counter()
+        res = self._pass()
+        m = self.metrics
+        for _ in res.bound:
+            m.attempts.labels("scheduled").inc()
+        for _ in res.failed:
+            m.attempts.labels("unschedulable").inc()
+        for _ in res.conflicts:
+            m.attempts.labels("conflict").inc()
+        for _ in range(len(res.bound) + len(res.failed)):
+            m.e2e.observe(time.perf_counter() - t0)
+        return res
+
+    def _pass(self) -> PassResult:
         nodes = [to_plain(n) for n in self.core.list_node().items]
         pod_list = self.core.list_pod_for_all_namespaces()
         self.last_rv = pod_list.metadata.resource_version if pod_list.metadata else None
         pods = [to_plain(p) for p in pod_list.items]
         others = [p for p in pods if not self._mine(p)]
+        self.metrics.queue.set(len(pods) - len(others))
         mine = sorted((p for p in pods if self._mine(p)), key=lambda p: (
             -int((p.get("spec") or {}).get("priority") or 0),
             str((p.get("metadata") or {}).get("creationTimestamp") or "")))
