@@ -135,8 +135,12 @@ def test_alert_rules_use_exported_metrics() -> None:
     ])
     m.set_reservations({"a": 2})
     m.reservation_event("confirmed")
-    exported = set(re.findall(r"^(smartsched_\w+?)(?:\{| )", generate_latest(m.registry)
-                              .decode(), re.M))
+    from smartsched.k8s.scheduler import SchedulerMetrics
+
+    sm = SchedulerMetrics()
+    sm.attempts.labels("scheduled").inc()
+    text = generate_latest(m.registry).decode() + generate_latest(sm.registry).decode()
+    exported = set(re.findall(r"^(smartsched_\w+?)(?:\{| )", text, re.M))
     rules = yaml.safe_load((INFRA / "prometheus" / "alerts.yml").read_text())
     used = {n for g in rules["groups"] for r in g["rules"]
             for n in re.findall(r"smartsched_\w+", r["expr"])}
