@@ -119,6 +119,41 @@ def test_kuberay_manifests() -> None:
     assert Path(app["args"]["auth"]["token_file"]).parent.as_posix() in mounts
 
 
+def _check(obj: dict, typ: str, fields: dict, where: str) -> None:
+    spec = fields[typ]
+    unknown = set(obj) - set(spec["fields"])
+    missing = set(spec["required"]) - set(obj)
+    assert not unknown, f"{where}: fields {sorted(unknown)} are not in ray.io/v1 {typ}"
+    assert not missing, f"{where}: {typ} requires {sorted(missing)}"
+
+
+def test_kuberay_manifests_against_the_ray_io_v1_fields() -> None:
+    """Field names and required fields of the ray.io/v1 types (tests/infra/kuberay_v1_fields.json,
+    taken from the KubeRay Go types at the commits it names); pod templates are core objects
+    and validate against the Kubernetes schema."""
+    import json
+
+    kv = pytest.importorskip("kubernetes_validate")
+    fields = json.loads((Path(__file__).parent / "kuberay_v1_fields.json").read_text())
+    (job,) = _docs(INFRA / "kuberay" / "rayjob-train.yaml")
+    (svc,) = _docs(INFRA / "kuberay" / "rayservice-placement.yaml")
+    _check(job["spec"], "RayJobSpec", fields, "RayJob.spec")
+    _check(svc["spec"], "RayServiceSpec", fields, "RayService.spec")
+    for where, cluster in (("RayJob", job["spec"]["rayClusterSpec"]),
+                           ("RayService", svc["spec"]["rayClusterConfig"])):
+        _check(cluster, "RayClusterSpec", fields, where)
+        _check(cluster["headGroupSpec"], "HeadGroupSpec", fields, f"{where}.head")
+        templates = [cluster["headGroupSpec"]["template"]]
+        for g in cluster.get("workerGroupSpecs", []):
+            _check(g, "WorkerGroupSpec", fields, f"{where}.{g.get('groupName')}")
+            templates.append(g["template"])
+        for t in templates:  # a PodTemplateSpec: validate as a core PodTemplate
+            kv.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+                         "template": t}, K8S_VERSION, strict=True)
+    with pytest.raises(AssertionError):
+        _check({"headGroupSpec": {}, "workerGroupSpec": []}, "RayClusterSpec", fields, "typo")
+
+
 def test_alert_rules_use_exported_metrics() -> None:
     from prometheus_client import generate_latest
 
