@@ -71,12 +71,12 @@ def test_compliance_and_no_double_booking_under_concurrency(service: str, auth: 
 def test_idempotent_retry_and_expiry(service: str, auth: dict) -> None:
     rid = uuid.uuid4().hex
     pod = _pod(cpu_milli=7000, allowed_regions=["region-a"])
-    a = _place(service, auth, pod, request_id=rid, ttl_s=1.0).json()
-    b = _place(service, auth, pod, request_id=rid, ttl_s=1.0).json()
+    a = _place(service, auth, pod, request_id=rid, ttl_s=4.0).json()
+    b = _place(service, auth, pod, request_id=rid, ttl_s=4.0).json()
     assert a == b and a["placements"][0]["placed"]
     res_id = a["placements"][0]["reservation_id"]
     summary = requests.get(f"{service}/v1/clusters/region-a/summary", timeout=10).json()
-    time.sleep(1.5)
+    time.sleep(4.5)
     # Expired: the capacity is back and the reservation is gone.
     r = requests.post(f"{service}/v1/reservations/{res_id}:confirm", headers=auth, timeout=10)
     assert r.status_code == 404 and "reservation" in r.text
@@ -85,10 +85,10 @@ def test_idempotent_retry_and_expiry(service: str, auth: dict) -> None:
 
 
 def test_confirm_keeps_and_delete_releases(service: str, auth: dict) -> None:
-    p = _place(service, auth, _pod(), ttl_s=1.0).json()["placements"][0]
+    p = _place(service, auth, _pod(), ttl_s=4.0).json()["placements"][0]
     url = f"{service}/v1/reservations/{p['reservation_id']}"
     assert requests.post(f"{url}:confirm", headers=auth, timeout=10).json()["confirmed"]
-    time.sleep(1.2)
+    time.sleep(4.5)
     assert requests.delete(url, headers=auth, timeout=10).status_code == 200  # still there
     assert requests.delete(url, headers=auth, timeout=10).status_code == 404
 
@@ -170,11 +170,13 @@ def test_reload_swaps_profile_while_requests_flow(service: str, auth: dict) -> N
 
 def test_region_restart_recovers_reservations(service: str, auth: dict) -> None:
     """Kill region-a's replica: Serve restarts it and the journal brings back every live
-    reservation -- no lost one, and its capacity is not handed out twice."""
+    reservation -- none lost, none invented, and a confirmed one still holds its capacity."""
     import ray
 
     p = _place(service, auth, _pod(cpu_milli=3000, allowed_regions=["region-a"]),
                ttl_s=600).json()["placements"][0]
+    url = f"{service}/v1/reservations/{p['reservation_id']}"
+    assert requests.post(f"{url}:confirm", headers=auth, timeout=10).status_code == 200
     before = requests.get(f"{service}/v1/clusters/region-a/summary", timeout=10).json()
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
              if "#region-a#" in a["name"]]
@@ -192,11 +194,12 @@ def test_region_restart_recovers_reservations(service: str, auth: dict) -> None:
             break
         time.sleep(0.5)
     assert after is not None
-    assert after["reservations"] == before["reservations"]
-    assert after["cpu_free_pct"] == pytest.approx(before["cpu_free_pct"])
-    r = requests.delete(f"{service}/v1/reservations/{p['reservation_id']}", headers=auth,
-                        timeout=10)
-    assert r.status_code == 200
+    # Unconfirmed reservations of other tests may pass their TTL meanwhile; none may appear.
+    assert 1 <= after["reservations"] <= before["reservations"]
+    assert after["cpu_free_pct"] < 100.0  # the confirmed pod still holds its cores
+    r = requests.delete(url, headers=auth, timeout=10)
+    assert r.status_code == 200 and r.json()["pods"] == [p["pod_id"]]
+    assert requests.delete(url, headers=auth, timeout=10).status_code == 404
 
 
 def test_place_cli_and_client(service: str, auth: dict, tmp_path, monkeypatch) -> None:
