@@ -349,11 +349,11 @@ def _forecast_data(data: str) -> str:
 @click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True,
               help="Long-format CSV/Parquet (series_id, timestamp, values) or google2011.")
 @click.option("--out", default="models/forecast", show_default=True)
-@click.option("--epochs", default=20, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--seed", default=0, show_default=True)
-@click.option("--lookback", default=36, show_default=True, type=click.IntRange(2, 10_000))
+@click.option("--lookback", default=72, show_default=True, type=click.IntRange(2, 10_000))
 @click.option("--horizon", default=3, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--hidden", default=64, show_default=True, type=click.IntRange(4, 4096))
+@click.option("--hidden", default=96, show_default=True, type=click.IntRange(4, 4096))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def forecast_train(data: str, out: str, epochs: int, seed: int, lookback: int, horizon: int,
                    hidden: int, json_path: str | None) -> None:
