@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic import ValidationError as PydanticError
 
+from smartsched.configfile import read_yaml, validate
 from smartsched.model.errors import ValidationError
 
 
@@ -55,18 +54,7 @@ class TrainConfig(BaseModel):
 
 def load_train_config(path: str | Path) -> TrainConfig:
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ValidationError("config", f"cannot read {path}: {e}") from None
-    except yaml.YAMLError as e:
-        raise ValidationError("config", f"not valid YAML: {e}", source=str(path)) from None
-    try:
-        cfg = TrainConfig.model_validate(doc or {})
-    except PydanticError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise ValidationError(loc, err["msg"], source=str(path)) from None
+    cfg = validate(TrainConfig, read_yaml(path, "config"), source=str(path))
     if cfg.training.minibatch_size > cfg.training.train_batch_size_per_learner:
         raise ValidationError("training.minibatch_size", "must be <= train_batch_size_per_learner",
                               source=str(path))

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic import ValidationError as PydanticError
 
+from smartsched.configfile import validate
 from smartsched.model.errors import ValidationError
 
 
@@ -58,12 +58,7 @@ class ServiceConfig(BaseModel):
 
 
 def parse_service_config(args: dict[str, Any] | None) -> ServiceConfig:
-    try:
-        return ServiceConfig.model_validate(args or {})
-    except PydanticError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise ValidationError(f"service.{loc}", str(err["msg"])) from None
+    return validate(ServiceConfig, args, prefix="service")
 
 
 def load_token(auth: Auth) -> str | None:

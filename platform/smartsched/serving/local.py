@@ -16,20 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from smartsched.configfile import read_yaml
 from smartsched.model.errors import ValidationError
 
 
 def service_args(config: str | Path, overrides: dict[str, Any]) -> dict[str, Any]:
     """The application args of ``config`` (first application) with ``overrides`` applied."""
-    try:
-        doc = yaml.safe_load(Path(config).read_text()) or {}
-    except OSError as e:
-        raise ValidationError("config", f"cannot read {config}: {e}") from None
-    except yaml.YAMLError as e:
-        raise ValidationError("config", f"not valid YAML: {e}") from None
-    apps = doc.get("applications") or []
+    doc = read_yaml(config, "config") or {}
+    apps = (doc.get("applications") or []) if isinstance(doc, dict) else []
     if not apps or not isinstance(apps[0], dict):
         raise ValidationError("config.applications", "needs at least one application")
     args = dict(apps[0].get("args") or {})

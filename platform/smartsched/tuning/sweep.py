@@ -12,11 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic import ValidationError as PydanticError
 
-from smartsched.model.errors import ValidationError
+from smartsched.configfile import read_yaml, validate
 from smartsched.objectives.reward import COMPONENTS, RewardWeights
 
 
@@ -126,25 +124,11 @@ class SweepConfig(BaseModel):
         return out
 
 
-def _field_error(e: PydanticError, source: str) -> ValidationError:
-    err = e.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(("float", "Range")))
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    return ValidationError(f"sweep.{loc}" if loc else "sweep", msg, source=source)
-
-
 def load_sweep(path: str | Path) -> SweepConfig:
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ValidationError("sweep", f"cannot read {path}: {e}") from None
-    except yaml.YAMLError as e:
-        raise ValidationError("sweep", f"not valid YAML: {e}", source=str(path)) from None
-    try:
-        return SweepConfig.model_validate(doc or {})
-    except PydanticError as e:
-        raise _field_error(e, str(path)) from None
+    # A searched weight is `float | Range`: pydantic puts the member type in the path.
+    return validate(SweepConfig, read_yaml(path, "sweep"), prefix="sweep", source=str(path),
+                    drop=("float", "Range"))
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
