@@ -30,6 +30,7 @@ from typing import Any
 
 from smartsched.k8s.snapshot import POD_GROUP_LABEL, POD_GROUP_LABEL_OLD, build_snapshot, to_plain
 from smartsched.scheduling.base import make_scheduler
+from smartsched.scheduling.framework import unschedulable_message
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +170,7 @@ class SchedulerLoop:
             req = trial.compile(pod)
             d = self.sched.decide(trial, req)
             if d.node is None:
-                reasons = ", ".join(r.replace(" nodes: ", " ", 1) for r in d.reasons)
-                why = f"0/{trial.num_nodes} nodes are available: {reasons or 'no feasible node'}"
+                why = unschedulable_message(trial.num_nodes, d.reasons)
                 if len(members) > 1:
                     why = f"pod group not placed ({k}: {why})"
                 for (o, _), kk in zip(members, keys, strict=True):

@@ -191,6 +191,13 @@ class ProfileScheduler:
         return tuple(out)
 
 
+def unschedulable_message(num_nodes: int, reasons: Sequence[str]) -> str:
+    """kube-scheduler's form of ``reasons`` ("3 nodes: Insufficient cpu", as ``reasons()``
+    gives them): "0/4 nodes are available: 3 Insufficient cpu, 1 ..."."""
+    parts = [r.replace(" nodes: ", " ", 1).replace(" node: ", " ", 1) for r in reasons]
+    return f"0/{num_nodes} nodes are available: {', '.join(parts) or 'no feasible node'}"
+
+
 def min_max_normalize(raw: np.ndarray, feasible: np.ndarray) -> np.ndarray:
     """Scale ``raw`` linearly over the feasible nodes to 0..100 (all 0 when it is constant)."""
     vals = raw[feasible]

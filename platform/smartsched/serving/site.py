@@ -33,6 +33,7 @@ from smartsched.model.errors import (
 from smartsched.model.pod import Pod
 from smartsched.model.resources import CPU, GPU, MEM
 from smartsched.scheduling.base import make_scheduler
+from smartsched.scheduling.framework import unschedulable_message
 from smartsched.serving.journal import Journal, pod_from_dict, pod_to_dict
 from smartsched.twin.state import ClusterState, PodRequest
 
@@ -194,10 +195,7 @@ class SitePlacer:
         decision = self.scheduler.decide(self.state, req)
         self.decisions += 1
         if decision.node is None:
-            # kube-scheduler's form: "0/4 nodes are available: 3 Insufficient cpu, 1 ..."
-            parts = [r.replace(" nodes: ", " ", 1).replace(" node: ", " ", 1)
-                     for r in decision.reasons] or ["no feasible node"]
-            why = f"0/{self.state.num_nodes} nodes are available: {', '.join(parts)}"
+            why = unschedulable_message(self.state.num_nodes, decision.reasons)
             if decision.defer:
                 why = "the profile deferred it"
             return None, why
