@@ -317,6 +317,7 @@ class Ingress:
                                {k: caller(v) for k, v in edges.items()}, self._free_of,
                                RankWeights(**self.cfg.ranking.model_dump()))
         self.metrics = ServiceMetrics()
+        self.site_names = frozenset(s.name for s in self.h.spec.sites)
         zone_site = self.h.spec.zone_site()
         self.node_site = {n.name: zone_site[n.zone] for n in self.h.spec.nodes}
         from smartsched.serving.replica import set_current
@@ -381,7 +382,7 @@ class Ingress:
         return self._free
 
     def _check_refs(self, pod: Any, i: int) -> None:
-        sites = {s.name for s in self.h.spec.sites}
+        sites = self.site_names
         for r in pod.allowed_regions:  # region or MEC site names, as in the twin
             if r not in sites:
                 raise UnknownReferenceError(f"pods.{i}.allowed_regions", f"unknown site {r!r}")

@@ -15,6 +15,7 @@ survive a restart.
 
 from __future__ import annotations
 
+import heapq
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -102,6 +103,7 @@ class SitePlacer:
         self.profile = profile
         self.scheduler = make_scheduler(profile, seed)
         self.reservations: dict[str, Reservation] = {}
+        self._expiry: list[tuple[float, str]] = []  # heap of (expires_at, reservation id)
         self.answers: OrderedDict[str, Any] = OrderedDict()
         self._recent: deque[Pod] = deque(maxlen=2000)
         self._since_prepare: int | None = None
@@ -183,6 +185,7 @@ class SitePlacer:
         rid = uuid.uuid4().hex
         res = Reservation(rid, bookings, expires_at, request_id=request_id)
         self.reservations[rid] = res
+        self._track(res)
         self._log(self._reserve_event(res))
         zone_names = self.state.zone_names
         return [SiteResult(b.pod.id, True, node=self.state.names[b.node],
@@ -226,14 +229,24 @@ class SitePlacer:
         self._log({"op": "release", "rid": rid})
         return r
 
+    def _track(self, r: Reservation) -> None:
+        heapq.heappush(self._expiry, (r.expires_at, r.id))
+
     def expire(self) -> int:
-        """Release unconfirmed reservations past their TTL; return how many."""
+        """Release unconfirmed reservations past their TTL; return how many.
+
+        Runs before every request, so it pops a heap of expiry times instead of
+        scanning every live reservation; released or confirmed ones are skipped.
+        """
         now = self.clock()
-        old = [rid for rid, r in self.reservations.items()
-               if not r.confirmed and r.expires_at <= now]
-        for rid in old:
-            self.release(rid)
-        return len(old)
+        n = 0
+        while self._expiry and self._expiry[0][0] <= now:
+            _, rid = heapq.heappop(self._expiry)
+            r = self.reservations.get(rid)
+            if r is not None and not r.confirmed and r.expires_at <= now:
+                self.release(rid)
+                n += 1
+        return n
 
     def _get(self, rid: str) -> Reservation:
         self.expire()
@@ -343,6 +356,7 @@ class SitePlacer:
             r = Reservation(rid, bookings, e["expires_at"], bool(e.get("confirmed")),
                             e.get("request_id"))
             self.reservations[rid] = r
+            self._track(r)
             if r.request_id is not None:
                 zone_names = self.state.zone_names
                 self.answers[r.request_id] = [SiteResult(
