@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from smartsched.objectives.reward import COMPONENTS
 from smartsched.tuning.sweep import Evaluation, Objective, SweepConfig, deep_merge
 
 
@@ -199,7 +200,7 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
         values = {k: float(m[k]) for k in sweep.objectives}
         rows.append({
             "trial": str(m.get("trial_id", Path(res.path).name)),
-            "weights": {c: float(m[f"weight_{c}"]) for c in _components()},
+            "weights": {c: float(m[f"weight_{c}"]) for c in COMPONENTS},
             "values": values,
             "relative": pareto.relative(values, base, sweep.objectives),
             "base": base,
@@ -236,9 +237,3 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
     echo(f"wrote {out / 'pareto.md'}, pareto.png, recommended_weights.yaml; "
          f"tensorboard --logdir {out / 'tune'}")
     return summary
-
-
-def _components() -> tuple[str, ...]:
-    from smartsched.objectives.reward import COMPONENTS
-
-    return COMPONENTS
