@@ -17,6 +17,7 @@ each evaluation (exponential smoothing) instead of switching at once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,19 @@ class ClusterCondition:
     @property
     def hour(self) -> float:
         return (self.time_s / 3600.0) % 24.0
+
+    @staticmethod
+    def from_arrivals(now: float, online_arrivals: Sequence[float] | np.ndarray,
+                      ai_backlog: int, nodes: int, rules: DynamicRules) -> ClusterCondition:
+        """The condition at ``now`` from the sorted arrival times of online pods: the rate over
+        the surge window and over the baseline (at most the time elapsed)."""
+        arr = np.asarray(online_arrivals, dtype=np.float64)
+        end = np.searchsorted(arr, now, "right")
+        recent = end - np.searchsorted(arr, now - rules.surge_window_s, "right")
+        span = min(rules.baseline_s, max(now, 1.0))
+        base = end - np.searchsorted(arr, now - span, "right")
+        return ClusterCondition(now, float(recent) / rules.surge_window_s, float(base) / span,
+                                ai_backlog, nodes)
 
 
 @dataclass

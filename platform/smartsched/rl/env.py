@@ -214,16 +214,9 @@ class SchedulingEnv(gym.Env):
         self._last_rule_eval = e.now
         from smartsched.objectives.dynamic import ClusterCondition
 
-        rules = self._dynamic.rules
-        arr = self._online_arrivals
-        recent = np.searchsorted(arr, e.now, "right") - np.searchsorted(
-            arr, e.now - rules.surge_window_s, "right")
-        span = min(rules.baseline_s, max(e.now, 1.0))
-        base = np.searchsorted(arr, e.now, "right") - np.searchsorted(arr, e.now - span, "right")
         backlog = int(((e.table.status == self._pending) & self._ai).sum())
-        cond = ClusterCondition(e.now, recent / rules.surge_window_s, base / span, backlog,
-                                e.state.num_nodes)
-        self._dynamic.update(cond)
+        self._dynamic.update(ClusterCondition.from_arrivals(
+            e.now, self._online_arrivals, backlog, e.state.num_nodes, self._dynamic.rules))
         self.weights = self._dynamic.weights()
         self.reward_fn.w = self.weights
         self.weights_log = list(self._dynamic.log)

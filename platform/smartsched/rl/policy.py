@@ -112,8 +112,6 @@ class RLScheduler:
     def _update_weights(self, state: ClusterState, request: PodRequest,
                         every_s: float = 300.0) -> None:
         """The dynamic rules over what this scheduler sees: arrivals and the queue."""
-        from bisect import bisect_right
-
         from smartsched.objectives.dynamic import ClusterCondition
 
         pod = request.pod
@@ -124,16 +122,9 @@ class RLScheduler:
         if now - self._last_rule_eval < every_s:
             return
         self._last_rule_eval = now
-        rules = self._dynamic.rules
-        arr = self._online_arrivals
-        end = bisect_right(arr, now)
-        recent = end - bisect_right(arr, now - rules.surge_window_s)
-        span = min(rules.baseline_s, max(now, 1.0))
-        base = end - bisect_right(arr, now - span)
-        ai = POD_CLASS_IDS[PodClass.AI_TRAIN]
-        backlog = int(state.queue_by_class[ai])
-        self._dynamic.update(ClusterCondition(now, recent / rules.surge_window_s, base / span,
-                                              backlog, state.num_nodes))
+        backlog = int(state.queue_by_class[POD_CLASS_IDS[PodClass.AI_TRAIN]])
+        self._dynamic.update(ClusterCondition.from_arrivals(
+            now, self._online_arrivals, backlog, state.num_nodes, self._dynamic.rules))
         self.weights = self._dynamic.current.astype(np.float32)
         self.weights_log = list(self._dynamic.log)
 
