@@ -38,3 +38,25 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):
              log_to_driver=False, ignore_reinit_error=True)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_forecaster(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cpu+mem LSTM forecaster with a 3-step lookback, trained for one epoch on sines:
+    small enough to attach to any test twin and see predictions after three ticks."""
+    import numpy as np
+
+    from smartsched.forecast.data import Series
+    from smartsched.forecast.lstm import LSTMForecaster, LSTMSettings
+    from smartsched.forecast.windows import make_windows
+
+    rng = np.random.default_rng(0)
+    series = []
+    for i in range(6):
+        t = np.arange(200)
+        v = 50 + 20 * np.sin(2 * np.pi * t / 24 + rng.uniform(0, 6)) + rng.normal(0, 1, 200)
+        series.append(Series(f"s{i}", 0.0, 300.0, ("cpu", "mem"),
+                             np.repeat(v.astype(np.float32)[:, None], 2, axis=1)))
+    fc = LSTMForecaster(LSTMSettings(lookback=3, horizon=3, hidden=8, epochs=1, seed=0))
+    fc.fit(make_windows(series, 3, 3))
+    return fc.save(tmp_path_factory.mktemp("forecaster"))

@@ -111,3 +111,38 @@ def test_scenario_weights_sampling_and_dynamic_rules() -> None:
     assert np.allclose(obs["weights"], green)
     with pytest.raises(ValidationError):
         SchedulingEnv({"weight_sampling": "sometimes"})
+
+
+def test_forecast_columns_carry_the_forecasters_prediction(tiny_forecaster) -> None:
+    """With a forecaster the node features gain two columns: predicted cpu and memory use
+    as fractions of capacity (current usage until the forecaster has a full lookback)."""
+    from smartsched.model.resources import CPU, MEM
+    from smartsched.rl.features import FORECAST_COLS, NODE_FEATURES
+
+    plain = SchedulingEnv({"cluster": "small", "hours": 3, "max_decisions": 400})
+    env = SchedulingEnv({"cluster": "small", "hours": 3, "max_decisions": 400,
+                         "forecaster": f"{tiny_forecaster}?plan=median"})
+    assert env.observation_space["nodes"].shape[1] == NODE_FEATURES + FORECAST_COLS
+    assert plain.observation_space["nodes"].shape[1] == NODE_FEATURES
+    obs, _ = env.reset(seed=3)
+    plain_obs, _ = plain.reset(seed=3)
+    st = env.engine.state
+    assert env.engine.usage_predictor.plan == "median"
+    n = st.num_nodes
+    cap = st.capacity[:, [CPU, MEM]]
+    cols = slice(NODE_FEATURES, NODE_FEATURES + FORECAST_COLS)
+    np.testing.assert_allclose(obs["nodes"][:n, cols], st.usage[:, :2] / cap, atol=1e-6)
+    # The fixed columns are the same as without a forecaster.
+    np.testing.assert_array_equal(obs["nodes"][:, :NODE_FEATURES], plain_obs["nodes"])
+    seen_prediction = False
+    done = False
+    while not done:
+        obs, _, term, trunc, _ = env.step(int(np.flatnonzero(obs["action_mask"])[0]))
+        done = term or trunc
+        if not done and st.predicted_usage is not None:
+            seen_prediction = True
+            np.testing.assert_allclose(obs["nodes"][:n, cols],
+                                       np.clip(st.predicted_usage / cap, -10, 10), atol=1e-5)
+    assert seen_prediction
+    with pytest.raises(ValidationError, match="plan"):
+        SchedulingEnv({"cluster": "small", "forecaster": f"{tiny_forecaster}?plan=mean"})

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from smartsched.objectives.reward import COMPONENTS, RewardWeights, StepReward
-from smartsched.rl.features import NODE_FEATURES, POD_FEATURES, FeatureBuilder
+from smartsched.rl.features import FORECAST_COLS, NODE_FEATURES, POD_FEATURES, FeatureBuilder
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD
 from smartsched.scheduling.registry import load_profile
@@ -51,6 +51,10 @@ class EnvConfig:
         filters_profile: profile whose filters give the action mask and binder.
         heuristic_features: include the FGD score as a node feature.
         inflate: fill-mode demand.
+        forecaster: a load forecaster (``models/forecast``, optionally ``?plan=median``)
+            attached to the twin in replay mode; its per-node predicted CPU and memory
+            use become two extra node-feature columns (features.FORECAST_COLS), and a
+            policy trained with it carries the same forecaster at inference.
     """
 
     cluster: str = "small"
@@ -67,6 +71,7 @@ class EnvConfig:
     filters_profile: str = "k8s-default"
     heuristic_features: bool = True
     inflate: float = 1.3
+    forecaster: str | None = None
 
     @staticmethod
     def from_dict(d: dict[str, Any] | None) -> EnvConfig:
@@ -108,8 +113,14 @@ class SchedulingEnv(gym.Env):
         self.scenarios = load_scenarios()
         self.base_weights = self.weights
         self.weights_log: list[dict[str, Any]] = []
+        self._forecaster: Any = None
+        if self.cfg.forecaster is not None:
+            from smartsched.forecast.node_predictor import load_forecaster
+
+            self._forecaster = load_forecaster(self.cfg.forecaster)  # loaded once, per env
+        self.node_width = NODE_FEATURES + (FORECAST_COLS if self._forecaster else 0)
         self.observation_space = gym.spaces.Dict({
-            "nodes": gym.spaces.Box(OBS_LOW, OBS_HIGH, (self.max_nodes, NODE_FEATURES),
+            "nodes": gym.spaces.Box(OBS_LOW, OBS_HIGH, (self.max_nodes, self.node_width),
                                     np.float32),
             "pod": gym.spaces.Box(OBS_LOW, OBS_HIGH, (POD_FEATURES,), np.float32),
             "action_mask": gym.spaces.Box(0.0, 1.0, (self.max_nodes + 1,), np.float32),
@@ -143,13 +154,19 @@ class SchedulingEnv(gym.Env):
             warmup_s=cfg.warmup_hours * 3600.0 if cfg.mode == "replay" else 0.0,
         )
         self.engine = Engine(self.spec_cluster, pods, engine_cfg)
+        if self._forecaster is not None and cfg.mode == "replay":
+            from smartsched.forecast.node_predictor import NodeUsagePredictor
+
+            fc, plan = self._forecaster
+            self.engine.usage_predictor = NodeUsagePredictor(fc, engine_cfg.tick_s, plan)
         self.filters = ProfileScheduler(load_profile(cfg.filters_profile), ep_seed)
         fgd = None
         if cfg.heuristic_features:
             fgd = FGD()
             fgd.prepare(self.engine.source_pods)
         st = self.engine.state
-        self.features = FeatureBuilder(self.spec_cluster, st, fgd)
+        self.features = FeatureBuilder(self.spec_cluster, st, fgd,
+                                       forecast=self._forecaster is not None)
         m = self.engine.metrics
         self.reward_fn = StepReward(
             self.weights, st.num_nodes, cost_per_hour=float(m.node_price_h.sum()),
@@ -251,7 +268,7 @@ class SchedulingEnv(gym.Env):
         e = self.engine
         assert e is not None
         n = e.state.num_nodes
-        nodes = np.zeros((self.max_nodes, NODE_FEATURES), dtype=np.float32)
+        nodes = np.zeros((self.max_nodes, self.node_width), dtype=np.float32)
         nodes[:n] = self.features.nodes(self._ctx, ok, e.now)
         mask = np.zeros(self.max_nodes + 1, dtype=np.float32)
         mask[:n] = ok
@@ -266,7 +283,7 @@ class SchedulingEnv(gym.Env):
         mask[-1] = 1.0  # keep the mask non-empty for samplers
         self._mask = mask
         return {
-            "nodes": np.zeros((self.max_nodes, NODE_FEATURES), dtype=np.float32),
+            "nodes": np.zeros((self.max_nodes, self.node_width), dtype=np.float32),
             "pod": np.zeros(POD_FEATURES, dtype=np.float32),
             "action_mask": mask,
             "weights": self.weights.vector(),

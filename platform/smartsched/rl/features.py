@@ -37,14 +37,21 @@ POD_FEATURES: Final = 19
 # Node columns a heuristic-residual policy mixes (module.heuristic_prior): app
 # co-location on the node, app peers in its zone, LeastAllocated, BestFit, FGD.
 HEURISTIC_COLS: Final = (31, 32, 33, 34, 35)
+# Optional columns after the fixed ones (``FeatureBuilder(forecast=True)``): the
+# forecaster's predicted CPU and memory use over the next horizon, as fractions of
+# capacity (current usage until the forecaster has seen a full lookback).
+FORECAST_COLS: Final = 2
 CLIP: Final = 10.0
 
 
 class FeatureBuilder:
     """Builds node and pod features for one cluster; keeps the previous usage for trends."""
 
-    def __init__(self, spec: ClusterSpec, state: ClusterState, fgd: FGD | None) -> None:
+    def __init__(self, spec: ClusterSpec, state: ClusterState, fgd: FGD | None,
+                 forecast: bool = False) -> None:
         self.state = state
+        self.forecast = forecast
+        self.width = NODE_FEATURES + (FORECAST_COLS if forecast else 0)
         self.fgd = fgd
         self.least = NodeResourcesFit()
         self.bestfit = BestFit()
@@ -72,12 +79,12 @@ class FeatureBuilder:
         self.prev_usage_time = -1.0
 
     def nodes(self, ctx: CycleContext, feasible: np.ndarray, now: float) -> np.ndarray:
-        """[N, NODE_FEATURES] float32."""
+        """[N, self.width] float32."""
         st, req = self.state, ctx.request
         n = st.num_nodes
         cap = st.capacity.astype(np.float32)
         gpu_cap = np.maximum(cap[:, GPU], 1.0)
-        f = np.zeros((n, NODE_FEATURES), dtype=np.float32)
+        f = np.zeros((n, self.width), dtype=np.float32)
         f[:, 0] = cap[:, CPU] / CPU_SCALE
         f[:, 1] = cap[:, MEM] / MEM_SCALE
         f[:, 2] = st.gpu_count / DEVICE_SLOTS
@@ -122,7 +129,11 @@ class FeatureBuilder:
             if self.fgd is not None and self.fgd.target is not None:
                 f[:, 35] = _as_array(self.fgd.score(ctx, feasible), n) / 100.0
         f[:, 36] = 1.0 if req.models_ok is None else req.models_ok[st.gpu_model]
-        f[:, ZONE_COL:] = self.static
+        f[:, ZONE_COL:NODE_FEATURES] = self.static
+        if self.forecast:
+            pred = st.predicted_usage
+            base = st.usage[:, :2] if pred is None else pred[:, :2]
+            f[:, NODE_FEATURES:NODE_FEATURES + FORECAST_COLS] = base / cap[:, [CPU, MEM]]
         np.clip(f, -CLIP, CLIP, out=f)
         return f
 

@@ -86,6 +86,12 @@ class RLScheduler:
         self._online_arrivals: list[float] = []
         self._last_rule_eval = -np.inf
         self.heuristics = bool(env.get("heuristic_features", True))
+        # A policy trained on forecast features needs the same forecaster attached to the
+        # twin (bench.simulate does it for any scheduler with a ``forecaster``); where none
+        # runs (the service, Kubernetes) those columns fall back to current usage.
+        self.forecaster: str | None = None
+        if env.get("forecaster"):
+            self.forecaster = str(self.dir / env["forecaster"])
         self.fgd: FGD | None = None
         self._features: FeatureBuilder | None = None
         self._state_id: int | None = None
@@ -143,7 +149,8 @@ class RLScheduler:
         if not ok.any():
             return Decision.reject(*self.filters.reasons(ctx))
         if self._features is None or self._state_id != id(state):
-            self._features = FeatureBuilder(state.spec, state, self.fgd)
+            self._features = FeatureBuilder(state.spec, state, self.fgd,
+                                            forecast=self.forecaster is not None)
             self._state_id = id(state)
         now = state.now
         nodes = self._features.nodes(ctx, ok, now)

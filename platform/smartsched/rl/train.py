@@ -32,6 +32,7 @@ from smartsched.rl.config import TrainConfig
 
 MODULE_SUBPATH = Path("learner_group") / "learner" / "rl_module" / "default_policy"
 POLICY_META = "smartsched_policy.json"
+FORECASTER_SUBDIR = "forecaster"  # inside an exported policy; env.forecaster is relative to it
 
 
 def _init_ray(out: Path, num_cpus: int | None) -> None:
@@ -125,7 +126,12 @@ def export_policy(checkpoint: Path, out: Path, cfg: TrainConfig, iteration: int)
     shutil.copytree(checkpoint / MODULE_SUBPATH, tmp)
     from smartsched.objectives.reward import COMPONENTS
 
-    meta = {"env": cfg.env, "model": cfg.model, "iteration": iteration,
+    env = dict(cfg.env)
+    if env.get("forecaster"):  # the policy carries the forecaster its features came from
+        folder, sep, query = str(env["forecaster"]).partition("?")
+        shutil.copytree(folder, tmp / FORECASTER_SUBDIR)
+        env["forecaster"] = FORECASTER_SUBDIR + sep + query
+    meta = {"env": env, "model": cfg.model, "iteration": iteration,
             "module_class": "smartsched.rl.module.NodeScorerModule",
             "reward_components": list(COMPONENTS)}
     (tmp / POLICY_META).write_text(json.dumps(meta, indent=2) + "\n")
