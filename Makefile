@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 DEMO_OUT ?= reports/demo
 
-.PHONY: demo test test-fast lint install install-test bench clean
+.PHONY: demo test test-fast lint install install-test bench clean prometheus
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,19 @@ install-test: $(TEST_STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/smartsched demo --out $(DEMO_OUT)
 
-test: $(TEST_STAMP)
+# The telemetry tests run a real Prometheus server (Debian's package). Installed
+# here when missing and we are root; otherwise those tests skip and say how.
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's prometheus package for the telemetry tests"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus >/dev/null \
+	      || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	           apt-get install -y -q --no-install-recommends prometheus >/dev/null; } \
+	      || echo "could not install prometheus: its tests will skip (or fail under CI)"; \
+	  else echo "prometheus not found: run 'apt-get install prometheus' (as root) for its tests"; fi; }
+
+test: $(TEST_STAMP) prometheus
 	$(VENV)/bin/ruff check platform tests
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 

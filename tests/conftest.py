@@ -60,3 +60,12 @@ def tiny_forecaster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     fc = LSTMForecaster(LSTMSettings(lookback=3, horizon=3, hidden=8, epochs=1, seed=0))
     fc.fit(make_windows(series, 3, 3))
     return fc.save(tmp_path_factory.mktemp("forecaster"))
+
+
+@pytest.fixture(scope="session")
+def tiny_projection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 4-component telemetry projection fitted on 6 simulated hours of ``small``."""
+    from smartsched.perception.study import study
+
+    proj, _ = study("small", "mixed", "k8s-default", 6.0, [0], 1, k=4, echo=lambda _: None)
+    return proj.save(tmp_path_factory.mktemp("telemetry"))

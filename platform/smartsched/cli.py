@@ -387,6 +387,99 @@ def forecast_evaluate(model: str | None, data: str, plot: str | None,
 
 
 @main.group()
+def telemetry() -> None:
+    """The twin's per-node telemetry: the metric catalogue and a live /metrics exporter."""
+
+
+@telemetry.command("serve")
+@click.option("--cluster", default="small", show_default=True)
+@click.option("--workload", default="mixed", show_default=True)
+@click.option("--scheduler", default="k8s-default", show_default=True)
+@click.option("--speed", default=60.0, show_default=True,
+              help="Simulated seconds per wall-clock second.")
+@click.option("--hours", default=24.0, show_default=True,
+              help="Workload span; the twin restarts with the next seed after it.")
+@click.option("--warm-hours", default=1.0, show_default=True,
+              help="Simulated before serving, so the cluster is not empty.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=9500, show_default=True)
+@click.option("--duration", default=None, type=float,
+              help="Stop after this many wall-clock seconds (default: until interrupted).")
+def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, hours: float,
+                    warm_hours: float, seed: int, host: str, port: int,
+                    duration: float | None) -> None:
+    """Run the twin live on an accelerated clock and expose its telemetry at /metrics."""
+    import time
+
+    from smartsched.perception.exporter import LiveTwin, serve_telemetry
+
+    twin = LiveTwin(cluster, workload, scheduler, speed=speed, hours=hours, seed=seed)
+    twin.advance(min(warm_hours, hours) * 3600.0)
+    try:
+        server = serve_telemetry(twin, port, host)
+    except OSError as e:
+        raise ValidationError("port", f"cannot listen on {host}:{port}: {e}") from None
+    n, d = twin.engine.state.num_nodes, len(twin.collector.dims)
+    click.echo(f"serving {n} nodes x {d} dimensions at http://{host}:{port}/metrics "
+               f"({speed:g}x clock, scheduler {scheduler})")
+    twin.start()
+    t_end = None if duration is None else time.monotonic() + duration
+    try:
+        while t_end is None or time.monotonic() < t_end:
+            time.sleep(0.5)
+            if twin.error is not None:
+                raise click.ClickException(f"the live twin stopped: {twin.error}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        twin.stop()
+        server.shutdown()
+    click.echo(f"stopped at simulated {twin.sim_now / 3600:.2f} h after {twin.episodes} "
+               f"restart(s); {twin.collector.samples} scrapes served")
+
+
+@telemetry.command("reduce")
+@click.option("--cluster", default="medium", show_default=True)
+@click.option("--workload", default="mixed", show_default=True)
+@click.option("--scheduler", default="k8s-default", show_default=True)
+@click.option("--hours", default=24.0, show_default=True)
+@click.option("--seeds", default="0-1", show_default=True, help="Training seeds.")
+@click.option("--test-seed", default=100, show_default=True)
+@click.option("--components", "k", default=8, show_default=True)
+@click.option("--out", default="models/telemetry", show_default=True,
+              type=click.Path(file_okay=False))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, seeds: str,
+                     test_seed: int, k: int, out: str, json_path: str | None) -> None:
+    """Fit the PCA projection of the node telemetry on twin runs; ablate the families."""
+    from smartsched.perception.study import format_study, study
+
+    proj, res = study(cluster, workload, scheduler, hours, _seeds(seeds), test_seed, k,
+                      echo=click.echo)
+    proj.save(out)
+    click.echo(format_study(res))
+    click.echo(f"saved the projection ({len(proj.columns)} -> {proj.k}) to {out}")
+    _write_json(json_path, res)
+
+
+@telemetry.command("panel")
+@click.option("--prometheus", "url", required=True, help="e.g. http://127.0.0.1:9090")
+@click.option("--dashboard", default="infra/grafana/smartsched-cluster.json", show_default=True)
+@click.option("--title", default="CPU utilization by zone", show_default=True)
+@click.option("--minutes", default=10.0, show_default=True)
+@click.option("--step", "step_s", default=5.0, show_default=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+def telemetry_panel(url: str, dashboard: str, title: str, minutes: float, step_s: float,
+                    out: str) -> None:
+    """Render one dashboard panel's data from Prometheus to a PNG (no Grafana needed)."""
+    from smartsched.perception.panel import render_panel
+
+    res = render_panel(url, dashboard, title, out, minutes=minutes, step_s=step_s)
+    click.echo(f"{res['panel']}: {res['series']} series, {res['points']} points -> {out}")
+
+
+@main.group()
 def bench() -> None:
     """Benchmark suites that print figures (and write them with --json)."""
 
@@ -463,6 +556,18 @@ def bench_rl(policy: str | None, skip_sampling: bool, json_path: str | None) -> 
     from smartsched.rl.bench import run_rl_bench
 
     _write_json(json_path, run_rl_bench(policy, echo=click.echo, skip_sampling=skip_sampling))
+
+
+@bench.command("telemetry")
+@click.option("--clusters", default="small,medium,large", show_default=True)
+@click.option("--hours", default=2.0, show_default=True, help="Simulated before measuring.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
+    """Cost of the wide node telemetry: synthesize, project, and one /metrics scrape."""
+    from smartsched.bench.telemetry import run_telemetry_bench
+
+    names = [c for c in clusters.split(",") if c]
+    _write_json(json_path, run_telemetry_bench(names, hours, echo=click.echo))
 
 
 @bench.command("serve")

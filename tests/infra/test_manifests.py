@@ -187,5 +187,64 @@ def test_alert_rules_use_exported_metrics() -> None:
                for n in re.findall(r"smartsched_\w+", t["expr"])}
     assert len(dash["panels"]) >= 5 and in_dash <= exported, in_dash - exported
     prom = yaml.safe_load((INFRA / "prometheus" / "prometheus.yml").read_text())
-    assert prom["rule_files"] == ["alerts.yml"]
+    assert prom["rule_files"] == ["alerts.yml", "telemetry-rules.yml"]
     assert prom["scrape_configs"][0]["metrics_path"] == "/metrics"
+
+
+def _exported_telemetry_names() -> set[str]:
+    """Every series name the twin's telemetry exporter serves (catalogue + twin gauges)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from smartsched.perception.exporter import LiveTwin
+
+    twin = LiveTwin("small", "mixed", "k8s-default", hours=1, seed=0)
+    twin.advance(1800.0)
+    reg = CollectorRegistry()
+    reg.register(twin.collector)
+    names = set()
+    for f in text_string_to_metric_families(generate_latest(reg).decode()):
+        names |= {s.name for s in f.samples}
+    return names
+
+
+def test_telemetry_rules_and_cluster_dashboard_read_exported_series() -> None:
+    exported = _exported_telemetry_names()
+    rules = yaml.safe_load((INFRA / "prometheus" / "telemetry-rules.yml").read_text())
+    recorded = set()
+    metric = re.compile(r"\b((?:node|smartsched|DCGM)_\w+)")
+    for g in rules["groups"]:
+        for r in g["rules"]:
+            used = set(metric.findall(r["expr"]))
+            assert used and used <= exported, (r["record"], used - exported)
+            assert re.fullmatch(r"\w+:\w+:\w+", r["record"])  # level:metric:operation
+            recorded.add(r["record"])
+    import json
+
+    dash = json.loads((INFRA / "grafana" / "smartsched-cluster.json").read_text())
+    titles = " ".join(p["title"] for p in dash["panels"]).lower()
+    for topic in ("by zone", "fragmentation", "queue by class", "slo", "energy", "carbon"):
+        assert topic in titles, topic
+    for p in dash["panels"]:
+        for t in p["targets"]:
+            names = set(re.findall(r"[\w:]+:[\w:]+|\b(?:node|smartsched|DCGM)_\w+", t["expr"]))
+            assert names and names <= exported | recorded, (p["title"], names)
+
+
+def test_promtool_accepts_the_prometheus_config_and_rules() -> None:
+    import os
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        msg = "promtool (Debian's prometheus package) is not installed"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg + ": `make test` installs it")
+        pytest.skip(msg)
+    r = subprocess.run([promtool, "check", "config", str(INFRA / "prometheus" / "prometheus.yml")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rules = yaml.safe_load((INFRA / "prometheus" / "telemetry-rules.yml").read_text())
+    n = sum(len(g["rules"]) for g in rules["groups"])
+    assert f"SUCCESS: {n} rules found" in r.stdout + r.stderr

@@ -55,14 +55,15 @@ def test_train_checkpoint_rl_profile_and_resume(ray_session, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-def test_policy_trained_on_forecast_features_carries_its_forecaster(
-        ray_session, tmp_path: Path, tiny_forecaster: Path) -> None:
+def test_policy_trained_on_forecast_and_telemetry_features_carries_both(
+        ray_session, tmp_path: Path, tiny_forecaster: Path, tiny_projection: Path) -> None:
     from smartsched.scheduling.base import make_scheduler
 
     out = tmp_path / "run"
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(TINY.replace("OUT", str(out)).replace(
-        "max_decisions: 100}", f"max_decisions: 100, forecaster: '{tiny_forecaster}'}}"))
+        "max_decisions: 100}", f"max_decisions: 100, forecaster: '{tiny_forecaster}', "
+                               f"telemetry: '{tiny_projection}'}}"))
     r = CliRunner().invoke(main, ["train", "--config", str(cfg), "--iterations", "1"],
                            catch_exceptions=False)
     assert r.exit_code == 0, r.output
@@ -70,8 +71,11 @@ def test_policy_trained_on_forecast_features_carries_its_forecaster(
     meta = json.loads((policy / "smartsched_policy.json").read_text())
     assert meta["env"]["forecaster"] == "forecaster"
     assert (policy / "forecaster" / "forecaster.pt").is_file()
+    assert meta["env"]["telemetry"] == "telemetry"
+    assert (policy / "telemetry" / "projection.npz").is_file()
     sched = make_scheduler(f"rl:{policy}", 0)
     assert sched.forecaster == str(policy / "forecaster")
+    assert sched.telemetry == str(policy / "telemetry")
     # The twin attaches it, and the wider observation matches the module's input.
     rep = simulate("small", "mixed", f"rl:{policy}", hours=2, seed=5, plots=False)
     assert rep["metrics"]["pods"]["placed"] > 0

@@ -65,6 +65,12 @@ def simulate(
         from smartsched.forecast.node_predictor import NodeUsagePredictor
 
         engine.usage_predictor = NodeUsagePredictor.load(forecaster, config.tick_s)
+    telemetry = getattr(sched, "telemetry", None)
+    if telemetry is not None:  # a policy that observes reduced telemetry
+        from smartsched.perception.reduction import TelemetryFeatures, TelemetryProjection
+
+        engine.telemetry_features = TelemetryFeatures(TelemetryProjection.load(telemetry),
+                                                      spec, seed)
     metrics = run(engine, sched, progress=progress)
     settings = {
         "scheduler": scheduler,

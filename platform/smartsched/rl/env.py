@@ -55,6 +55,9 @@ class EnvConfig:
             attached to the twin in replay mode; its per-node predicted CPU and memory
             use become two extra node-feature columns (features.FORECAST_COLS), and a
             policy trained with it carries the same forecaster at inference.
+        telemetry: a telemetry projection folder (``smartsched telemetry reduce``); the
+            twin synthesizes each node's wide telemetry at every tick and the projection's
+            k components become k more node-feature columns (carried by the export too).
     """
 
     cluster: str = "small"
@@ -72,6 +75,7 @@ class EnvConfig:
     heuristic_features: bool = True
     inflate: float = 1.3
     forecaster: str | None = None
+    telemetry: str | None = None
 
     @staticmethod
     def from_dict(d: dict[str, Any] | None) -> EnvConfig:
@@ -118,7 +122,13 @@ class SchedulingEnv(gym.Env):
             from smartsched.forecast.node_predictor import load_forecaster
 
             self._forecaster = load_forecaster(self.cfg.forecaster)  # loaded once, per env
-        self.node_width = NODE_FEATURES + (FORECAST_COLS if self._forecaster else 0)
+        self._projection: Any = None
+        if self.cfg.telemetry is not None:
+            from smartsched.perception.reduction import TelemetryProjection
+
+            self._projection = TelemetryProjection.load(self.cfg.telemetry)
+        self.node_width = (NODE_FEATURES + (FORECAST_COLS if self._forecaster else 0)
+                           + (self._projection.k if self._projection else 0))
         self.observation_space = gym.spaces.Dict({
             "nodes": gym.spaces.Box(OBS_LOW, OBS_HIGH, (self.max_nodes, self.node_width),
                                     np.float32),
@@ -159,6 +169,11 @@ class SchedulingEnv(gym.Env):
 
             fc, plan = self._forecaster
             self.engine.usage_predictor = NodeUsagePredictor(fc, engine_cfg.tick_s, plan)
+        if self._projection is not None:
+            from smartsched.perception.reduction import TelemetryFeatures
+
+            self.engine.telemetry_features = TelemetryFeatures(
+                self._projection, self.spec_cluster, ep_seed)
         self.filters = ProfileScheduler(load_profile(cfg.filters_profile), ep_seed)
         fgd = None
         if cfg.heuristic_features:
@@ -166,7 +181,8 @@ class SchedulingEnv(gym.Env):
             fgd.prepare(self.engine.source_pods)
         st = self.engine.state
         self.features = FeatureBuilder(self.spec_cluster, st, fgd,
-                                       forecast=self._forecaster is not None)
+                                       forecast=self._forecaster is not None,
+                                       telemetry_k=self._projection.k if self._projection else 0)
         m = self.engine.metrics
         self.reward_fn = StepReward(
             self.weights, st.num_nodes, cost_per_hour=float(m.node_price_h.sum()),

@@ -41,6 +41,8 @@ HEURISTIC_COLS: Final = (31, 32, 33, 34, 35)
 # forecaster's predicted CPU and memory use over the next horizon, as fractions of
 # capacity (current usage until the forecaster has seen a full lookback).
 FORECAST_COLS: Final = 2
+# Then, with ``telemetry_k > 0``, the node's reduced telemetry (perception.reduction:
+# the first k principal components of its wide metric vector; zeros before the first tick).
 CLIP: Final = 10.0
 
 
@@ -48,10 +50,11 @@ class FeatureBuilder:
     """Builds node and pod features for one cluster; keeps the previous usage for trends."""
 
     def __init__(self, spec: ClusterSpec, state: ClusterState, fgd: FGD | None,
-                 forecast: bool = False) -> None:
+                 forecast: bool = False, telemetry_k: int = 0) -> None:
         self.state = state
         self.forecast = forecast
-        self.width = NODE_FEATURES + (FORECAST_COLS if forecast else 0)
+        self.telemetry_k = telemetry_k
+        self.width = NODE_FEATURES + (FORECAST_COLS if forecast else 0) + telemetry_k
         self.fgd = fgd
         self.least = NodeResourcesFit()
         self.bestfit = BestFit()
@@ -134,6 +137,8 @@ class FeatureBuilder:
             pred = st.predicted_usage
             base = st.usage[:, :2] if pred is None else pred[:, :2]
             f[:, NODE_FEATURES:NODE_FEATURES + FORECAST_COLS] = base / cap[:, [CPU, MEM]]
+        if self.telemetry_k and st.telemetry_features is not None:
+            f[:, self.width - self.telemetry_k:] = st.telemetry_features
         np.clip(f, -CLIP, CLIP, out=f)
         return f
 

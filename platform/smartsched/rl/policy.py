@@ -92,6 +92,15 @@ class RLScheduler:
         self.forecaster: str | None = None
         if env.get("forecaster"):
             self.forecaster = str(self.dir / env["forecaster"])
+        # Likewise a telemetry projection: the twin attaches it (bench.simulate); elsewhere
+        # state.telemetry_features comes from PrometheusSource.read_vector, or stays zeros.
+        self.telemetry: str | None = None
+        self._telemetry_k = 0
+        if env.get("telemetry"):
+            from smartsched.perception.reduction import TelemetryProjection
+
+            self.telemetry = str(self.dir / env["telemetry"])
+            self._telemetry_k = TelemetryProjection.load(self.telemetry).k
         self.fgd: FGD | None = None
         self._features: FeatureBuilder | None = None
         self._state_id: int | None = None
@@ -150,7 +159,8 @@ class RLScheduler:
             return Decision.reject(*self.filters.reasons(ctx))
         if self._features is None or self._state_id != id(state):
             self._features = FeatureBuilder(state.spec, state, self.fgd,
-                                            forecast=self.forecaster is not None)
+                                            forecast=self.forecaster is not None,
+                                            telemetry_k=self._telemetry_k)
             self._state_id = id(state)
         now = state.now
         nodes = self._features.nodes(ctx, ok, now)

@@ -33,6 +33,7 @@ from smartsched.rl.config import TrainConfig
 MODULE_SUBPATH = Path("learner_group") / "learner" / "rl_module" / "default_policy"
 POLICY_META = "smartsched_policy.json"
 FORECASTER_SUBDIR = "forecaster"  # inside an exported policy; env.forecaster is relative to it
+TELEMETRY_SUBDIR = "telemetry"  # likewise env.telemetry
 
 
 def _init_ray(out: Path, num_cpus: int | None) -> None:
@@ -131,6 +132,9 @@ def export_policy(checkpoint: Path, out: Path, cfg: TrainConfig, iteration: int)
         folder, sep, query = str(env["forecaster"]).partition("?")
         shutil.copytree(folder, tmp / FORECASTER_SUBDIR)
         env["forecaster"] = FORECASTER_SUBDIR + sep + query
+    if env.get("telemetry"):  # and the telemetry projection its features came from
+        shutil.copytree(env["telemetry"], tmp / TELEMETRY_SUBDIR)
+        env["telemetry"] = TELEMETRY_SUBDIR
     meta = {"env": env, "model": cfg.model, "iteration": iteration,
             "module_class": "smartsched.rl.module.NodeScorerModule",
             "reward_components": list(COMPONENTS)}

@@ -200,6 +200,9 @@ class Engine:
         # Optional: ``update(now, state) -> [N, 2] predicted cpu/mem use or None``, called
         # at every metric tick (see forecast.node_predictor); the twin never imports it.
         self.usage_predictor: Any = None
+        # Optional: ``update(engine) -> [N, k]`` reduced telemetry, called at every metric
+        # tick (see perception.reduction); stored in ``state.telemetry_features``.
+        self.telemetry_features: Any = None
         spec.validate_pods(pods)
         self.state = ClusterState(spec)
         self.state.best_effort_threshold = config.best_effort_threshold
@@ -547,6 +550,8 @@ class Engine:
             if pred is not None:  # best-effort slack backs off before a predicted surge
                 cap = st.capacity[:, [CPU, MEM]] * st.best_effort_threshold
                 st.be_allocatable = np.minimum(st.be_allocatable, np.maximum(cap - pred, 0.0))
+        if self.telemetry_features is not None:
+            self.state.telemetry_features = self.telemetry_features.update(self)
         nxt = self.now + cfg.tick_s
         if self._non_tick_events > 0 or (cfg.horizon_s is not None and nxt <= cfg.horizon_s):
             self._push(nxt, EV_TICK, None)
