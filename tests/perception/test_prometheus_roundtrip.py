@@ -80,6 +80,17 @@ def test_usage_read_back_from_prometheus_matches_the_twin(prometheus, frozen_twi
     assert (np.isnan(X) == ~present).all()  # absent instances are absent in Prometheus too
     np.testing.assert_allclose(X[:, gauges], mine[:, gauges], rtol=1e-6, atol=1e-6)
 
+    # The policy's reduced features, read from Prometheus: the standard layout's columns
+    # (slots this cluster lacks are absent, i.e. mean-imputed) projected.
+    from smartsched.perception.reduction import features_from_prometheus, fit_projection
+    from smartsched.twin.telemetry.catalogue import Layout
+    from smartsched.twin.telemetry.synth import column_names
+
+    std = column_names(Layout.STANDARD)
+    proj = fit_projection(np.random.default_rng(0).normal(size=(50, len(std))), std, 3)
+    feats, errors = features_from_prometheus(src, proj)
+    assert errors == [] and feats.shape == (st.num_nodes, 3) and np.isfinite(feats).all()
+
     # The operator view's recording rules evaluate on these series: one row per zone, and
     # the twin's queue by class.
     zones = {x.zone for x in st.spec.nodes}

@@ -102,3 +102,25 @@ def test_unknown_policy_path(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["simulate", "--scheduler", f"rl:{tmp_path}/p?dynamic=maybe",
                                   "--no-plots"])
     assert r.exit_code == 2 and "scheduler.dynamic" in r.output
+
+
+CONFIGS = sorted((Path(__file__).parents[2] / "rllib_configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_train_configs_build_their_env(path: Path, monkeypatch) -> None:
+    """Every config under rllib_configs/ parses and its env builds (forecaster and
+    telemetry projection found, observation width as the config implies)."""
+    from smartsched.rl.config import load_train_config
+    from smartsched.rl.env import SchedulingEnv
+    from smartsched.rl.features import FORECAST_COLS, NODE_FEATURES
+
+    monkeypatch.chdir(path.parents[1])  # paths in the configs are relative to the repo
+    cfg = load_train_config(path)
+    env = SchedulingEnv(cfg.env)
+    width = NODE_FEATURES + (FORECAST_COLS if cfg.env.get("forecaster") else 0)
+    if cfg.env.get("telemetry"):
+        from smartsched.perception.reduction import TelemetryProjection
+
+        width += TelemetryProjection.load(path.parents[1] / cfg.env["telemetry"]).k
+    assert env.observation_space["nodes"].shape[1] == width

@@ -165,3 +165,17 @@ def _layout_for(projection: TelemetryProjection, spec: Any, layout_cls: Any) -> 
     if column_names(std) == projection.columns:
         return std
     return layout_cls.for_cluster(spec)
+
+
+def features_from_prometheus(source: Any, projection: TelemetryProjection
+                             ) -> tuple[np.ndarray, list[str]]:
+    """The production path of ``TelemetryFeatures``: read the wide vector of the source's
+    nodes from Prometheus (counters as ``rate``) and project it -> ([N, k], query errors).
+    Put the result in ``ClusterState.telemetry_features`` for the policy."""
+    from smartsched.twin.telemetry.catalogue import Layout, column_names, dimensions
+
+    if column_names(Layout.STANDARD) != projection.columns:
+        raise ValidationError("telemetry", "the projection was fitted on a cluster-specific "
+                              "layout; fit it on the standard layout to read Prometheus")
+    X, errors = source.read_vector(dimensions(Layout.STANDARD))
+    return projection.transform(X), errors
