@@ -127,3 +127,15 @@ def test_bad_settings_are_named() -> None:
 
         PrometheusSource("http://x", ["a"], queries={k: v for k, v in DEFAULT_QUERIES.items()
                                                     if k != "gpu"})
+
+
+def test_the_node_label_is_used_in_the_default_queries() -> None:
+    seen: list[str] = []
+
+    class Recording(PrometheusSource):
+        def instant(self, expr: str, at: float | None = None) -> list:
+            seen.append(expr)
+            return []
+
+    Recording("http://x", ["a"], node_label="instance").read_usage()
+    assert seen and all("by (instance)" in q for q in seen), seen

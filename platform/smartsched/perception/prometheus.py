@@ -60,16 +60,16 @@ class FieldQuery:
     freshness: str
 
 
-# ``{window}`` is replaced by the source's rate window. The twin's usage is what its
-# pods use, so the defaults read the pod-level aggregates (in a production cluster the
-# cAdvisor equivalents: ``container_cpu_usage_seconds_total`` and
-# ``container_memory_working_set_bytes`` summed by node) and DCGM's per-GPU utilization.
+# ``{window}`` is replaced by the source's rate window, ``{node}`` by its node label.
+# The twin's usage is what its pods use, so the defaults read the pod-level aggregates
+# (in a production cluster the cAdvisor equivalents: ``container_cpu_usage_seconds_total``
+# and ``container_memory_working_set_bytes`` summed by node) and DCGM's GPU utilization.
 DEFAULT_QUERIES: Final[Mapping[str, FieldQuery]] = {
-    "cpu": FieldQuery("sum by (node) (rate(smartsched_node_pod_cpu_seconds_total[{window}]))",
+    "cpu": FieldQuery("sum by ({node}) (rate(smartsched_node_pod_cpu_seconds_total[{window}]))",
                       1000.0, "node_memory_MemTotal_bytes"),
-    "mem": FieldQuery("sum by (node) (smartsched_node_pod_memory_working_set_bytes)",
+    "mem": FieldQuery("sum by ({node}) (smartsched_node_pod_memory_working_set_bytes)",
                       1.0 / MIB, "node_memory_MemTotal_bytes"),
-    "gpu": FieldQuery("sum by (node) (DCGM_FI_DEV_GPU_UTIL)", 10.0, "DCGM_FI_DEV_GPU_UTIL"),
+    "gpu": FieldQuery("sum by ({node}) (DCGM_FI_DEV_GPU_UTIL)", 10.0, "DCGM_FI_DEV_GPU_UTIL"),
 }
 USAGE_FIELDS: Final = ("cpu", "mem", "gpu")  # the columns of ClusterState.usage
 
@@ -257,8 +257,8 @@ class PrometheusSource:
         for k, name in enumerate(USAGE_FIELDS):
             q = self.queries[name]
             try:
-                vals, _ = self._per_node(self.instant(q.expr.format(window=self.rate_window)),
-                                         unknown)
+                expr = q.expr.format(window=self.rate_window, node=self.node_label)
+                vals, _ = self._per_node(self.instant(expr), unknown)
                 if q.freshness not in fresh_cache:
                     fresh_cache[q.freshness] = self._per_node(
                         self.instant(f"max by ({self.node_label}) (timestamp({q.freshness}))"),
