@@ -386,6 +386,31 @@ def forecast_evaluate(model: str | None, data: str, plot: str | None,
     _write_json(json_path, res)
 
 
+@forecast.command("crossfit")
+@click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True)
+@click.option("--folds", default=3, show_default=True, type=click.IntRange(2, 20))
+@click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--lookback", default=72, show_default=True, type=click.IntRange(2, 10_000))
+@click.option("--hidden", default=96, show_default=True, type=click.IntRange(4, 4096))
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def forecast_crossfit(data: str, folds: int, epochs: int, lookback: int, hidden: int, seed: int,
+                      json_path: str | None) -> None:
+    """Every series forecast by models that never saw its job: the whole-fleet aggregate."""
+    from smartsched.forecast.crossfit import crossfit
+    from smartsched.forecast.evaluate import format_table
+    from smartsched.forecast.run import load_any
+
+    res = crossfit(load_any(_forecast_data(data)), folds=folds, seed=seed, lookback=lookback,
+                   hidden=hidden, epochs=epochs, echo=click.echo)
+    click.echo(f"{res['machines_per_origin_median']:.0f} machines per origin time (median)")
+    click.echo(format_table(res))
+    for t, best in res["best_baseline"].items():
+        r = res["models"]["LSTM"][t]["machine"]["MASE_vs_best"]
+        click.echo(f"{t}: LSTM MAE / best baseline ({best}) MAE = {r:.3f}")
+    _write_json(json_path, res)
+
+
 @main.group()
 def telemetry() -> None:
     """The twin's per-node telemetry: the metric catalogue and a live /metrics exporter."""

@@ -98,3 +98,31 @@ def test_twin_attaches_the_forecaster_for_a_profile(tmp_path: Path) -> None:
 
     with pytest.raises(ValidationError):
         simulate("small", "mixed", str(with_step), hours=1, plots=False)
+
+
+def test_crossfit_forecasts_every_series_from_models_that_never_saw_its_job() -> None:
+    from smartsched.forecast.crossfit import crossfit, fold_of
+
+    rng = np.random.default_rng(3)
+    series = []
+    for j in range(9):  # nine jobs, two replicas each, a day and a bit long
+        phase = rng.uniform(0, 6)
+        for r in range(2):
+            t = np.arange(310)
+            v = 50 + 20 * np.sin(2 * np.pi * t / 24 + phase) + rng.normal(0, 1, 310)
+            series.append(Series(f"job{j}-r{r}", 0.0, 300.0, ("cpu",),
+                                 v.astype(np.float32)[:, None]))
+    folds = [fold_of(s, 3, 0) for s in series]
+    assert folds == [fold_of(s, 3, 0) for s in series]  # deterministic
+    assert all(folds[2 * j] == folds[2 * j + 1] for j in range(9))  # a job stays together
+    assert len(set(folds)) == 3
+    logs: list[str] = []
+    res = crossfit(series, folds=3, lookback=6, hidden=8, epochs=1, echo=logs.append)
+    per_series = 310 - (288 + 3) - 3 + 1
+    assert res["windows"] == per_series * len(series)  # every series, every origin, once
+    assert res["machines_per_origin_median"] == len(series)
+    for name in ("LSTM", "last value"):
+        m = res["models"][name]["cpu"]
+        assert np.isfinite(m["machine"]["MAE"]) and np.isfinite(m["aggregate"]["MAPE"])
+    assert "coverage" in res["models"]["LSTM"]["cpu"]["machine"]
+    assert sum("held out" in line for line in logs) == 3
