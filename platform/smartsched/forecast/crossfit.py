@@ -90,7 +90,7 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
              echo: Callable[[str], Any] = print) -> dict[str, Any]:
     import torch
 
-    from smartsched.forecast.evaluate import evaluate
+    from smartsched.forecast.evaluate import compare_to_best_baseline, evaluate
     from smartsched.forecast.lstm import LSTMForecaster, LSTMSettings
     from smartsched.model.errors import ValidationError
 
@@ -128,11 +128,5 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
     res["folds"] = folds
     _, counts = np.unique(all_test.origin_s, return_counts=True)
     res["machines_per_origin_median"] = float(np.median(counts))
-    res["best_baseline"] = {}
-    for t in res["targets"]:
-        best = min(names, key=lambda n: res["models"][n][t]["machine"]["MAE"])
-        res["best_baseline"][t] = best
-        ref = res["models"][best][t]["machine"]["MAE"]
-        for row in res["models"].values():
-            row[t]["machine"]["MASE_vs_best"] = row[t]["machine"]["MAE"] / ref
+    compare_to_best_baseline(res, names)
     return res

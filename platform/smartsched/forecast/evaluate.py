@@ -71,6 +71,18 @@ def evaluate(forecasters: Sequence[Any], test: Windows,
     return out
 
 
+def compare_to_best_baseline(res: dict[str, Any], baseline_names: Sequence[str]) -> None:
+    """Add ``best_baseline`` (lowest per-machine MAE per target) and every model's
+    ``MASE_vs_best`` (its MAE over that baseline's) to an ``evaluate`` result."""
+    res["best_baseline"] = {}
+    for t in res["targets"]:
+        best = min(baseline_names, key=lambda n: res["models"][n][t]["machine"]["MAE"])
+        res["best_baseline"][t] = best
+        ref = res["models"][best][t]["machine"]["MAE"]
+        for row in res["models"].values():
+            row[t]["machine"]["MASE_vs_best"] = row[t]["machine"]["MAE"] / ref
+
+
 def format_table(res: dict[str, Any]) -> str:
     lines = []
     for target in res["targets"]:

@@ -65,7 +65,7 @@ def train_forecaster(data: str | Path, out: str | Path, *, epochs: int = 20, see
 
 def evaluate_forecaster(model: str | Path | None, data: str | Path, *, split_seed: int = 0,
                         plot: str | Path | None = None) -> dict[str, Any]:
-    from smartsched.forecast.evaluate import evaluate
+    from smartsched.forecast.evaluate import compare_to_best_baseline, evaluate
 
     sp = _split(data, split_seed)
     horizon = 3
@@ -89,15 +89,7 @@ def evaluate_forecaster(model: str | Path | None, data: str | Path, *, split_see
         raise ValidationError("data", f"no test series is {lookback + horizon} steps long")
     res = evaluate(fcs, test)
     res["split"] = {"train": len(sp.train), "val": len(sp.val), "test": len(sp.test)}
-    # The best baseline per target (lowest per-machine MAE) and each model against it.
-    base_names = [b.name for b in fcs if b.name != "LSTM"]
-    res["best_baseline"] = {}
-    for t in res["targets"]:
-        best = min(base_names, key=lambda n: res["models"][n][t]["machine"]["MAE"])
-        res["best_baseline"][t] = best
-        ref = res["models"][best][t]["machine"]["MAE"]
-        for row in res["models"].values():
-            row[t]["machine"]["MASE_vs_best"] = row[t]["machine"]["MAE"] / ref
+    compare_to_best_baseline(res, [b.name for b in fcs if b.name != "LSTM"])
     if plot is not None and model is not None:
         _plot(plot, test, lstm, sp)
     return res
