@@ -55,6 +55,8 @@ def test_every_present_column_is_exported_with_its_labels() -> None:
     assert {s.labels["node"] for s in gpu} == gpu_nodes
     for s in gpu:
         assert int(s.labels["gpu"]) < nodes[s.labels["node"]].num_gpu
+        assert s.labels["device"] == f"nvidia{s.labels['gpu']}"
+        assert s.labels["modelName"] == nodes[s.labels["node"]].gpu_model
 
 
 @pytest.mark.slow

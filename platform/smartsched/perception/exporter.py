@@ -3,8 +3,9 @@
 Owns ``smartsched telemetry serve``. ``TelemetryCollector`` samples the twin's
 wide per-node vector (twin.telemetry) at each scrape and writes every present
 column as a Prometheus sample labelled ``node``, ``zone``, ``region`` plus the
-dimension's own label (``gpu``, ``device``, ``socket``, ...); absent instances
-(NaN) are not exported. Counters are integrated over wall-clock seconds between
+dimension's own label (``gpu``, ``device``, ``socket``, ...; GPU series also
+carry DCGM-exporter's ``device="nvidia<i>"`` and ``modelName``); absent
+instances (NaN) are not exported. Counters are integrated over wall-clock seconds between
 scrapes, so PromQL ``rate()`` gives per-second rates of the state being served
 whatever the clock speed.
 
@@ -52,6 +53,7 @@ class TelemetryCollector:
         self.synth = TelemetrySynth(spec, seed, self.layout)
         zone_site = spec.zone_site()
         self.node_labels = [(x.name, x.zone, zone_site[x.zone]) for x in spec.nodes]
+        self.gpu_models = [x.gpu_model for x in spec.nodes]
         self._last_scrape: float | None = None
         self.samples = 0  # scrapes served
 
@@ -82,21 +84,25 @@ class TelemetryCollector:
         families: dict[str, Any] = {}
         for j, d in enumerate(dims):
             m = d.metric
+            keys = [k for k, _ in d.labels]
+            gpu = "gpu" in keys  # DCGM-exporter's own labels beside gpu="<index>"
             fam = families.get(m.name)
             if fam is None:
-                extra = [k for k, _ in d.labels]
+                labels = base + keys + (["device", "modelName"] if gpu else [])
                 if m.kind == "counter" and m.name.endswith("_total"):
-                    fam = CounterMetricFamily(m.name[: -len("_total")], m.help,
-                                              labels=base + extra)
+                    fam = CounterMetricFamily(m.name[: -len("_total")], m.help, labels=labels)
                 elif m.kind == "counter":  # a standard name without _total (DCGM ECC, vmstat)
-                    fam = UnknownMetricFamily(m.name, m.help, labels=base + extra)
+                    fam = UnknownMetricFamily(m.name, m.help, labels=labels)
                 else:
-                    fam = GaugeMetricFamily(m.name, m.help, labels=base + extra)
+                    fam = GaugeMetricFamily(m.name, m.help, labels=labels)
                 families[m.name] = fam
             values = [v for _, v in d.labels]
+            if gpu:
+                values.append(f"nvidia{dict(d.labels)['gpu']}")
             col = X[:, j]
             for i in np.flatnonzero(~np.isnan(col)):
-                fam.add_metric([*node_labels[i], *values], float(col[i]))
+                extra = [self.gpu_models[i]] if gpu else []
+                fam.add_metric([*node_labels[i], *values, *extra], float(col[i]))
         yield from families.values()
         yield from self._cluster_families()
 
