@@ -95,6 +95,15 @@ def test_telemetry_serve_names_bad_options() -> None:
     assert r.exit_code == 2 and "speed" in r.output
     r = CliRunner().invoke(main, ["telemetry", "serve", "--cluster", "nope"])
     assert r.exit_code == 2 and "nope" in r.output
+    import socket
+
+    with socket.socket() as busy:  # a port already taken is named, not a traceback
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = CliRunner().invoke(main, ["telemetry", "serve", "--warm-hours", "0.1", "--port",
+                                      str(port), "--duration", "1"])
+    assert r.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in r.output
 
 
 def test_live_twin_follows_the_accelerated_clock() -> None:
