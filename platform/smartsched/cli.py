@@ -403,7 +403,6 @@ def forecast_crossfit(data: str, folds: int, epochs: int, lookback: int, hidden:
 
     res = crossfit(load_any(_forecast_data(data)), folds=folds, seed=seed, lookback=lookback,
                    hidden=hidden, epochs=epochs, echo=click.echo)
-    click.echo(f"{res['machines_per_origin_median']:.0f} machines per origin time (median)")
     click.echo(format_table(res))
     for t, best in res["best_baseline"].items():
         r = res["models"]["LSTM"][t]["machine"]["MASE_vs_best"]

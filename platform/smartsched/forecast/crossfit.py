@@ -126,7 +126,5 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
     all_test = _concat(tests)
     res = evaluate(list(held.values()), all_test)
     res["folds"] = folds
-    _, counts = np.unique(all_test.origin_s, return_counts=True)
-    res["machines_per_origin_median"] = float(np.median(counts))
     compare_to_best_baseline(res, names)
     return res

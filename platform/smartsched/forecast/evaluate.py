@@ -54,7 +54,10 @@ def evaluate(forecasters: Sequence[Any], test: Windows,
     y = test.future[:, -1, :]
     ref = SeasonalNaive(season).predict(test)[:, -1, :]
     y_agg, ref_agg = _aggregate(test, y), _aggregate(test, ref)
-    out: dict[str, Any] = {"windows": len(test), "targets": list(test.targets), "models": {}}
+    _, per_origin = np.unique(test.origin_s, return_counts=True)
+    out: dict[str, Any] = {"windows": len(test), "targets": list(test.targets), "models": {},
+                           # how many machines each aggregate value sums (its noise level)
+                           "machines_per_origin_median": float(np.median(per_origin))}
     for fc in forecasters:
         f = fc.predict(test)[:, -1, :]
         f_agg = _aggregate(test, f)
@@ -87,7 +90,8 @@ def format_table(res: dict[str, Any]) -> str:
     lines = []
     for target in res["targets"]:
         lines += [f"**{target}**, {res['windows']:,} test windows, error at the last horizon "
-                  "step", "",
+                  f"step; agg = sum over the machines at each origin (median "
+                  f"{res['machines_per_origin_median']:.0f})", "",
                   "| model | MAE | MAPE % | sMAPE % | MASE | agg MAPE % | agg MASE | coverage |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for name, row in res["models"].items():
