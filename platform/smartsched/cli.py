@@ -427,7 +427,8 @@ def telemetry() -> None:
               help="Simulated before serving, so the cluster is not empty.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=9500, show_default=True)
+@click.option("--port", default=9500, show_default=True, type=click.IntRange(0, 65535),
+              help="0 picks a free port.")
 @click.option("--duration", default=None, type=float,
               help="Stop after this many wall-clock seconds (default: until interrupted).")
 def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, hours: float,
@@ -445,6 +446,7 @@ def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, h
     except OSError as e:
         raise ValidationError("port", f"cannot listen on {host}:{port}: {e}") from None
     n, d = twin.engine.state.num_nodes, len(twin.collector.dims)
+    port = server.server_address[1]
     click.echo(f"serving {n} nodes x {d} dimensions at http://{host}:{port}/metrics "
                f"({speed:g}x clock, scheduler {scheduler})")
     twin.start()
@@ -459,6 +461,7 @@ def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, h
     finally:
         twin.stop()
         server.shutdown()
+        server.server_close()
     click.echo(f"stopped at simulated {twin.sim_now / 3600:.2f} h after {twin.episodes} "
                f"restart(s); {twin.collector.samples} scrapes served")
 
@@ -491,8 +494,9 @@ def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, 
 @click.option("--prometheus", "url", required=True, help="e.g. http://127.0.0.1:9090")
 @click.option("--dashboard", default="infra/grafana/smartsched-cluster.json", show_default=True)
 @click.option("--title", default="CPU utilization by zone", show_default=True)
-@click.option("--minutes", default=10.0, show_default=True)
-@click.option("--step", "step_s", default=5.0, show_default=True)
+@click.option("--minutes", default=10.0, show_default=True, type=click.FloatRange(min=0.01))
+@click.option("--step", "step_s", default=5.0, show_default=True,
+              type=click.FloatRange(min=0.001))
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 def telemetry_panel(url: str, dashboard: str, title: str, minutes: float, step_s: float,
                     out: str) -> None:

@@ -126,3 +126,16 @@ def test_crossfit_forecasts_every_series_from_models_that_never_saw_its_job() ->
         assert np.isfinite(m["machine"]["MAE"]) and np.isfinite(m["aggregate"]["MAPE"])
     assert "coverage" in res["models"]["LSTM"]["cpu"]["machine"]
     assert sum("held out" in line for line in logs) == 3
+
+
+def test_crossfit_with_too_few_jobs_names_the_problem() -> None:
+    import pytest
+
+    from smartsched.forecast.crossfit import crossfit
+    from smartsched.model.errors import ValidationError
+
+    t = np.arange(310, dtype=np.float32)
+    series = [Series(f"job{j}-r0", 0.0, 300.0, ("cpu",), (50 + t % 7)[:, None])
+              for j in range(2)]
+    with pytest.raises(ValidationError, match="too few jobs"):
+        crossfit(series, folds=5, lookback=6, hidden=8, epochs=1, echo=lambda _: None)

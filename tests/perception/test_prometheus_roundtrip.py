@@ -34,6 +34,7 @@ def frozen_twin():
     server = serve_telemetry(twin, port)
     yield twin, port, server
     server.shutdown()
+    server.server_close()
 
 
 def test_usage_read_back_from_prometheus_matches_the_twin(prometheus, frozen_twin,

@@ -89,32 +89,46 @@ def test_rejected_query_is_not_retried_and_names_the_error() -> None:
 
 
 def test_stale_samples_keep_the_last_good_value_with_its_age() -> None:
-    """The usage read: fresh values land; a node whose samples are old keeps the last good
-    value, flagged stale with its age; a node never seen is NaN; unknown nodes are listed."""
+    """The usage read: values land with their measurement time (the freshness series'
+    timestamp on the node); an old sample is kept but flagged stale with its real age; a
+    node with a value but no freshness sample is not 'measured now'; a node never seen is
+    NaN; unknown nodes are listed."""
     now = [1000.0]
     answers: list[tuple[int, dict, float]] = []
     for _ in range(2):  # cpu, mem, gpu queries + one freshness query per selector
         answers += [
-            (200, vector(("a", 2.0), ("b", 3.0), ("ghost", 1.0)), 0.0),  # cpu
-            (200, vector(("a", 1000.0), ("b", 980.0), t=1000.0), 0.0),  # freshness
+            (200, vector(("a", 2.0), ("b", 3.0), ("d", 5.0), ("ghost", 1.0)), 0.0),  # cpu
+            (200, vector(("a", 1000.0), ("b", 980.0), t=1000.0), 0.0),  # freshness: no d
             (200, vector(("a", 2 * 1048576.0), ("b", 4 * 1048576.0)), 0.0),  # mem
             (200, vector(("a", 50.0)), 0.0),  # gpu
             (200, vector(("a", 1000.0)), 0.0),  # gpu freshness
         ]
     s = Scripted(answers)
     try:
-        src = PrometheusSource(s.url, ["a", "b", "c"], stale_after_s=10, clock=lambda: now[0])
+        src = PrometheusSource(s.url, ["a", "b", "c", "d"], stale_after_s=10,
+                               clock=lambda: now[0])
         r = src.read_usage()
         np.testing.assert_allclose(r.values[0], [2000.0, 2.0, 500.0])
-        assert np.isnan(r.values[1]).all()  # b's samples are 20 s old: stale, never good
+        assert r.fresh[0].all() and (r.age_s[0] == 0).all()
+        # b: 20 s old -- kept, reported stale with that age (its GPU never reported).
+        np.testing.assert_allclose(r.values[1, :2], [3000.0, 4.0])
+        assert (r.age_s[1, :2] == 20.0).all() and not r.fresh[1].any()
         assert np.isnan(r.values[2]).all() and (r.age_s[2] == np.inf).all()
+        assert np.isnan(r.values[3, 0]) and r.age_s[3, 0] == np.inf  # no freshness sample
         assert r.unknown_nodes == ["ghost"]
-        assert set(r.stale_nodes(src.names)) == {"b", "c"}
-        now[0] = 1005.0  # a's samples are now 5 s old: still fresh
+        assert set(r.stale_nodes(src.names)) == {"b", "c", "d"}
+        now[0] = 1005.0  # the same samples 5 s later: a still fresh, ages grow
         r = src.read_usage()
         assert r.fresh[0].all() and (r.age_s[0] == 5.0).all()
+        assert (r.age_s[1, :2] == 25.0).all()
     finally:
         s.close()
+
+
+def test_a_malformed_url_is_a_query_error_not_a_traceback() -> None:
+    with (PrometheusSource("http://:9090", ["a"], retries=0) as src,
+          pytest.raises(PrometheusQueryError, match="request")):
+        src.instant("up")
 
 
 def test_bad_settings_are_named() -> None:

@@ -56,7 +56,7 @@ def test_the_study_ablates_every_family() -> None:
 def test_rate_view_turns_counters_into_per_second_rates() -> None:
     rv = RateView(np.array([False, True]))
     first = rv(np.array([[5.0, 100.0]]), 10.0)
-    np.testing.assert_array_equal(first, [[5.0, 0.0]])  # no rate before two samples
+    np.testing.assert_array_equal(first, [[5.0, np.nan]])  # no rate before two samples
     np.testing.assert_array_equal(rv(np.array([[6.0, 130.0]]), 20.0), [[6.0, 3.0]])
 
 
@@ -101,3 +101,10 @@ def test_env_appends_the_components_as_node_columns(small_projection: Path) -> N
             np.testing.assert_allclose(obs["nodes"][:n, NODE_FEATURES:],
                                        np.clip(st.telemetry_features, -10, 10), rtol=1e-6)
     assert seen
+
+
+def test_study_names_runs_too_short_for_rates() -> None:
+    from smartsched.perception.study import study
+
+    with pytest.raises(ValidationError, match="hours"):
+        study("small", "mixed", "k8s-default", 0.001, [0], 1, k=2, echo=lambda _: None)

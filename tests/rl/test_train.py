@@ -56,7 +56,8 @@ def test_train_checkpoint_rl_profile_and_resume(ray_session, tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_policy_trained_on_forecast_and_telemetry_features_carries_both(
-        ray_session, tmp_path: Path, tiny_forecaster: Path, tiny_projection: Path) -> None:
+        ray_session, tmp_path: Path, tiny_forecaster: Path, tiny_projection: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
     from smartsched.scheduling.base import make_scheduler
 
     out = tmp_path / "run"
@@ -79,6 +80,23 @@ def test_policy_trained_on_forecast_and_telemetry_features_carries_both(
     # The twin attaches it, and the wider observation matches the module's input.
     rep = simulate("small", "mixed", f"rl:{policy}", hours=2, seed=5, plots=False)
     assert rep["metrics"]["pods"]["placed"] > 0
+
+    # Outside the twin nobody fills the telemetry columns: the scheduler says so, once.
+    import logging
+
+    from smartsched.model.presets import load_cluster
+    from smartsched.twin.state import ClusterState
+    from smartsched.workloads.resolve import load_workload
+
+    spec = load_cluster("small")
+    state = ClusterState(spec)
+    pods = load_workload("mixed", spec, 1, 0)[:2]
+    sched.prepare(pods)
+    with caplog.at_level(logging.WARNING, logger="smartsched.rl.policy"):
+        for pod in pods:
+            sched.decide(state, state.compile(pod))
+    warned = [r for r in caplog.records if "telemetry components" in r.getMessage()]
+    assert len(warned) == 1
 
 
 def test_bad_train_config_is_named(tmp_path: Path) -> None:

@@ -71,6 +71,7 @@ def simulate(
 
         engine.telemetry_features = TelemetryFeatures(TelemetryProjection.load(telemetry),
                                                       spec, seed)
+        sched.telemetry_attached = True
     metrics = run(engine, sched, progress=progress)
     settings = {
         "scheduler": scheduler,

@@ -105,9 +105,9 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
     for k in range(folds):
         test_s = [s for s in series if fold_of(s, folds, seed) == k]
         rest = [s for s in series if fold_of(s, folds, seed) != k]
-        train_s, val_s = _train_val(rest, seed)
-        test = make_windows(test_s, eval_lookback, horizon)
-        if len(test) == 0 or not train_s:
+        train_s, val_s = _train_val(rest, seed) if rest else ([], [])
+        test = make_windows(test_s, eval_lookback, horizon) if test_s else None
+        if test is None or len(test) == 0 or not train_s:
             raise ValidationError("data", f"fold {k} has no scorable series (too few jobs "
                                   f"for {folds} folds?)")
         echo(f"fold {k + 1}/{folds}: {len(train_s)} / {len(val_s)} series train / val,"

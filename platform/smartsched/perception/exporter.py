@@ -77,9 +77,10 @@ class TelemetryCollector:
             UnknownMetricFamily,
         )
 
-        with self.lock:
+        with self.lock:  # one section: node and cluster figures describe the same moment
             X = self.sample()
-            dims, node_labels = self.dims, self.node_labels
+            dims, node_labels, gpu_models = self.dims, self.node_labels, self.gpu_models
+            cluster = self._cluster_state()
         base = ["node", "zone", "region"]
         families: dict[str, Any] = {}
         for j, d in enumerate(dims):
@@ -101,25 +102,32 @@ class TelemetryCollector:
                 values.append(f"nvidia{dict(d.labels)['gpu']}")
             col = X[:, j]
             for i in np.flatnonzero(~np.isnan(col)):
-                extra = [self.gpu_models[i]] if gpu else []
+                extra = [gpu_models[i]] if gpu else []
                 fam.add_metric([*node_labels[i], *values, *extra], float(col[i]))
         yield from families.values()
-        yield from self._cluster_families()
+        yield from self._cluster_families(*cluster)
 
-    def _cluster_families(self) -> Iterator[Any]:
+    def _cluster_state(self) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+        """Queue by class, free GPU per device, metric totals (call under the lock)."""
+        from smartsched.model.pod import POD_CLASS_IDS
+        from smartsched.twin.podtable import PENDING
+
+        e = self.engine
+        tb = e.table
+        queue = np.bincount(tb.cls[tb.status == PENDING], minlength=len(POD_CLASS_IDS))
+        free = e.state.gpu_free[e.state.gpu_exists].astype(np.float64)
+        return queue, free, e.metrics.snapshot()
+
+    @staticmethod
+    def _cluster_families(queue: np.ndarray, free: np.ndarray, snap: dict[str, float]
+                          ) -> Iterator[Any]:
         """The twin's own view of the cluster, beside the node metrics: queue by class,
         GPU fragmentation, and its running totals in simulated time (divide their
         ``delta`` by that of ``smartsched_twin_simulated_seconds`` for simulated rates)."""
         from prometheus_client.core import GaugeMetricFamily
 
         from smartsched.model.pod import POD_CLASS_IDS
-        from smartsched.twin.podtable import PENDING
 
-        with self.lock:
-            e = self.engine
-            st, snap, tb = e.state, e.metrics.snapshot(), e.table
-            queue = np.bincount(tb.cls[tb.status == PENDING], minlength=len(POD_CLASS_IDS))
-            free = st.gpu_free[st.gpu_exists].astype(np.float64)
         q = GaugeMetricFamily("smartsched_twin_pending_pods", "Pods waiting, by class.",
                               labels=["class"])
         for cls, n in zip(POD_CLASS_IDS, queue, strict=True):
@@ -243,7 +251,8 @@ class LiveTwin:
 
 
 def serve_telemetry(twin: LiveTwin, port: int, addr: str = "127.0.0.1") -> Any:
-    """Expose the twin's collector (and process metrics) over HTTP; returns the server."""
+    """Expose the twin's collector over HTTP (a thread); returns the server -- call its
+    ``shutdown()`` and ``server_close()`` to stop it and free the port."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry()

@@ -47,21 +47,28 @@ def render_panel(url: str, dashboard: str | Path, title: str, out: str | Path, *
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if not (minutes > 0 and step_s > 0):
+        raise ValidationError("minutes", "minutes and step must be > 0")
     panel = find_panel(dashboard, title)
-    src = PrometheusSource(url, [], timeout_s=10.0)
+    targets = panel.get("targets", [])
+    for i, t in enumerate(targets):
+        if not isinstance(t, dict) or not isinstance(t.get("expr"), str):
+            raise ValidationError(f"panels[{title!r}].targets[{i}].expr", "missing")
     end = time.time()
     start = end - minutes * 60.0
     rows: list[tuple[str, np.ndarray, np.ndarray]] = []
-    for t in panel.get("targets", []):
-        for labels, ts, vals in src.range(t["expr"], start, end, step_s):
-            rows.append((_legend(t.get("legendFormat", ""), labels), ts, vals))
+    with PrometheusSource(url, [], timeout_s=10.0) as src:
+        for t in targets:
+            for labels, ts, vals in src.range(t["expr"], start, end, step_s):
+                rows.append((_legend(t.get("legendFormat", ""), labels), ts, vals))
+        sim = src.range("smartsched_twin_simulated_seconds", start, end, step_s)
     if not rows:
         raise ValidationError("prometheus", f"no data for panel {title!r} in the last "
                               f"{minutes:g} minutes")
-    # Simulated time on the x axis when the twin's clock is in the same Prometheus.
-    sim = src.range("smartsched_twin_simulated_seconds", start, end, step_s)
+    # Simulated time on the x axis when the twin's clock is in the same Prometheus and ran
+    # forward over the whole window (a restarted twin resets it: then wall minutes).
     grid = np.arange(start, end + step_s / 2, step_s)
-    if sim:
+    if len(sim) == 1 and len(sim[0][2]) > 1 and (np.diff(sim[0][2]) >= 0).all():
         x = np.interp(grid, sim[0][1], sim[0][2]) / 3600.0
         xlabel = "simulated hours"
     else:

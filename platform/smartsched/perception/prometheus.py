@@ -7,11 +7,14 @@ retry on a query Prometheus rejects), and the mapping of the answers onto the
 cluster's nodes: ``ClusterState.usage`` (CPU milli, memory MiB, GPU milli) and
 the wide telemetry vector the policy's reduced features come from.
 
-Nothing is ever silently zero. Every value keeps the time it was measured: a
-node whose series is missing (exporter gone, target down, relabelled away) or
-older than ``stale_after_s`` keeps its last good value, flagged stale with its
-age; a query that fails is reported in the reading and every field it feeds
-keeps its last good values. Nodes never measured are NaN and listed.
+Usage is never silently zero. Every usage value keeps the time it was measured
+(the timestamp of the field's freshness series on that node): a node whose
+series is missing (exporter gone, target down, relabelled away) or older than
+``stale_after_s`` keeps its last measured value, flagged stale with its age; a
+query that fails is reported in the reading and every field it feeds keeps its
+values. Nodes never measured are NaN and listed. (``read_vector``, the wide
+vector, is a plain read: absent series are NaN, which the projection fills
+with the fitted mean.)
 
 The default queries read what SmartSched's exporter serves (the ``node`` label
 carries the node name, as a Kubernetes service-discovery relabel usually sets
@@ -52,12 +55,13 @@ class PrometheusQueryError(SmartSchedError):
 @dataclass(frozen=True)
 class FieldQuery:
     """How one usage field is read: a PromQL expression giving one value per node (by
-    ``node_label``), the factor to the twin's units, and a plain selector whose sample
-    timestamps tell how fresh the field is."""
+    ``node_label``), the factor to the twin's units, and a plain selector (with the node
+    label) whose sample timestamps tell how fresh the field is. ``freshness=None`` turns
+    the staleness check off for the field: values count as measured when evaluated."""
 
     expr: str
     scale: float
-    freshness: str
+    freshness: str | None
 
 
 # ``{window}`` is replaced by the source's rate window, ``{node}`` by its node label.
@@ -166,6 +170,15 @@ class PrometheusSource:
         expected = state.capacity[:, [CPU, MEM, GPU]] > 0
         return cls(url, [x.name for x in state.spec.nodes], expected=expected, **kw)
 
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> PrometheusSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------- queries
     def instant(self, expr: str, at: float | None = None) -> list[Sample]:
         """An instant query; one Sample per series."""
@@ -216,6 +229,9 @@ class PrometheusSource:
             except requests.ConnectionError as e:
                 reason, detail = "connection", f"cannot reach {self.url} ({_short(e)})"
                 continue
+            except requests.RequestException as e:  # a malformed URL, a broken stream
+                self.failures += 1
+                raise PrometheusQueryError(expr, "request", _short(e), attempts) from None
             body = _json(r)
             if r.status_code >= 500 or r.status_code == 429:
                 reason = f"http {r.status_code}"
@@ -253,26 +269,31 @@ class PrometheusSource:
         now = float(self.clock())
         errors: list[str] = []
         unknown: set[str] = set()
-        fresh_cache: dict[str, tuple[np.ndarray, np.ndarray] | None] = {}
+        fresh_cache: dict[str, np.ndarray] = {}
         for k, name in enumerate(USAGE_FIELDS):
             q = self.queries[name]
             try:
                 expr = q.expr.format(window=self.rate_window, node=self.node_label)
-                vals, _ = self._per_node(self.instant(expr), unknown)
-                if q.freshness not in fresh_cache:
-                    fresh_cache[q.freshness] = self._per_node(
-                        self.instant(f"max by ({self.node_label}) (timestamp({q.freshness}))"),
-                        unknown)
-                seen = fresh_cache[q.freshness]
+                vals, evaluated = self._per_node(self.instant(expr), unknown)
+                if q.freshness is None:  # no selector: the evaluation time (no staleness check)
+                    measured = evaluated
+                else:
+                    if q.freshness not in fresh_cache:
+                        fresh_cache[q.freshness] = self._per_node(self.instant(
+                            f"max by ({self.node_label}) (timestamp({q.freshness}))"),
+                            unknown)[0]
+                    measured = fresh_cache[q.freshness]
             except PrometheusQueryError as e:
                 errors.append(f"{name}: {e}")
                 log.warning("usage field %s not read: %s", name, e)
                 continue
-            measured = seen[0] if seen is not None else np.full(len(self.names), now)
-            measured = np.where(np.isfinite(measured), measured, now)
-            ok = np.isfinite(vals) & (now - measured <= self.stale_after_s) & self.expected[:, k]
-            self._last[ok, k] = vals[ok] * q.scale
-            self._last_t[ok, k] = measured[ok]
+            # A value lands only with a known measurement time newer than the one kept: a
+            # node without a freshness sample is not "measured now", and a stale sample
+            # still replaces an older one (it is then reported stale with its real age).
+            newer = np.isfinite(vals) & np.isfinite(measured) & self.expected[:, k]
+            newer &= measured > self._last_t[:, k]
+            self._last[newer, k] = vals[newer] * q.scale
+            self._last_t[newer, k] = measured[newer]
         age = np.where(self.expected, now - self._last_t, 0.0)
         fresh = age <= self.stale_after_s
         unknown.discard("None")

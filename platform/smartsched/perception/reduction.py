@@ -13,7 +13,8 @@ rates between two samples, gauges as they are.
 ``TelemetryFeatures`` is the twin's hook (``Engine.telemetry_features``): at
 every metric tick it samples the synthesizer, projects, and stores the result
 in ``ClusterState.telemetry_features`` [N, k], which the RL features append. In
-production the same projection reads ``PrometheusSource.read_vector``.
+production, ``features_from_prometheus`` reads the same columns from Prometheus; the
+caller puts its result in ``ClusterState.telemetry_features``.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class RateView:
     def __call__(self, X: np.ndarray, t: float) -> np.ndarray:
         out = X.copy()
         if self._prev is None or t <= self._prev_t or self._prev.shape != X.shape:
-            out[:, self.counters] = 0.0  # no rate yet: the first sample of a run
+            out[:, self.counters] = np.nan  # no rate yet: unknown (projects as the mean)
         else:
             out[:, self.counters] = (X[:, self.counters] - self._prev[:, self.counters]) / (
                 t - self._prev_t)

@@ -74,6 +74,11 @@ def record(cluster: str, workload: str, scheduler: str, hours: float, seed: int,
     rec = _Recorder(spec, seed, layout or Layout.STANDARD)
     engine.telemetry_features = rec
     run(engine, make_scheduler(scheduler, seed))
+    if len(rec.X) < 2:
+        from smartsched.model.errors import ValidationError
+
+        raise ValidationError("hours", f"{hours} h gives {len(rec.X)} metric tick(s); "
+                              "counter rates need two")
     return Recording(np.stack(rec.X[1:]), np.stack(rec.util[1:]))  # first: no rates yet
 
 
@@ -181,6 +186,8 @@ def _ablate(proj: TelemetryProjection, families: np.ndarray,
 
 
 def format_study(res: dict[str, Any]) -> str:
+    if not res["targets"]:
+        return "too few nodes or ticks for the ablation (under 10 rows per split)"
     lines = [f"held-out R^2 of each node's utilization {res['horizon_ticks']} ticks ahead "
              f"({res['rows']['train']:,} training rows, {res['rows']['test']:,} held-out)", "",
              "| inputs | " + " | ".join(res["targets"]) + " |",

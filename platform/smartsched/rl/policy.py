@@ -18,6 +18,7 @@ masks the defer action: deadline pods are placed as soon as they fit.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from smartsched.scheduling.plugins.gpu import FGD, FgdArgs
 from smartsched.scheduling.registry import load_profile
 from smartsched.twin.engine import Decision, can_defer
 from smartsched.twin.state import ClusterState, PodRequest
+
+log = logging.getLogger(__name__)
 
 POLICY_META = "smartsched_policy.json"
 MODULE_SUBPATH = Path("learner_group") / "learner" / "rl_module" / "default_policy"
@@ -93,9 +96,13 @@ class RLScheduler:
         if env.get("forecaster"):
             self.forecaster = str(self.dir / env["forecaster"])
         # Likewise a telemetry projection: the twin attaches it (bench.simulate); elsewhere
-        # state.telemetry_features comes from PrometheusSource.read_vector, or stays zeros.
+        # the caller must fill state.telemetry_features (perception.reduction.
+        # features_from_prometheus); without it the columns are zeros -- "every node is
+        # average" -- and the scheduler says so once.
         self.telemetry: str | None = None
         self._telemetry_k = 0
+        self._warned = False
+        self.telemetry_attached = False  # set by whoever feeds state.telemetry_features
         if env.get("telemetry"):
             from smartsched.perception.reduction import TelemetryProjection
 
@@ -163,6 +170,13 @@ class RLScheduler:
                                             telemetry_k=self._telemetry_k)
             self._state_id = id(state)
         now = state.now
+        if (self._telemetry_k and not self.telemetry_attached and not self._warned
+                and state.telemetry_features is None):
+            self._warned = True
+            log.warning("policy %s observes %d telemetry components but the state carries "
+                        "none: they read as zeros (fill state.telemetry_features from "
+                        "perception.reduction.features_from_prometheus)", self.dir,
+                        self._telemetry_k)
         nodes = self._features.nodes(ctx, ok, now)
         pod = FeatureBuilder.pod(request, now, state.queue_length, float(ok.mean()))
         mask = np.zeros(state.num_nodes + 1, dtype=np.float32)
