@@ -162,7 +162,9 @@ class RLScheduler:
             self._update_weights(state, request)
         ok, ctx = self.filters.feasible(state, request)
         deferrable = self.allow_defer and can_defer(request.pod, state.now)
-        if not ok.any():
+        if not ok.any():  # as in training: deferring is then the only choice, if allowed
+            if deferrable:
+                return Decision(None, defer=True)
             return Decision.reject(*self.filters.reasons(ctx))
         if self._features is None or self._state_id != id(state):
             self._features = FeatureBuilder(state.spec, state, self.fgd,
