@@ -275,9 +275,12 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None) -> 
 @click.option("--once", is_flag=True, help="One pass (if leader), then exit.")
 @click.option("--metrics-port", default=None, type=click.IntRange(1, 65535),
               help="Serve Prometheus metrics on this port.")
+@click.option("--prometheus", default=None,
+              help="Read nodes' actual usage from this Prometheus (e.g. http://prometheus:9090) "
+                   "at every pass, for load-aware profiles and telemetry-observing policies.")
 def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, interval: float,
                   lease_namespace: str, identity: str | None, once: bool,
-                  metrics_port: int | None) -> None:
+                  metrics_port: int | None, prometheus: str | None) -> None:
     """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
     import socket
     import time
@@ -293,7 +296,8 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
             config.load_incluster_config()
         except config.ConfigException:
             config.load_kube_config()
-    loop = SchedulerLoop(client.CoreV1Api(), scheduler_name, profile)
+    loop = SchedulerLoop(client.CoreV1Api(), scheduler_name, profile,
+                         prometheus_url=prometheus)
     if metrics_port:
         from prometheus_client import start_http_server
 

@@ -163,3 +163,38 @@ def test_watch_wakes_on_new_pods_relists_on_410_and_survives_drops(objects) -> N
         api.drop_next_watch = True
         rv4, work = loop.watch_pods(loop.last_rv, timeout_s=2)
         assert not work and rv4 == loop.last_rv
+
+
+@pytest.mark.parametrize("hot", ["pai-node-00", "pai-node-01"])
+def test_usage_from_prometheus_steers_a_load_aware_profile(objects, hot: str) -> None:
+    """With --prometheus the snapshot carries each node's actual usage: a load-aware
+    profile keeps pods off the node Prometheus reports busy (nothing in the Kubernetes
+    objects says so)."""
+    import time
+
+    from tests.perception.test_prometheus_source import Scripted, vector
+
+    nodes, pods = objects
+    mine = [p for p in pods[:2]]  # two pods that fit on either node
+    now = time.time()
+    cool = "pai-node-01" if hot == "pai-node-00" else "pai-node-00"
+    busy_cores, busy_mib = 60.0, 200_000 * 1048576.0  # over LoadAware's thresholds
+    prom = Scripted([
+        (200, vector((hot, busy_cores), (cool, 1.0), t=now), 0.0),  # cpu cores
+        (200, vector((hot, now), (cool, now), t=now), 0.0),  # freshness
+        (200, vector((hot, busy_mib), (cool, 1048576.0), t=now), 0.0),  # memory bytes
+        (200, vector((hot, 10.0), (cool, 0.0), t=now), 0.0),  # gpu %
+        (200, vector((hot, now), (cool, now), t=now), 0.0),  # gpu freshness
+    ])
+    try:
+        with FakeAPIServer(nodes, mine) as api:
+            core, _ = _client(api.url)
+            loop = SchedulerLoop(core, "smartsched", "load-aware", prometheus_url=prom.url)
+            res = loop.run_once()
+            assert set(res.bound.values()) == {cool}, res
+            from prometheus_client import generate_latest
+
+            text = generate_latest(loop.metrics.registry).decode()
+            assert "smartsched_scheduler_stale_usage_values 0.0" in text
+    finally:
+        prom.close()

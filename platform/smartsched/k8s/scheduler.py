@@ -63,16 +63,31 @@ class SchedulerMetrics:
         self.queue = Gauge("smartsched_scheduler_pending_pods",
                            "Pods of this scheduler waiting at the start of a pass",
                            registry=self.registry)
+        self.stale_usage = Gauge("smartsched_scheduler_stale_usage_values",
+                                 "Node usage values from Prometheus that are stale or missing "
+                                 "(the last good value is used)", registry=self.registry)
 
 
 class SchedulerLoop:
     def __init__(self, core: Any, scheduler_name: str = "smartsched",
-                 profile: str = "k8s-default", seed: int = 0) -> None:
+                 profile: str = "k8s-default", seed: int = 0,
+                 prometheus_url: str | None = None) -> None:
+        """``prometheus_url``: read each node's actual usage (and, for a policy that observes
+        it, the reduced telemetry) from this Prometheus at every pass; without it the
+        snapshot knows requests only and load-aware plugins see idle nodes."""
         self.core = core
         self.last_rv: str | None = None
         self.metrics = SchedulerMetrics()
         self.name = scheduler_name
         self.sched = make_scheduler(profile, seed)
+        self.prometheus_url = prometheus_url
+        self._usage: Any = None  # PrometheusSource for the current node list
+        self._projection: Any = None
+        if prometheus_url and getattr(self.sched, "telemetry", None):
+            from smartsched.perception.reduction import TelemetryProjection
+
+            self._projection = TelemetryProjection.load(self.sched.telemetry)
+            self.sched.telemetry_attached = True
 
     def _mine(self, pod: dict[str, Any]) -> bool:
         spec = pod.get("spec") or {}
@@ -106,6 +121,8 @@ class SchedulerLoop:
             -int((p.get("spec") or {}).get("priority") or 0),
             str((p.get("metadata") or {}).get("creationTimestamp") or "")))
         snap = build_snapshot(nodes, others)
+        if self.prometheus_url:
+            self._read_usage(snap.state)
         from smartsched.k8s.snapshot import pod_model
 
         res = PassResult()
@@ -126,6 +143,30 @@ class SchedulerLoop:
         for members in groups.values():
             self._place_group(snap, members, res)
         return res
+
+    def _read_usage(self, state: Any) -> None:
+        """Actual usage (and reduced telemetry) from Prometheus into the snapshot. Last good
+        values survive a failed or stale read; the source is kept while the node list is the
+        same, so they survive passes too."""
+        from smartsched.perception.prometheus import PrometheusSource
+
+        names = [x.name for x in state.spec.nodes]
+        if self._usage is None or self._usage.names != names:
+            if self._usage is not None:
+                self._usage.close()
+            self._usage = PrometheusSource.for_state(self.prometheus_url, state)
+        reading = self._usage.apply(state)
+        stale = reading.stale_nodes(names)
+        self.metrics.stale_usage.set(sum(len(v) for v in stale.values()))
+        for err in reading.errors:
+            log.warning("usage from prometheus: %s", err)
+        if self._projection is not None:
+            from smartsched.perception.reduction import features_from_prometheus
+
+            feats, errors = features_from_prometheus(self._usage, self._projection)
+            state.telemetry_features = feats
+            for err in errors[:3]:
+                log.warning("telemetry from prometheus: %s", err)
 
     def watch_pods(self, rv: str | None, timeout_s: float) -> tuple[str | None, bool]:
         """Watch pods from ``rv``: (new resourceVersion or None to re-list, work to do?)."""
