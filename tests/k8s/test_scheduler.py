@@ -198,3 +198,10 @@ def test_usage_from_prometheus_steers_a_load_aware_profile(objects, hot: str) ->
             assert "smartsched_scheduler_stale_usage_values 0.0" in text
     finally:
         prom.close()
+
+
+def test_a_bad_prometheus_url_is_named() -> None:
+    from smartsched.model.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="prometheus"):
+        SchedulerLoop(object(), "smartsched", "load-aware", prometheus_url="prometheus:9090")

@@ -80,6 +80,10 @@ class SchedulerLoop:
         self.metrics = SchedulerMetrics()
         self.name = scheduler_name
         self.sched = make_scheduler(profile, seed)
+        if prometheus_url is not None and not prometheus_url.startswith(("http://", "https://")):
+            from smartsched.model.errors import ValidationError
+
+            raise ValidationError("prometheus", f"must be an http(s) URL, got {prometheus_url!r}")
         self.prometheus_url = prometheus_url
         self._usage: Any = None  # PrometheusSource for the current node list
         self._projection: Any = None
