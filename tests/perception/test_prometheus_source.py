@@ -153,3 +153,24 @@ def test_the_node_label_is_used_in_the_default_queries() -> None:
 
     Recording("http://x", ["a"], node_label="instance").read_usage()
     assert seen and all("by (instance)" in q for q in seen), seen
+
+
+def test_written_usage_counts_the_current_allocation_as_measured() -> None:
+    """LoadAware estimates usage as measured + what was placed since the measurement; a
+    reading from Prometheus already includes the pods running now."""
+    from smartsched.model.presets import load_cluster
+    from smartsched.perception.prometheus import UsageReading, write_usage
+    from smartsched.twin.state import ClusterState
+    from smartsched.workloads.resolve import load_workload
+
+    spec = load_cluster("small")
+    st = ClusterState(spec)
+    pod = next(p for p in load_workload("mixed", spec, 1, 0) if p.num_gpu == 0)
+    req = st.compile(pod)
+    st.allocate(0, req, ())
+    st.allocate(1, req, ())
+    values = np.full((st.num_nodes, 3), np.nan)
+    values[0] = (500.0, 100.0, 0.0)  # node 0 measured, node 1 not
+    write_usage(st, UsageReading(0.0, values, np.zeros_like(values), np.isfinite(values)))
+    np.testing.assert_array_equal(st.usage_allocated[0], st.allocated[0])
+    assert (st.usage_allocated[1] == 0).all() and st.usage[0, 0] == 500.0

@@ -186,3 +186,50 @@ def test_nodes_register_change_and_survive_restart(medium: Hierarchy, tmp_path) 
     b = SitePlacer(spec, "k8s-default", journal=Journal(path))  # restart
     i = b.state.node_index("mec-0-new")
     assert b.state.allocated[i, 0] == 8000 and b.state.labels[i].any()
+
+
+@pytest.mark.parametrize("hot", ["edge0-00000", "edge0-00001"])
+def test_site_pulls_usage_from_prometheus_and_load_aware_avoids_the_busy_node(hot: str) -> None:
+    """With `prometheus` configured a site reads its nodes' actual usage (in the background
+    of requests, applied between decisions); a load-aware site then places on the node
+    Prometheus reports cool. A failing Prometheus is reported, last values kept."""
+    import time
+
+    from smartsched.serving.config import UsageFromPrometheus
+    from tests.perception.test_prometheus_source import Scripted, vector
+
+    cool = "edge0-00001" if hot == "edge0-00000" else "edge0-00000"
+    now = time.time()
+    prom = Scripted([
+        (200, vector((hot, 15.0), (cool, 0.5), t=now), 0.0),  # cpu cores (of 16)
+        (200, vector((hot, now), (cool, now), t=now), 0.0),  # freshness
+        (200, vector((hot, 1e9), (cool, 1e9), t=now), 0.0),  # memory bytes
+        (200, vector((hot, 0.0), (cool, 0.0), t=now), 0.0),  # gpu %
+        (200, vector((hot, now), (cool, now), t=now), 0.0),  # gpu freshness
+        (503, {"status": "error", "error": "down"}, 0.0),  # every later query
+    ])
+    try:
+        h = Hierarchy.from_spec(load_cluster("small"))
+        cfg = UsageFromPrometheus(url=prom.url, interval_s=0.05, timeout_s=1)
+        tier = SiteTier(h, "mec-0", "load-aware", usage=cfg)
+
+        async def scenario() -> tuple[list, dict, dict]:
+            status = await tier.refresh_usage()
+            placed = await tier.place([_pod("p1", cpu=2000)], 60.0, None)
+            await asyncio.sleep(0.1)  # due again: the next request starts a refresh
+            await tier.place([_pod("p2", cpu=1000)], 60.0, None)
+            for _ in range(100):  # the background refresh (all 503s, retried) reports
+                if tier.summary()["usage_from_prometheus"].get("errors"):
+                    break
+                await asyncio.sleep(0.05)
+            return placed, status, tier.summary()
+
+        placed, status, summary = asyncio.run(scenario())
+        assert status["errors"] == [] and status["stale_values"] == 0
+        assert placed[0]["placed"] and placed[0]["node"] == cool
+        i = tier.placer.state.index[hot]
+        assert tier.placer.state.usage[i, 0] == pytest.approx(15_000.0)  # kept after 503s
+        later = summary["usage_from_prometheus"]
+        assert later["errors"] and all("http 503" in e for e in later["errors"])
+    finally:
+        prom.close()

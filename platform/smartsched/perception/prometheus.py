@@ -305,10 +305,7 @@ class PrometheusSource:
         if state.num_nodes != len(self.names):
             raise ValidationError("prometheus.node_names",
                                   f"{len(self.names)} names for {state.num_nodes} nodes")
-        reading = self.read_usage()
-        known = np.isfinite(reading.values)
-        state.usage[known] = reading.values[known]
-        return reading
+        return write_usage(state, self.read_usage())
 
     def read_vector(self, dims: Sequence[Any], rate_window: str | None = None
                     ) -> tuple[np.ndarray, list[str]]:
@@ -338,6 +335,17 @@ class PrometheusSource:
                 vals, _ = self._per_node(match, unknown)
                 X[:, j] = vals
         return X, errors
+
+
+def write_usage(state: Any, reading: UsageReading) -> UsageReading:
+    """Put a reading's known values into ``state.usage``. The nodes it measured count as
+    sampled with their current allocation (``usage_allocated``), so load-aware estimates
+    add only what is placed after this reading, not every running pod a second time."""
+    known = np.isfinite(reading.values)
+    state.usage[known] = reading.values[known]
+    rows = known.any(axis=1)
+    state.usage_allocated[rows] = state.allocated[rows]
+    return reading
 
 
 def _float(v: Any) -> float:

@@ -37,6 +37,17 @@ class Auth(BaseModel):
     disabled: bool = False
 
 
+class UsageFromPrometheus(BaseModel):
+    """Pull each site's actual node usage from Prometheus (perception.PrometheusSource):
+    at most every ``interval_s``, in the background of requests, last good values kept."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str = Field(pattern=r"^https?://")
+    interval_s: float = Field(15.0, gt=0, le=3600)
+    timeout_s: float = Field(2.0, gt=0, le=60)
+    stale_after_s: float = Field(60.0, gt=0, le=86_400)
+
+
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cluster: str = "medium"
@@ -51,6 +62,7 @@ class ServiceConfig(BaseModel):
     replica_cpus: float = Field(0.1, gt=0, le=64)
     journal_dir: str | None = None
     seed: int = Field(0, ge=0)
+    prometheus: UsageFromPrometheus | None = None
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"

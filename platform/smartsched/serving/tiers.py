@@ -50,7 +50,9 @@ class SiteTier:
     def __init__(self, hierarchy: Hierarchy, site: str, profile: str, *,
                  parent: SiteCaller | None = None, seed: int = 0,
                  clock: Callable[[], float] = time.time, journal_dir: str | None = None,
-                 ) -> None:
+                 usage: Any = None) -> None:
+        """``usage``: a ``serving.config.UsageFromPrometheus`` (or None): node usage is
+        then pulled from Prometheus in the background of requests."""
         self.h = hierarchy
         self.site = site
         self.tier = "region" if site in hierarchy.regions else "edge"
@@ -65,6 +67,51 @@ class SiteTier:
         self.placer = SitePlacer(site_subspec(hierarchy.spec, [site]), profile, seed=seed,
                                  clock=clock, journal=journal)
         self.parent = parent
+        self.usage_cfg = usage
+        self._usage_src: Any = None
+        self._usage_due = 0.0
+        self._usage_task: Any = None
+        self.usage_status: dict[str, Any] = {}
+
+    async def refresh_usage(self) -> dict[str, Any]:
+        """Read the site's node usage from Prometheus (in a thread) and apply it here, on
+        the event loop, so it never interleaves with a decision. Values that are missing or
+        stale keep their last good reading; errors are reported in ``usage_status``."""
+        from smartsched.perception.prometheus import PrometheusSource, write_usage
+
+        cfg, st = self.usage_cfg, self.placer.state
+        names = list(st.names)
+        if self._usage_src is None or self._usage_src.names != names:
+            self._usage_src = PrometheusSource.for_state(
+                cfg.url, st, timeout_s=cfg.timeout_s, retries=1,
+                stale_after_s=cfg.stale_after_s)
+        src = self._usage_src
+        self._usage_due = time.monotonic() + cfg.interval_s
+        reading = await asyncio.to_thread(src.read_usage)
+        st = self.placer.state  # nodes may have changed while the read was in flight
+        if list(st.names) == src.names:
+            write_usage(st, reading)
+        stale = reading.stale_nodes(src.names)
+        self.usage_status = {"read_at": reading.at, "errors": reading.errors,
+                             "stale_values": sum(len(v) for v in stale.values()),
+                             "unknown_nodes": reading.unknown_nodes}
+        return self.usage_status
+
+    def _maybe_refresh_usage(self) -> None:
+        """Start a background refresh when one is due (never blocks the request)."""
+        if self.usage_cfg is None:
+            return
+        now = time.monotonic()
+        if now < self._usage_due or (self._usage_task and not self._usage_task.done()):
+            return
+        self._usage_due = now + self.usage_cfg.interval_s
+        self._usage_task = asyncio.get_running_loop().create_task(self._refresh_logged())
+
+    async def _refresh_logged(self) -> None:
+        try:
+            await self.refresh_usage()
+        except Exception as e:  # reported in the summary; the next interval retries
+            self.usage_status = {"errors": [f"{type(e).__name__}: {e}"]}
 
     def _result(self, r: SiteResult, stages: list[dict[str, str]]) -> dict[str, Any]:
         return {
@@ -83,6 +130,7 @@ class SiteTier:
     async def place(self, pods: list[Pod], ttl_s: float,
                     request_id: str | None) -> list[dict[str, Any]]:
         """Place here; an edge site escalates what it cannot place to its parent region."""
+        self._maybe_refresh_usage()
         results = [self._result(r, []) for r in self.placer.place(pods, ttl_s, request_id)]
         if self.parent is None or all(r["placed"] for r in results):
             return results
@@ -115,7 +163,10 @@ class SiteTier:
                 "pods": [b.pod.id for b in r.bookings]}
 
     def summary(self) -> dict[str, Any]:
-        return {"site": self.site, "tier": self.tier, **self.placer.summary()}
+        out = {"site": self.site, "tier": self.tier, **self.placer.summary()}
+        if self.usage_cfg is not None:
+            out["usage_from_prometheus"] = self.usage_status
+        return out
 
     def upsert_nodes(self, nodes: list[Any], usage: dict[str, tuple[float, float, float]],
                      ) -> dict[str, Any]:
