@@ -107,19 +107,20 @@ class TelemetryCollector:
         yield from families.values()
         yield from self._cluster_families(*cluster)
 
-    def _cluster_state(self) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-        """Queue by class, free GPU per device, metric totals (call under the lock)."""
+    def _cluster_state(self) -> tuple[np.ndarray, float, dict[str, float]]:
+        """Queue by class, GPU fragmentation, metric totals (call under the lock)."""
         from smartsched.model.pod import POD_CLASS_IDS
         from smartsched.twin.podtable import PENDING
 
         e = self.engine
         tb = e.table
         queue = np.bincount(tb.cls[tb.status == PENDING], minlength=len(POD_CLASS_IDS))
-        free = e.state.gpu_free[e.state.gpu_exists].astype(np.float64)
-        return queue, free, e.metrics.snapshot()
+        # The twin's own measure (FGD's, sampled at its metric ticks), not a second one.
+        frag = e.metrics.frag[-1] / 100.0 if e.metrics.frag else 0.0
+        return queue, frag, e.metrics.snapshot()
 
     @staticmethod
-    def _cluster_families(queue: np.ndarray, free: np.ndarray, snap: dict[str, float]
+    def _cluster_families(queue: np.ndarray, frag: float, snap: dict[str, float]
                           ) -> Iterator[Any]:
         """The twin's own view of the cluster, beside the node metrics: queue by class,
         GPU fragmentation, and its running totals in simulated time (divide their
@@ -133,11 +134,10 @@ class TelemetryCollector:
         for cls, n in zip(POD_CLASS_IDS, queue, strict=True):
             q.add_metric([str(cls)], float(n))
         yield q
-        partial = free[(free > 0) & (free < 1000)].sum()
         yield GaugeMetricFamily(
             "smartsched_twin_gpu_fragmentation_ratio",
-            "Share of free GPU capacity that sits on partly allocated devices.",
-            value=float(partial / free.sum()) if free.sum() > 0 else 0.0)
+            "GPU fragmentation as the twin reports it (FGD's measure, share of all GPU "
+            "capacity, at the last metric tick).", value=float(frag))
         totals = {
             "smartsched_twin_simulated_seconds": ("Simulated time of the twin.", snap["time_s"]),
             "smartsched_twin_online_contended_pod_seconds": (
