@@ -1,7 +1,8 @@
-"""Small builders for test clusters and pods (``node(...)``, ``pod(...)``)."""
+"""Small builders for test clusters and pods (``node(...)``, ``pod(...)``), and a free port."""
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
@@ -20,3 +21,10 @@ def cluster(*nodes: NodeSpec, zones: tuple[str, ...] = ("z1", "z2")) -> ClusterS
 
 def pod(pid: str, cpu: int = 1000, mem: int = 1024, **kw: Any) -> Pod:
     return Pod(id=pid, cpu_milli=cpu, memory_mib=mem, **kw)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now (for a test server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

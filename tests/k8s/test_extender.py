@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import socket
 import threading
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import requests
 import yaml
 
 from smartsched.k8s.extender import Extender, make_app
+from tests.builders import free_port
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +32,7 @@ def server(fixtures: dict):
 
     ext = Extender("k8s-default")
     ext.set_cache(fixtures["nodes"])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     srv = uvicorn.Server(uvicorn.Config(make_app(ext), host="127.0.0.1", port=port,
                                         log_level="warning"))
     t = threading.Thread(target=srv.run, daemon=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -21,13 +20,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.builders import free_port
+
 SCRAPE_S = 1.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PrometheusServer:

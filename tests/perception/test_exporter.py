@@ -14,8 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from smartsched.perception.exporter import LiveTwin, TelemetryCollector
-
-from .conftest import free_port
+from tests.builders import free_port
 
 
 def test_every_present_column_is_exported_with_its_labels() -> None:

@@ -11,8 +11,7 @@ import pytest
 from smartsched.model.resources import CPU, GPU, MEM
 from smartsched.perception.exporter import LiveTwin, serve_telemetry
 from smartsched.perception.prometheus import PrometheusQueryError, PrometheusSource
-
-from .conftest import free_port
+from tests.builders import free_port
 
 pytestmark = pytest.mark.slow  # a real Prometheus server and a few seconds of scrapes
 

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.builders import free_port
+
 TOKEN = "test-token-0123456789abcdef"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +30,7 @@ def service(ray_session, serve_args: dict):
 
     from smartsched.serving.app import build_app
 
-    port = _free_port()
+    port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(serve_args), name="placement", route_prefix="/")
     url = f"http://127.0.0.1:{port}"
