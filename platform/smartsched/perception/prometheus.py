@@ -314,26 +314,26 @@ class PrometheusSource:
         dimension's labels; NaN where absent. Returns (X, errors)."""
         window = rate_window or self.rate_window
         X = np.full((len(self.names), len(dims)), np.nan)
-        by_metric: dict[str, list[tuple[int, dict[str, str]]]] = {}
-        metrics: dict[str, Any] = {}
+        # Per metric: its label keys and the column of each instance's label values, so a
+        # metric's answer is placed in one pass over its samples.
+        by_metric: dict[str, tuple[Any, tuple[str, ...], dict[tuple[str, ...], int]]] = {}
         for j, d in enumerate(dims):
-            by_metric.setdefault(d.metric.name, []).append((j, dict(d.labels)))
-            metrics[d.metric.name] = d.metric
+            keys = tuple(k for k, _ in d.labels)
+            entry = by_metric.setdefault(d.metric.name, (d.metric, keys, {}))
+            entry[2][tuple(v for _, v in d.labels)] = j
         errors: list[str] = []
-        unknown: set[str] = set()
-        for name, cols in by_metric.items():
-            m = metrics[name]
+        for name, (m, keys, col_of) in by_metric.items():
             expr = f"rate({name}[{window}])" if m.kind == "counter" else name
             try:
                 samples = self.instant(expr)
             except PrometheusQueryError as e:
                 errors.append(f"{name}: {e}")
                 continue
-            for j, want in cols:
-                match = [s for s in samples
-                         if all(s.labels.get(k) == v for k, v in want.items())]
-                vals, _ = self._per_node(match, unknown)
-                X[:, j] = vals
+            for smp in samples:
+                i = self.index.get(smp.labels.get(self.node_label, ""))
+                j = col_of.get(tuple(smp.labels.get(k) for k in keys))
+                if i is not None and j is not None and math.isfinite(smp.value):
+                    X[i, j] = smp.value
         return X, errors
 
 
