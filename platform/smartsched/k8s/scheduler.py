@@ -154,13 +154,9 @@ class SchedulerLoop:
         same, so they survive passes too."""
         from smartsched.perception.prometheus import PrometheusSource
 
-        names = [x.name for x in state.spec.nodes]
-        if self._usage is None or self._usage.names != names:
-            if self._usage is not None:
-                self._usage.close()
-            self._usage = PrometheusSource.for_state(self.prometheus_url, state)
+        self._usage = PrometheusSource.for_state(self.prometheus_url, state, reuse=self._usage)
         reading = self._usage.apply(state)
-        stale = reading.stale_nodes(names)
+        stale = reading.stale_nodes(self._usage.names)
         self.metrics.stale_usage.set(sum(len(v) for v in stale.values()))
         for err in reading.errors:
             log.warning("usage from prometheus: %s", err)

@@ -163,12 +163,20 @@ class PrometheusSource:
         self.failures = 0  # queries that failed, over the source's life
 
     @classmethod
-    def for_state(cls, url: str, state: Any, **kw: Any) -> PrometheusSource:
-        """A source for a ``ClusterState``'s nodes (names, and which have GPUs)."""
+    def for_state(cls, url: str, state: Any, reuse: PrometheusSource | None = None,
+                  **kw: Any) -> PrometheusSource:
+        """A source for a ``ClusterState``'s nodes (names, and which have GPUs). ``reuse``
+        is returned when it serves the same nodes, so its last good values carry over
+        (a long-running caller re-reads every pass); otherwise it is closed."""
         from smartsched.model.resources import CPU, GPU, MEM
 
+        names = [x.name for x in state.spec.nodes]
         expected = state.capacity[:, [CPU, MEM, GPU]] > 0
-        return cls(url, [x.name for x in state.spec.nodes], expected=expected, **kw)
+        if reuse is not None:
+            if reuse.names == names and np.array_equal(reuse.expected, expected):
+                return reuse
+            reuse.close()
+        return cls(url, names, expected=expected, **kw)
 
     def close(self) -> None:
         self.http.close()

@@ -79,13 +79,10 @@ class SiteTier:
         stale keep their last good reading; errors are reported in ``usage_status``."""
         from smartsched.perception.prometheus import PrometheusSource, write_usage
 
-        cfg, st = self.usage_cfg, self.placer.state
-        names = list(st.names)
-        if self._usage_src is None or self._usage_src.names != names:
-            self._usage_src = PrometheusSource.for_state(
-                cfg.url, st, timeout_s=cfg.timeout_s, retries=1,
-                stale_after_s=cfg.stale_after_s)
-        src = self._usage_src
+        cfg = self.usage_cfg
+        src = self._usage_src = PrometheusSource.for_state(
+            cfg.url, self.placer.state, reuse=self._usage_src, timeout_s=cfg.timeout_s,
+            retries=1, stale_after_s=cfg.stale_after_s)
         self._usage_due = time.monotonic() + cfg.interval_s
         reading = await asyncio.to_thread(src.read_usage)
         st = self.placer.state  # nodes may have changed while the read was in flight
