@@ -218,24 +218,24 @@ async def place_batch(body: BatchPlacementRequest, request: Request,
     return await ing.place(body.pods, body.ttl_s, body.request_id)
 
 
-@app_api.post("/v1/reservations/{rid}:confirm")
-async def confirm(rid: str, request: Request, ing: Any = Depends(_ingress)) -> Any:
+async def _reservation_op(ing: Any, request: Request, rid: str, op: str, event: str) -> Any:
+    """Authorize, route the reservation to its site, run ``op`` there, count ``event``."""
     if (denied := ing.authorize(request)) is not None:
         return denied
     site, local = ing.site_of(rid)
-    out = await site.confirm.remote(local)
-    ing.metrics.reservation_event("confirmed")
+    out = await getattr(site, op).remote(local)
+    ing.metrics.reservation_event(event)
     return out
+
+
+@app_api.post("/v1/reservations/{rid}:confirm")
+async def confirm(rid: str, request: Request, ing: Any = Depends(_ingress)) -> Any:
+    return await _reservation_op(ing, request, rid, "confirm", "confirmed")
 
 
 @app_api.delete("/v1/reservations/{rid}")
 async def release(rid: str, request: Request, ing: Any = Depends(_ingress)) -> Any:
-    if (denied := ing.authorize(request)) is not None:
-        return denied
-    site, local = ing.site_of(rid)
-    out = await site.release.remote(local)
-    ing.metrics.reservation_event("released")
-    return out
+    return await _reservation_op(ing, request, rid, "release", "released")
 
 
 @app_api.get("/v1/clusters/{region}/summary", response_model=RegionSummary)
