@@ -65,7 +65,7 @@ def tiny_forecaster(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_projection(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 4-component telemetry projection fitted on 6 simulated hours of ``small``."""
-    from smartsched.perception.study import study
+    from smartsched.bench.telemetry_study import study
 
     proj, _ = study("small", "mixed", "k8s-default", 6.0, [0], 1, k=4, echo=lambda _: None)
     return proj.save(tmp_path_factory.mktemp("telemetry"))

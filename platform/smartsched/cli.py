@@ -441,7 +441,7 @@ def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, h
     """Run the twin live on an accelerated clock and expose its telemetry at /metrics."""
     import time
 
-    from smartsched.perception.exporter import LiveTwin, serve_telemetry
+    from smartsched.prometheus.exporter import LiveTwin, serve_telemetry
 
     twin = LiveTwin(cluster, workload, scheduler, speed=speed, hours=hours, seed=seed)
     twin.advance(min(warm_hours, hours) * 3600.0)
@@ -484,7 +484,7 @@ def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, h
 def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, seeds: str,
                      test_seed: int, k: int, out: str, json_path: str | None) -> None:
     """Fit the PCA projection of the node telemetry on twin runs; ablate the families."""
-    from smartsched.perception.study import format_study, study
+    from smartsched.bench.telemetry_study import format_study, study
 
     proj, res = study(cluster, workload, scheduler, hours, _seeds(seeds), test_seed, k,
                       echo=click.echo)
@@ -505,7 +505,7 @@ def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, 
 def telemetry_panel(url: str, dashboard: str, title: str, minutes: float, step_s: float,
                     out: str) -> None:
     """Render one dashboard panel's data from Prometheus to a PNG (no Grafana needed)."""
-    from smartsched.perception.panel import render_panel
+    from smartsched.prometheus.panel import render_panel
 
     res = render_panel(url, dashboard, title, out, minutes=minutes, step_s=step_s)
     click.echo(f"{res['panel']}: {res['series']} series, {res['points']} points -> {out}")
@@ -585,7 +585,7 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_rl(policy: str | None, skip_sampling: bool, json_path: str | None) -> None:
     """Policy sampling throughput (twin vs model time) and inference latency at 1.5k/5k nodes."""
-    from smartsched.rl.bench import run_rl_bench
+    from smartsched.bench.rl import run_rl_bench
 
     _write_json(json_path, run_rl_bench(policy, echo=click.echo, skip_sampling=skip_sampling))
 

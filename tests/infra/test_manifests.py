@@ -196,7 +196,7 @@ def _exported_telemetry_names() -> set[str]:
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from smartsched.perception.exporter import LiveTwin
+    from smartsched.prometheus.exporter import LiveTwin
 
     twin = LiveTwin("small", "mixed", "k8s-default", hours=1, seed=0)
     twin.advance(1800.0)

@@ -172,7 +172,7 @@ def test_usage_from_prometheus_steers_a_load_aware_profile(objects, hot: str) ->
     objects says so)."""
     import time
 
-    from tests.perception.test_prometheus_source import Scripted, vector
+    from tests.prometheus.test_source import Scripted, vector
 
     nodes, pods = objects
     mine = [p for p in pods[:2]]  # two pods that fit on either node

@@ -138,7 +138,7 @@ def test_shipped_train_configs_build_their_env(path: Path, monkeypatch) -> None:
     env = SchedulingEnv(cfg.env)
     width = NODE_FEATURES + (FORECAST_COLS if cfg.env.get("forecaster") else 0)
     if cfg.env.get("telemetry"):
-        from smartsched.perception.reduction import TelemetryProjection
+        from smartsched.twin.telemetry.reduction import TelemetryProjection
 
         width += TelemetryProjection.load(path.parents[1] / cfg.env["telemetry"]).k
     assert env.observation_space["nodes"].shape[1] == width

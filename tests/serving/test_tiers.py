@@ -7,10 +7,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from smartsched.federation.topology import Hierarchy
 from smartsched.model.errors import UnknownReferenceError
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.presets import load_cluster
+from smartsched.serving.hierarchy import Hierarchy
 from smartsched.serving.site import SitePlacer, site_subspec
 from smartsched.serving.tiers import CloudTier, SiteTier
 
@@ -196,7 +196,7 @@ def test_site_pulls_usage_from_prometheus_and_load_aware_avoids_the_busy_node(ho
     import time
 
     from smartsched.serving.config import UsageFromPrometheus
-    from tests.perception.test_prometheus_source import Scripted, vector
+    from tests.prometheus.test_source import Scripted, vector
 
     cool = "edge0-00001" if hot == "edge0-00000" else "edge0-00000"
     now = time.time()

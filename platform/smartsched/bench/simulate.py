@@ -67,7 +67,7 @@ def simulate(
         engine.usage_predictor = NodeUsagePredictor.load(forecaster, config.tick_s)
     telemetry = getattr(sched, "telemetry", None)
     if telemetry is not None:  # a policy that observes reduced telemetry
-        from smartsched.perception.reduction import TelemetryFeatures, TelemetryProjection
+        from smartsched.twin.telemetry.reduction import TelemetryFeatures, TelemetryProjection
 
         engine.telemetry_features = TelemetryFeatures(TelemetryProjection.load(telemetry),
                                                       spec, seed)

@@ -19,9 +19,9 @@ def run_telemetry_bench(clusters: Sequence[str], hours: float = 2.0, repeats: in
                         echo: Callable[[str], Any] = print) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from smartsched.perception.exporter import LiveTwin
-    from smartsched.perception.reduction import counter_mask, fit_projection
+    from smartsched.prometheus.exporter import LiveTwin
     from smartsched.twin.telemetry.catalogue import column_names, dimensions
+    from smartsched.twin.telemetry.reduction import counter_mask, fit_projection
 
     out: dict[str, Any] = {"hours": hours, "repeats": repeats, "clusters": {}}
     for name in clusters:

@@ -88,7 +88,7 @@ class SchedulerLoop:
         self._usage: Any = None  # PrometheusSource for the current node list
         self._projection: Any = None
         if prometheus_url and getattr(self.sched, "telemetry", None):
-            from smartsched.perception.reduction import TelemetryProjection
+            from smartsched.twin.telemetry.reduction import TelemetryProjection
 
             self._projection = TelemetryProjection.load(self.sched.telemetry)
             self.sched.telemetry_attached = True
@@ -152,7 +152,7 @@ class SchedulerLoop:
         """Actual usage (and reduced telemetry) from Prometheus into the snapshot. Last good
         values survive a failed or stale read; the source is kept while the node list is the
         same, so they survive passes too."""
-        from smartsched.perception.prometheus import PrometheusSource
+        from smartsched.prometheus.source import PrometheusSource
 
         self._usage = PrometheusSource.for_state(self.prometheus_url, state, reuse=self._usage)
         reading = self._usage.apply(state)
@@ -161,7 +161,7 @@ class SchedulerLoop:
         for err in reading.errors:
             log.warning("usage from prometheus: %s", err)
         if self._projection is not None:
-            from smartsched.perception.reduction import features_from_prometheus
+            from smartsched.prometheus.features import features_from_prometheus
 
             feats, errors = features_from_prometheus(self._usage, self._projection)
             state.telemetry_features = feats

@@ -157,7 +157,7 @@ def large() -> ClusterSpec:
 
 def openb(variant: str = "gpu_node", root: Path | None = None) -> ClusterSpec:
     """The openb trace's node list: one site, one zone, racks of 32 nodes in file order."""
-    from smartsched.workloads.openb import load_openb_nodes
+    from smartsched.model.cluster_io import load_openb_nodes
 
     path = (root or data_dir()) / "alibaba-openb-gpu-2023" / f"openb_node_list_{variant}.csv"
     site = Site("openb", "cloud", (0.0, 0.0), 5.0, 1.3, 0.04, 2.0, CarbonSeries.constant(400.0))
@@ -210,7 +210,7 @@ def load_cluster(spec: str) -> ClusterSpec:
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return cluster_from_yaml(path)
     if path.suffix == ".parquet" and path.is_file():
-        from smartsched.workloads.parquet_io import read_cluster
+        from smartsched.model.cluster_io import read_cluster
 
         return read_cluster(path)
     known = ", ".join(PRESETS)

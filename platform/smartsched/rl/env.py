@@ -124,7 +124,7 @@ class SchedulingEnv(gym.Env):
             self._forecaster = load_forecaster(self.cfg.forecaster)  # loaded once, per env
         self._projection: Any = None
         if self.cfg.telemetry is not None:
-            from smartsched.perception.reduction import TelemetryProjection
+            from smartsched.twin.telemetry.reduction import TelemetryProjection
 
             self._projection = TelemetryProjection.load(self.cfg.telemetry)
         self.node_width = (NODE_FEATURES + (FORECAST_COLS if self._forecaster else 0)
@@ -170,7 +170,7 @@ class SchedulingEnv(gym.Env):
             fc, plan = self._forecaster
             self.engine.usage_predictor = NodeUsagePredictor(fc, engine_cfg.tick_s, plan)
         if self._projection is not None:
-            from smartsched.perception.reduction import TelemetryFeatures
+            from smartsched.twin.telemetry.reduction import TelemetryFeatures
 
             self.engine.telemetry_features = TelemetryFeatures(
                 self._projection, self.spec_cluster, ep_seed)

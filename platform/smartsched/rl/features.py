@@ -41,7 +41,7 @@ HEURISTIC_COLS: Final = (31, 32, 33, 34, 35)
 # forecaster's predicted CPU and memory use over the next horizon, as fractions of
 # capacity (current usage until the forecaster has seen a full lookback).
 FORECAST_COLS: Final = 2
-# Then, with ``telemetry_k > 0``, the node's reduced telemetry (perception.reduction:
+# Then, with ``telemetry_k > 0``, the node's reduced telemetry (twin.telemetry.reduction:
 # the first k principal components of its wide metric vector; zeros before the first tick).
 CLIP: Final = 10.0
 

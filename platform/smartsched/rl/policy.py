@@ -96,7 +96,7 @@ class RLScheduler:
         if env.get("forecaster"):
             self.forecaster = str(self.dir / env["forecaster"])
         # Likewise a telemetry projection: the twin attaches it (bench.simulate); elsewhere
-        # the caller must fill state.telemetry_features (perception.reduction.
+        # the caller must fill state.telemetry_features (prometheus.features.
         # features_from_prometheus); without it the columns are zeros -- "every node is
         # average" -- and the scheduler says so once.
         self.telemetry: str | None = None
@@ -104,7 +104,7 @@ class RLScheduler:
         self._warned = False
         self.telemetry_attached = False  # set by whoever feeds state.telemetry_features
         if env.get("telemetry"):
-            from smartsched.perception.reduction import TelemetryProjection
+            from smartsched.twin.telemetry.reduction import TelemetryProjection
 
             self.telemetry = str(self.dir / env["telemetry"])
             self._telemetry_k = TelemetryProjection.load(self.telemetry).k
@@ -177,7 +177,7 @@ class RLScheduler:
             self._warned = True
             log.warning("policy %s observes %d telemetry components but the state carries "
                         "none: they read as zeros (fill state.telemetry_features from "
-                        "perception.reduction.features_from_prometheus)", self.dir,
+                        "prometheus.features.features_from_prometheus)", self.dir,
                         self._telemetry_k)
         nodes = self._features.nodes(ctx, ok, now)
         pod = FeatureBuilder.pod(request, now, state.queue_length, float(ok.mean()))

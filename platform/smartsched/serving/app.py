@@ -39,8 +39,8 @@ PROFILE_FIELDS = ("region_profile", "edge_profile", "profiles")
 
 
 def _hierarchy(cfg: ServiceConfig) -> Any:
-    from smartsched.federation.topology import Hierarchy
     from smartsched.model.presets import load_cluster
+    from smartsched.serving.hierarchy import Hierarchy
 
     return Hierarchy.from_spec(load_cluster(cfg.cluster), cfg.edge_parents)
 
@@ -296,7 +296,7 @@ class Ingress:
 
     def __init__(self, args: dict[str, Any], regions: dict[str, Any],
                  edges: dict[str, Any]) -> None:
-        from smartsched.federation.topology import RankWeights
+        from smartsched.serving.hierarchy import RankWeights
         from smartsched.serving.metrics import ServiceMetrics
         from smartsched.serving.tiers import CloudTier
 

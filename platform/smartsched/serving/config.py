@@ -38,7 +38,7 @@ class Auth(BaseModel):
 
 
 class UsageFromPrometheus(BaseModel):
-    """Pull each site's actual node usage from Prometheus (perception.PrometheusSource):
+    """Pull each site's actual node usage from Prometheus (prometheus.source.PrometheusSource):
     at most every ``interval_s``, in the background of requests, last good values kept."""
 
     model_config = ConfigDict(extra="forbid")

@@ -7,7 +7,7 @@ one instance per replica:
 * ``SiteTier`` -- one region's cloud nodes or one MEC site (a ``SitePlacer``).
   An edge site answers pods from its own nodes and escalates to its parent
   region when it cannot place them.
-* ``CloudTier`` -- picks regions for each pod (``federation.topology``) and
+* ``CloudTier`` -- picks regions for each pod (``serving.hierarchy``) and
   asks them in order, spilling over when one is full; pods from an edge site
   with a latency SLO go to that site first (unless ``allowed_regions`` leaves the
   site out: compliance names sites, as in the twin). It remembers answers by request id,
@@ -28,8 +28,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from smartsched.federation.topology import Hierarchy, RankWeights
 from smartsched.model.pod import Pod, PodClass
+from smartsched.serving.hierarchy import Hierarchy, RankWeights
 from smartsched.serving.site import IDEMPOTENCY_KEEP, SitePlacer, SiteResult, site_subspec
 
 RID_SEP = "~"  # reservation id = "<site>~<hex>": the ingress routes by it
@@ -77,7 +77,7 @@ class SiteTier:
         """Read the site's node usage from Prometheus (in a thread) and apply it here, on
         the event loop, so it never interleaves with a decision. Values that are missing or
         stale keep their last good reading; errors are reported in ``usage_status``."""
-        from smartsched.perception.prometheus import PrometheusSource, write_usage
+        from smartsched.prometheus.source import PrometheusSource, write_usage
 
         cfg = self.usage_cfg
         src = self._usage_src = PrometheusSource.for_state(

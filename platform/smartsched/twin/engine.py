@@ -201,7 +201,7 @@ class Engine:
         # at every metric tick (see forecast.node_predictor); the twin never imports it.
         self.usage_predictor: Any = None
         # Optional: ``update(engine) -> [N, k]`` reduced telemetry, called at every metric
-        # tick (see perception.reduction); stored in ``state.telemetry_features``.
+        # tick (see twin.telemetry.reduction); stored in ``state.telemetry_features``.
         self.telemetry_features: Any = None
         spec.validate_pods(pods)
         self.state = ClusterState(spec)

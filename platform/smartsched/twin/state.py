@@ -178,7 +178,7 @@ class ClusterState:
         self.usage_allocated = np.zeros_like(self.allocated)
         # Forecast of usage (same layout as ``usage``), when a forecaster provides one.
         self.predicted_usage: np.ndarray | None = None
-        # Reduced telemetry [N, k] (perception.reduction), when a projection provides it.
+        # Reduced telemetry [N, k] (twin.telemetry.reduction), when a projection provides it.
         self.telemetry_features: np.ndarray | None = None
         self.pod_count = np.zeros(n, dtype=np.int32)
         self.version = np.zeros(n, dtype=np.int64)

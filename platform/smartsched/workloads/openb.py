@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
-from smartsched.model.cluster import NodeSpec
+from smartsched.model.cluster_io import NODE_COLUMNS, load_openb_nodes
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.resources import GPU_MODEL_IDS
+from smartsched.model.table import numeric_column, read_frame, require_columns, text_column
 from smartsched.paths import data_dir
 from smartsched.workloads.profiles import default_usage
-from smartsched.workloads.table import numeric_column, read_frame, require_columns, text_column
 
 REQUEST_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 FULL_COLUMNS = (
@@ -36,8 +36,9 @@ FULL_COLUMNS = (
     "deletion_time",
     "scheduled_time",
 )
-NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 OPENB_DIR = "alibaba-openb-gpu-2023"
+
+__all__ = ["NODE_COLUMNS", "load_openb_nodes", "load_openb_pods", "openb_pod_path"]
 
 
 def openb_pod_path(variant: str, root: Path | None = None) -> Path:
@@ -119,33 +120,3 @@ def _class_of(num_gpu: int, gpu_milli: int, qos: str) -> PodClass:
     if num_gpu > 0:
         return PodClass.AI_INFER if gpu_milli < 1000 else PodClass.AI_TRAIN
     return PodClass.ONLINE if qos == "LS" else PodClass.BATCH
-
-
-def load_openb_nodes(path: str | Path, zone: str, rack_size: int = 32) -> list[NodeSpec]:
-    """Read an openb node list into nodes in one zone, ``rack_size`` nodes per rack."""
-    path = Path(path)
-    src = str(path)
-    df = read_frame(path)
-    require_columns(df, NODE_COLUMNS, src)
-    names = text_column(df, "sn")
-    cpu = numeric_column(df, "cpu_milli", src, integral=True).astype(np.int64)
-    mem = numeric_column(df, "memory_mib", src, integral=True).astype(np.int64)
-    gpu = numeric_column(df, "gpu", src, integral=True).astype(np.int64)
-    model = text_column(df, "model")
-    nodes = []
-    for i in range(len(df)):
-        try:
-            nodes.append(
-                NodeSpec(
-                    name=str(names[i]),
-                    cpu_milli=int(cpu[i]),
-                    memory_mib=int(mem[i]),
-                    num_gpu=int(gpu[i]),
-                    gpu_model=str(model[i]) if gpu[i] > 0 else "",
-                    zone=zone,
-                    rack=f"{zone}-r{i // rack_size}",
-                )
-            )
-        except ValidationError as e:
-            raise ValidationError(e.field, e.message, row=i, source=src) from None
-    return nodes

@@ -13,7 +13,7 @@ import requests
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from smartsched.perception.exporter import LiveTwin, TelemetryCollector
+from smartsched.prometheus.exporter import LiveTwin, TelemetryCollector
 from tests.builders import free_port
 
 

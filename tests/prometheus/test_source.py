@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from smartsched.model.errors import ValidationError
-from smartsched.perception.prometheus import PrometheusQueryError, PrometheusSource
+from smartsched.prometheus.source import PrometheusQueryError, PrometheusSource
 
 
 class Scripted:
@@ -137,7 +137,7 @@ def test_bad_settings_are_named() -> None:
     with pytest.raises(ValidationError, match="expected"):
         PrometheusSource("http://x", ["a", "b"], expected=np.ones((3, 3), bool))
     with pytest.raises(ValidationError, match=r"queries\.gpu"):
-        from smartsched.perception.prometheus import DEFAULT_QUERIES
+        from smartsched.prometheus.source import DEFAULT_QUERIES
 
         PrometheusSource("http://x", ["a"], queries={k: v for k, v in DEFAULT_QUERIES.items()
                                                     if k != "gpu"})
@@ -159,7 +159,7 @@ def test_written_usage_counts_the_current_allocation_as_measured() -> None:
     """LoadAware estimates usage as measured + what was placed since the measurement; a
     reading from Prometheus already includes the pods running now."""
     from smartsched.model.presets import load_cluster
-    from smartsched.perception.prometheus import UsageReading, write_usage
+    from smartsched.prometheus.source import UsageReading, write_usage
     from smartsched.twin.state import ClusterState
     from smartsched.workloads.resolve import load_workload
 

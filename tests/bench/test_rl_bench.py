@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smartsched.rl.bench import env_and_model_split, inference_latency
+from smartsched.bench.rl import env_and_model_split, inference_latency
 
 
 def test_env_and_model_split() -> None:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from smartsched.model.resources import CPU, GPU, MEM
-from smartsched.perception.exporter import LiveTwin, serve_telemetry
-from smartsched.perception.prometheus import PrometheusQueryError, PrometheusSource
+from smartsched.prometheus.exporter import LiveTwin, serve_telemetry
+from smartsched.prometheus.source import PrometheusQueryError, PrometheusSource
 from tests.builders import free_port
 
 pytestmark = pytest.mark.slow  # a real Prometheus server and a few seconds of scrapes
@@ -82,8 +82,9 @@ def test_usage_read_back_from_prometheus_matches_the_twin(prometheus, frozen_twi
 
     # The policy's reduced features, read from Prometheus: the standard layout's columns
     # (slots this cluster lacks are absent, i.e. mean-imputed) projected.
-    from smartsched.perception.reduction import features_from_prometheus, fit_projection
+    from smartsched.prometheus.features import features_from_prometheus
     from smartsched.twin.telemetry.catalogue import Layout
+    from smartsched.twin.telemetry.reduction import fit_projection
     from smartsched.twin.telemetry.synth import column_names
 
     std = column_names(Layout.STANDARD)
@@ -111,7 +112,7 @@ def test_usage_read_back_from_prometheus_matches_the_twin(prometheus, frozen_twi
 
     # A dashboard panel's data, rendered from this Prometheus without Grafana.
     from smartsched.model.errors import ValidationError
-    from smartsched.perception.panel import render_panel
+    from smartsched.prometheus.panel import render_panel
 
     dash = RULES.parents[1] / "grafana" / "smartsched-cluster.json"
     res = render_panel(prom.url, dash, "CPU utilization by zone", tmp_path / "p.png",

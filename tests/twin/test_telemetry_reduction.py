@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from smartsched.model.errors import ValidationError
-from smartsched.perception.reduction import (
+from smartsched.twin.telemetry.reduction import (
     RateView,
     TelemetryFeatures,
     TelemetryProjection,
@@ -41,7 +41,7 @@ def test_projection_finds_the_latent_factors_and_round_trips(tmp_path: Path) -> 
 
 
 def test_the_study_ablates_every_family() -> None:
-    from smartsched.perception.study import format_study, study
+    from smartsched.bench.telemetry_study import format_study, study
 
     _, res = study("small", "mixed", "k8s-default", 6.0, [0], 1, k=4, echo=lambda _: None)
     assert set(res["targets"]) == {"cpu", "gpu"}
@@ -104,7 +104,7 @@ def test_env_appends_the_components_as_node_columns(small_projection: Path) -> N
 
 
 def test_study_names_runs_too_short_for_rates() -> None:
-    from smartsched.perception.study import study
+    from smartsched.bench.telemetry_study import study
 
     with pytest.raises(ValidationError, match="hours"):
         study("small", "mixed", "k8s-default", 0.001, [0], 1, k=2, echo=lambda _: None)

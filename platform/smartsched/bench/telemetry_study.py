@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from smartsched.model.resources import CPU, GPU, MEM
-from smartsched.perception.reduction import (
+from smartsched.twin.telemetry.reduction import (
     Z_CLIP,
     RateView,
     TelemetryProjection,

@@ -1,0 +1,376 @@
+"""PrometheusSource: node metrics from a Prometheus server's HTTP API into the twin's arrays.
+
+Owns the path a user takes against their production Prometheus: instant and
+range PromQL queries over ``/api/v1/query`` and ``/api/v1/query_range`` (with a
+timeout, retries with backoff on connection errors, timeouts and 5xx, and no
+retry on a query Prometheus rejects), and the mapping of the answers onto the
+cluster's nodes: ``ClusterState.usage`` (CPU milli, memory MiB, GPU milli) and
+the wide telemetry vector the policy's reduced features come from.
+
+Usage is never silently zero. Every usage value keeps the time it was measured
+(the timestamp of the field's freshness series on that node): a node whose
+series is missing (exporter gone, target down, relabelled away) or older than
+``stale_after_s`` keeps its last measured value, flagged stale with its age; a
+query that fails is reported in the reading and every field it feeds keeps its
+values. Nodes never measured are NaN and listed. (``read_vector``, the wide
+vector, is a plain read: absent series are NaN, which the projection fills
+with the fitted mean.)
+
+The default queries read what SmartSched's exporter serves (the ``node`` label
+carries the node name, as a Kubernetes service-discovery relabel usually sets
+it); pass other ``queries`` where a cluster's names or labels differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from smartsched.model.errors import SmartSchedError, ValidationError
+
+log = logging.getLogger(__name__)
+
+MIB: Final = 1024.0 * 1024.0
+
+
+class PrometheusQueryError(SmartSchedError):
+    """A query that did not give an answer: Prometheus unreachable, too slow, or the query
+    rejected. ``reason`` is short ("timeout", "connection", "http 503", "bad_data")."""
+
+    def __init__(self, query: str, reason: str, detail: str, attempts: int) -> None:
+        self.query, self.reason, self.detail, self.attempts = query, reason, detail, attempts
+        super().__init__(f"prometheus query failed ({reason}) after {attempts} attempt(s): "
+                         f"{detail} -- query: {query}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (PrometheusQueryError, (self.query, self.reason, self.detail, self.attempts))
+
+
+@dataclass(frozen=True)
+class FieldQuery:
+    """How one usage field is read: a PromQL expression giving one value per node (by
+    ``node_label``), the factor to the twin's units, and a plain selector (with the node
+    label) whose sample timestamps tell how fresh the field is. ``freshness=None`` turns
+    the staleness check off for the field: values count as measured when evaluated."""
+
+    expr: str
+    scale: float
+    freshness: str | None
+
+
+# ``{window}`` is replaced by the source's rate window, ``{node}`` by its node label.
+# The twin's usage is what its pods use, so the defaults read the pod-level aggregates
+# (in a production cluster the cAdvisor equivalents: ``container_cpu_usage_seconds_total``
+# and ``container_memory_working_set_bytes`` summed by node) and DCGM's GPU utilization.
+DEFAULT_QUERIES: Final[Mapping[str, FieldQuery]] = {
+    "cpu": FieldQuery("sum by ({node}) (rate(smartsched_node_pod_cpu_seconds_total[{window}]))",
+                      1000.0, "node_memory_MemTotal_bytes"),
+    "mem": FieldQuery("sum by ({node}) (smartsched_node_pod_memory_working_set_bytes)",
+                      1.0 / MIB, "node_memory_MemTotal_bytes"),
+    "gpu": FieldQuery("sum by ({node}) (DCGM_FI_DEV_GPU_UTIL)", 10.0, "DCGM_FI_DEV_GPU_UTIL"),
+}
+USAGE_FIELDS: Final = ("cpu", "mem", "gpu")  # the columns of ClusterState.usage
+
+
+@dataclass
+class Sample:
+    labels: dict[str, str]
+    value: float
+    t: float  # the sample's timestamp (evaluation time for computed expressions)
+
+
+@dataclass
+class UsageReading:
+    """One read of the usage fields for a cluster's nodes (rows in the cluster's order).
+
+    ``values`` [N, 3] in twin units (last good value where the latest is missing or
+    stale; NaN if never measured); ``age_s`` [N, 3] seconds since that value was
+    measured (inf if never); ``fresh`` [N, 3] whether it was measured within
+    ``stale_after_s``. ``errors`` names each failed query; ``unknown_nodes`` series whose
+    node label is not in the cluster."""
+
+    at: float
+    values: np.ndarray
+    age_s: np.ndarray
+    fresh: np.ndarray
+    errors: list[str] = field(default_factory=list)
+    unknown_nodes: list[str] = field(default_factory=list)
+
+    def stale_nodes(self, names: Sequence[str]) -> dict[str, dict[str, float]]:
+        """{node: {field: age}} for every value that is not fresh."""
+        out: dict[str, dict[str, float]] = {}
+        for i, k in zip(*np.nonzero(~self.fresh), strict=True):
+            out.setdefault(names[i], {})[USAGE_FIELDS[k]] = float(self.age_s[i, k])
+        return out
+
+
+class PrometheusSource:
+    """Reads node metrics from one Prometheus server.
+
+    Args:
+        url: the server, e.g. ``http://prometheus:9090``.
+        node_names: the cluster's nodes, in ``ClusterState`` order.
+        expected: [N, 3] which usage fields each node has (a CPU-only node has no GPU
+            series: its GPU usage is 0, not missing); default all. ``for_state`` sets it.
+        queries: field -> FieldQuery for ``cpu``, ``mem``, ``gpu`` (defaults above).
+        node_label: the label that holds the node name.
+        timeout_s: per HTTP request; also sent to Prometheus as the query timeout.
+        retries: extra attempts on connection errors, timeouts and 5xx answers.
+        stale_after_s: a value measured longer ago than this is stale.
+        rate_window: the range of ``rate()`` in the default queries (a few scrape intervals).
+    """
+
+    def __init__(self, url: str, node_names: Sequence[str], *,
+                 expected: np.ndarray | None = None,
+                 queries: Mapping[str, FieldQuery] | None = None, node_label: str = "node",
+                 timeout_s: float = 2.0, retries: int = 2, backoff_s: float = 0.25,
+                 stale_after_s: float = 30.0, rate_window: str = "15s",
+                 clock: Any = time.time) -> None:
+        import requests
+
+        if not url.startswith(("http://", "https://")):
+            raise ValidationError("prometheus.url", f"must be an http(s) URL, got {url!r}")
+        if timeout_s <= 0 or retries < 0 or stale_after_s <= 0:
+            raise ValidationError("prometheus", "timeout_s and stale_after_s must be > 0, "
+                                  "retries >= 0")
+        self.url = url.rstrip("/")
+        self.names = list(node_names)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.queries = dict(DEFAULT_QUERIES if queries is None else queries)
+        missing = [f for f in USAGE_FIELDS if f not in self.queries]
+        if missing:
+            raise ValidationError(f"prometheus.queries.{missing[0]}", "missing")
+        self.node_label = node_label
+        self.timeout_s, self.retries, self.backoff_s = timeout_s, retries, backoff_s
+        self.stale_after_s = stale_after_s
+        self.rate_window = rate_window
+        self.clock = clock
+        self.http = requests.Session()
+        n = len(self.names)
+        shape = (n, len(USAGE_FIELDS))
+        self.expected = np.ones(shape, bool) if expected is None else np.asarray(expected, bool)
+        if self.expected.shape != shape:
+            raise ValidationError("prometheus.expected", f"shape {self.expected.shape}, "
+                                  f"needs {shape}")
+        self._last = np.where(self.expected, np.nan, 0.0)
+        self._last_t = np.where(self.expected, -np.inf, np.inf)  # absent fields never age
+        self.failures = 0  # queries that failed, over the source's life
+
+    @classmethod
+    def for_state(cls, url: str, state: Any, reuse: PrometheusSource | None = None,
+                  **kw: Any) -> PrometheusSource:
+        """A source for a ``ClusterState``'s nodes (names, and which have GPUs). ``reuse``
+        is returned when it serves the same nodes, so its last good values carry over
+        (a long-running caller re-reads every pass); otherwise it is closed."""
+        from smartsched.model.resources import CPU, GPU, MEM
+
+        names = [x.name for x in state.spec.nodes]
+        expected = state.capacity[:, [CPU, MEM, GPU]] > 0
+        if reuse is not None:
+            if reuse.names == names and np.array_equal(reuse.expected, expected):
+                return reuse
+            reuse.close()
+        return cls(url, names, expected=expected, **kw)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> PrometheusSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------- queries
+    def instant(self, expr: str, at: float | None = None) -> list[Sample]:
+        """An instant query; one Sample per series."""
+        params = {"query": expr, "timeout": f"{max(1, round(self.timeout_s * 1000))}ms"}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self._get("/api/v1/query", params, expr)
+        if data.get("resultType") == "scalar":
+            t, v = data["result"]
+            return [Sample({}, _float(v), float(t))]
+        if data.get("resultType") != "vector":
+            raise PrometheusQueryError(expr, "bad_data", f"expected a vector, got "
+                                       f"{data.get('resultType')}", 1)
+        return [Sample(r.get("metric", {}), _float(r["value"][1]), float(r["value"][0]))
+                for r in data["result"]]
+
+    def range(self, expr: str, start: float, end: float, step_s: float
+              ) -> list[tuple[dict[str, str], np.ndarray, np.ndarray]]:
+        """A range query; per series (labels, times [T], values [T])."""
+        if not (end >= start and step_s > 0):
+            raise ValidationError("prometheus.range", "needs end >= start and step > 0")
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                  "step": f"{step_s}", "timeout": f"{max(1, round(self.timeout_s * 1000))}ms"}
+        data = self._get("/api/v1/query_range", params, expr)
+        out = []
+        for r in data.get("result", []):
+            v = np.array(r["values"], dtype=object)
+            if len(v) == 0:
+                continue
+            out.append((r.get("metric", {}), v[:, 0].astype(float),
+                        np.array([_float(x) for x in v[:, 1]])))
+        return out
+
+    def _get(self, path: str, params: dict[str, str], expr: str) -> dict[str, Any]:
+        import requests
+
+        attempts = 0
+        reason, detail = "connection", ""
+        while attempts <= self.retries:
+            if attempts:
+                time.sleep(self.backoff_s * 2 ** (attempts - 1))
+            attempts += 1
+            try:
+                r = self.http.get(self.url + path, params=params, timeout=self.timeout_s)
+            except requests.Timeout as e:
+                reason, detail = "timeout", f"no answer within {self.timeout_s} s ({e})"
+                continue
+            except requests.ConnectionError as e:
+                reason, detail = "connection", f"cannot reach {self.url} ({_short(e)})"
+                continue
+            except requests.RequestException as e:  # a malformed URL, a broken stream
+                self.failures += 1
+                raise PrometheusQueryError(expr, "request", _short(e), attempts) from None
+            body = _json(r)
+            if r.status_code >= 500 or r.status_code == 429:
+                reason = f"http {r.status_code}"
+                detail = body.get("error", r.text[:200]) if body else r.text[:200]
+                if body.get("errorType") == "timeout":
+                    reason = "timeout"
+                continue
+            if r.status_code != 200 or body.get("status") != "success":
+                self.failures += 1
+                raise PrometheusQueryError(expr, body.get("errorType", f"http {r.status_code}"),
+                                           body.get("error", r.text[:200]), attempts)
+            return body["data"]
+        self.failures += 1
+        raise PrometheusQueryError(expr, reason, detail, attempts)
+
+    # ------------------------------------------------------------- mapping
+    def _per_node(self, samples: Sequence[Sample], unknown: set[str]
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """Values [N] (NaN where absent) and sample times [N] by the node label."""
+        vals = np.full(len(self.names), np.nan)
+        ts = np.full(len(self.names), -np.inf)
+        for s in samples:
+            name = s.labels.get(self.node_label)
+            i = self.index.get(name) if name is not None else None
+            if i is None:
+                unknown.add(str(name))
+                continue
+            if math.isfinite(s.value):
+                vals[i], ts[i] = s.value, s.t
+        return vals, ts
+
+    def read_usage(self) -> UsageReading:
+        """Query every usage field now; keep the last good value where a query fails or a
+        node's series is missing or stale."""
+        now = float(self.clock())
+        errors: list[str] = []
+        unknown: set[str] = set()
+        fresh_cache: dict[str, np.ndarray] = {}
+        for k, name in enumerate(USAGE_FIELDS):
+            q = self.queries[name]
+            try:
+                expr = q.expr.format(window=self.rate_window, node=self.node_label)
+                vals, evaluated = self._per_node(self.instant(expr), unknown)
+                if q.freshness is None:  # no selector: the evaluation time (no staleness check)
+                    measured = evaluated
+                else:
+                    if q.freshness not in fresh_cache:
+                        fresh_cache[q.freshness] = self._per_node(self.instant(
+                            f"max by ({self.node_label}) (timestamp({q.freshness}))"),
+                            unknown)[0]
+                    measured = fresh_cache[q.freshness]
+            except PrometheusQueryError as e:
+                errors.append(f"{name}: {e}")
+                log.warning("usage field %s not read: %s", name, e)
+                continue
+            # A value lands only with a known measurement time newer than the one kept: a
+            # node without a freshness sample is not "measured now", and a stale sample
+            # still replaces an older one (it is then reported stale with its real age).
+            newer = np.isfinite(vals) & np.isfinite(measured) & self.expected[:, k]
+            newer &= measured > self._last_t[:, k]
+            self._last[newer, k] = vals[newer] * q.scale
+            self._last_t[newer, k] = measured[newer]
+        age = np.where(self.expected, now - self._last_t, 0.0)
+        fresh = age <= self.stale_after_s
+        unknown.discard("None")
+        return UsageReading(now, self._last.copy(), age, fresh, errors, sorted(unknown))
+
+    def apply(self, state: Any) -> UsageReading:
+        """Read and write ``state.usage`` where a value is known (fresh or last good);
+        columns of nodes never measured keep what the state had."""
+        if state.num_nodes != len(self.names):
+            raise ValidationError("prometheus.node_names",
+                                  f"{len(self.names)} names for {state.num_nodes} nodes")
+        return write_usage(state, self.read_usage())
+
+    def read_vector(self, dims: Sequence[Any], rate_window: str | None = None
+                    ) -> tuple[np.ndarray, list[str]]:
+        """The wide telemetry vector [N, D] for ``dims`` (twin.telemetry dimensions): one
+        query per metric (counters as per-second ``rate``), columns filled by the
+        dimension's labels; NaN where absent. Returns (X, errors)."""
+        window = rate_window or self.rate_window
+        X = np.full((len(self.names), len(dims)), np.nan)
+        # Per metric: its label keys and the column of each instance's label values, so a
+        # metric's answer is placed in one pass over its samples.
+        by_metric: dict[str, tuple[Any, tuple[str, ...], dict[tuple[str, ...], int]]] = {}
+        for j, d in enumerate(dims):
+            keys = tuple(k for k, _ in d.labels)
+            entry = by_metric.setdefault(d.metric.name, (d.metric, keys, {}))
+            entry[2][tuple(v for _, v in d.labels)] = j
+        errors: list[str] = []
+        for name, (m, keys, col_of) in by_metric.items():
+            expr = f"rate({name}[{window}])" if m.kind == "counter" else name
+            try:
+                samples = self.instant(expr)
+            except PrometheusQueryError as e:
+                errors.append(f"{name}: {e}")
+                continue
+            for smp in samples:
+                i = self.index.get(smp.labels.get(self.node_label, ""))
+                j = col_of.get(tuple(smp.labels.get(k) for k in keys))
+                if i is not None and j is not None and math.isfinite(smp.value):
+                    X[i, j] = smp.value
+        return X, errors
+
+
+def write_usage(state: Any, reading: UsageReading) -> UsageReading:
+    """Put a reading's known values into ``state.usage``. The nodes it measured count as
+    sampled with their current allocation (``usage_allocated``), so load-aware estimates
+    add only what is placed after this reading, not every running pod a second time."""
+    known = np.isfinite(reading.values)
+    state.usage[known] = reading.values[known]
+    rows = known.any(axis=1)
+    state.usage_allocated[rows] = state.allocated[rows]
+    return reading
+
+
+def _float(v: Any) -> float:
+    try:
+        return float(v)  # Prometheus sends "NaN", "+Inf" as strings; float() reads them
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _json(r: Any) -> dict[str, Any]:
+    try:
+        body = r.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _short(e: Exception) -> str:
+    s = str(e)
+    return s if len(s) < 160 else s[:157] + "..."
