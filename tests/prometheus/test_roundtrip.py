@@ -27,7 +27,7 @@ def frozen_twin():
     # The twin's usage arrays are sampled at its metric ticks; sample them now so they
     # describe the same moment the exporter serves.
     e = twin.engine
-    e.metrics.tick(e.now, 0.0, e.queue_length, {})
+    e.sample_usage()
     assert twin.engine.state.usage[:, GPU].sum() > 0  # GPU pods are running
     port = free_port()
     server = serve_telemetry(twin, port)

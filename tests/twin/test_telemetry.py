@@ -237,8 +237,8 @@ def test_counters_integrate_dt_and_power_follows_the_energy_model() -> None:
     x0 = syn.sample(e)
     x1 = syn.sample(e, dt_s=30.0)  # same engine time: a live exporter's wall-clock step
     power = x1[0, _col(syn, "smartsched_node_power_watts")]
-    expect = e.metrics.node_idle_w[0] + e.metrics.node_host_dyn_w[0] * 0.25 \
-        + e.metrics.node_gpu_dyn_w[0] * 0.25
+    pm = e.metrics.power_model
+    expect = pm.idle_w[0] + pm.host_dyn_w[0] * 0.25 + pm.gpu_dyn_w[0] * 0.25
     assert power == pytest.approx(expect)
     energy = _col(syn, "smartsched_node_energy_joules_total")
     assert x0[0, energy] == 0.0

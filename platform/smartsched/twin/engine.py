@@ -49,6 +49,7 @@ from smartsched.twin.podtable import (
     RUNNING,
     PodTable,
 )
+from smartsched.twin.sampling import RunningUse, sample_usage
 from smartsched.twin.state import (
     POWER_BOOTING,
     POWER_OFF,
@@ -359,6 +360,11 @@ class Engine:
             self._bind(i, node, devices)
             self._arrive_gpu([i])
 
+    def sample_usage(self) -> RunningUse:
+        """Take a usage sample now (``state.usage``, the best-effort pool); the metric ticks
+        do it, and so may a driver that serves the state between ticks."""
+        return sample_usage(self.state, self.table, self.now, self.config.seed)
+
     def record_decision_time(self, seconds: float) -> None:
         """Wall time a driver spent deciding (and applying) one pod."""
         self.metrics.decision_seconds.append(seconds)
@@ -542,7 +548,7 @@ class Engine:
             self._release_deferred()
             self._cluster_event()
         span = cfg.tick_s if cfg.horizon_s is None else min(cfg.tick_s, cfg.horizon_s - self.now)
-        self.metrics.tick(self.now, span, self.queue_length, {})
+        self.metrics.tick(self.now, span, self.queue_length, self.sample_usage(), {})
         if self.usage_predictor is not None:  # usage was just sampled: predict from it
             st = self.state
             pred = self.usage_predictor.update(self.now, st)
@@ -680,13 +686,15 @@ class Engine:
         if arrived_pct >= self._next_frag_pct:
             step = self.config.fill_frag_every_pct
             self._next_frag_pct = (math.floor(arrived_pct / step) + 1) * step
-            self.metrics.tick(self.now, 1.0, 0, {"arrived_gpu_pct": arrived_pct})
+            self.metrics.tick(self.now, 1.0, 0, self.sample_usage(),
+                              {"arrived_gpu_pct": arrived_pct})
 
     def _finish(self) -> None:
         if self._finished:
             return
         self._finished = True
         if self.config.mode == "fill":
-            self.metrics.tick(self.now, 1.0, 0, {"arrived_gpu_pct": 100.0 * self._arrived_gpu
-                                                 / max(self._cap_gpu, 1.0)})
+            self.metrics.tick(self.now, 1.0, 0, self.sample_usage(),
+                              {"arrived_gpu_pct": 100.0 * self._arrived_gpu
+                               / max(self._cap_gpu, 1.0)})
             return

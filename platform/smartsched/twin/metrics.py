@@ -40,8 +40,9 @@ from smartsched.model.pod import POD_CLASS_IDS, POD_CLASSES, PodClass
 from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, GPU_MODEL_NAMES, MEM
 from smartsched.twin.fragmentation import TargetWorkload, cluster_fragmentation
 from smartsched.twin.podtable import BOUND, DONE, FAILED, PENDING, RUNNING, PodTable
-from smartsched.twin.state import POWER_OFF, POWER_ON, ClusterState
-from smartsched.twin.usage import usage_factor
+from smartsched.twin.power import PowerModel
+from smartsched.twin.sampling import RunningUse
+from smartsched.twin.state import POWER_OFF, ClusterState
 
 USAGE_RES = (CPU, MEM, GPU)
 _ONLINE = POD_CLASSES.index(PodClass.ONLINE)
@@ -67,15 +68,10 @@ class MetricsRecorder:
         n_sites = len(spec.sites)
         self.site_pue = np.array([s.pue for s in spec.sites])
         self.site_carbon = [s.carbon for s in spec.sites]
-        gpu_idle = np.array([0.0] + [DEVICE_MODELS[m].idle_watts for m in GPU_MODEL_NAMES])
-        gpu_max = np.array([0.0] + [DEVICE_MODELS[m].max_watts for m in GPU_MODEL_NAMES])
+        self.power_model = PowerModel.of(spec, state.gpu_model, state.gpu_count)
+        self.node_idle_w = self.power_model.idle_w
         gpu_price = np.array([0.0] + [DEVICE_MODELS[m].price_factor for m in GPU_MODEL_NAMES])
-        host_idle = np.array([n.host_idle_watts for n in spec.nodes])
-        host_max = np.array([n.host_max_watts for n in spec.nodes])
         gm = state.gpu_model
-        self.node_idle_w = host_idle + state.gpu_count * gpu_idle[gm]
-        self.node_host_dyn_w = host_max - host_idle
-        self.node_gpu_dyn_w = state.gpu_count * (gpu_max[gm] - gpu_idle[gm])
         core_price = np.array([s.price_core_hour for s in spec.sites])[state.site_id]
         gpu_hour = np.array([s.price_gpu_hour for s in spec.sites])[state.site_id]
         self.node_price_h = (
@@ -229,38 +225,17 @@ class MetricsRecorder:
             self.rejections[key] = self.rejections.get(key, 0) + 1
 
     # ------------------------------------------------------------------ ticks
-    def tick(self, t: float, dt: float, queue_length: int, extra: dict[str, float]) -> None:
-        """Sample use-dependent metrics at ``t``; ``dt`` is the span this sample stands for."""
+    def tick(self, t: float, dt: float, queue_length: int, use: RunningUse,
+             extra: dict[str, float]) -> None:
+        """Read the usage sample ``use`` (just taken by the engine) and the state at ``t``;
+        ``dt`` is the span this sample stands for. Changes nothing in the state."""
         st, tb = self.state, self.table
-        n = st.num_nodes
-        run = np.flatnonzero(tb.status == RUNNING)
-        nodes = tb.node[run]
-        f = usage_factor(
-            t, run, tb.usage_kind[run], tb.usage_mean[run], tb.usage_amplitude[run],
-            tb.usage_peak[run], tb.usage_burst[run], tb.usage_burst_p[run], self.seed,
-        )
-        be = tb.best_effort[run]
-        for j, r in enumerate(USAGE_RES):
-            st.usage[:, j] = np.bincount(nodes[~be], tb.requests[run[~be], r] * f[~be], minlength=n)
+        run, be_demand, be_got = use.pods, use.be_demand, use.be_got
+        hp_cpu_mem = use.hp[:, :2]
         cap = st.capacity
-        # Best-effort pods get only what the others leave of capacity (cpu throttled,
-        # memory suppressed), so they can never push other pods into contention.
-        be_demand = np.zeros((n, 2))
-        if be.any():
-            for j in (0, 1):
-                be_demand[:, j] = np.bincount(nodes[be], tb.requests[run[be], j] * f[be],
-                                              minlength=n)
-        hp_cpu_mem = st.usage[:, :2].copy()
-        be_got = np.minimum(be_demand, np.maximum(cap[:, [CPU, MEM]] - hp_cpu_mem, 0.0))
-        st.usage[:, :2] += be_got
-        st.be_allocatable = np.maximum(
-            cap[:, [CPU, MEM]] * st.best_effort_threshold - hp_cpu_mem, 0.0
-        )
-        st.usage_allocated[:] = st.allocated
         cpu_util = np.minimum(st.usage[:, 0] / cap[:, CPU], 1.0)
         gpu_util = np.minimum(st.usage[:, 2] / np.maximum(cap[:, GPU], 1), 1.0)
-        on = st.power == POWER_ON
-        dyn = np.where(on, self.node_host_dyn_w * cpu_util + self.node_gpu_dyn_w * gpu_util, 0.0)
+        dyn = self.power_model.dynamic_w(st.power, cpu_util, gpu_util)
         self.dyn_w_site = np.bincount(st.site_id, dyn, minlength=self.dyn_w_site.size)
         usage_sum = st.usage.sum(axis=0)
         if t < self.measure_from or dt <= 0:

@@ -84,7 +84,7 @@ from smartsched.model.pod import POD_CLASS_IDS, PodClass
 from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, MEM
 from smartsched.model.topology import NIC_GBPS
 from smartsched.twin.podtable import RUNNING, PodTable
-from smartsched.twin.state import POWER_OFF, POWER_ON, ClusterState
+from smartsched.twin.state import POWER_OFF, ClusterState
 from smartsched.twin.telemetry import physics as ph
 from smartsched.twin.telemetry.catalogue import (
     CACHE_LEVELS,
@@ -641,10 +641,8 @@ class TelemetrySynth:
                sock_present: np.ndarray, pw: np.ndarray, gpu_rise: np.ndarray,
                hbm_rise: np.ndarray, elapsed: float, first: bool) -> None:
         st, mt = engine.state, engine.metrics
-        on = st.power == POWER_ON
         gpu_util = np.minimum(node_gpu / np.maximum(st.capacity[:, GPU], 1), 1.0)
-        dyn = np.where(on, mt.node_host_dyn_w * u + mt.node_gpu_dyn_w * gpu_util, 0.0)
-        node_w = pw * (mt.node_idle_w + dyn)
+        node_w = mt.power_model.node_w(st.power, u, gpu_util)
         v["smartsched_node_power_watts"] = node_w
         v["smartsched_node_energy_joules_total"] = node_w
         s_node = self.sockets[:, None]
@@ -654,7 +652,7 @@ class TelemetrySynth:
         v["node_rapl_package_joules_total"] = pkg
         v["node_rapl_dram_joules_total"] = np.where(
             sock_present, pw[:, None] * 4.0 + 20.0 * bw_sock / SOCKET_BW_PEAK, 0.0)
-        max_w = mt.node_idle_w + mt.node_host_dyn_w + mt.node_gpu_dyn_w
+        max_w = mt.power_model.max_w
         rack_w = np.bincount(self.rack, node_w, minlength=self.num_racks)
         rack_max = np.bincount(self.rack, max_w, minlength=self.num_racks)
         inlet = INLET_BASE_C + self.inlet_offset + 3.0 * (rack_w / rack_max)[self.rack]
