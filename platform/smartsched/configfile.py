@@ -1,14 +1,20 @@
 """Reading config files and validating them into pydantic models, with errors that name the field.
 
-Owns the two steps every YAML-configured command shares (training configs,
-Tune sweeps, the Serve config): read and parse the file, then validate the
-document, turning the first pydantic error into a ``ValidationError`` whose
-field is the dotted path a person can find in the file.
+Owns the two steps every YAML-configured input shares (training configs, Tune
+sweeps, the Serve config, scheduler and scenario profiles, workload profiles):
+read and parse the file (or a resource packaged with SmartSched), then
+validate the document, turning the first pydantic error into a
+``ValidationError`` whose field is the path a person can find in the file
+(``sweep.objectives.a.mode``, ``mine.filters[0].name``).
+
+``model/`` reads its cluster files itself: ``model`` sits below this module
+(``ValidationError`` lives there), so it cannot import it back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,11 +31,47 @@ def read_yaml(path: str | Path, field: str) -> Any:
     """The parsed YAML (or JSON) document at ``path``; errors are named ``field``."""
     path = Path(path)
     try:
-        return yaml.safe_load(path.read_text())
+        text = path.read_text()
     except OSError as e:
         raise ValidationError(field, f"cannot read {path}: {e}") from None
+    return read_yaml_text(text, field, source=str(path))
+
+
+def read_yaml_text(text: str, field: str, source: str | None = None) -> Any:
+    """The parsed YAML document in ``text`` (read from ``source``); errors are named ``field``."""
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ValidationError(field, f"not valid YAML: {e}", source=str(path)) from None
+        raise ValidationError(field, f"not valid YAML: {e}", source=source) from None
+
+
+def read_resource(package: str, name: str, field: str) -> Any:
+    """The parsed YAML file ``name`` packaged in ``package`` (``importlib.resources``)."""
+    text = resources.files(package).joinpath(name).read_text()
+    return read_yaml_text(text, field, source=f"{package}:{name}")
+
+
+def field_path(loc: Sequence[str | int], drop: Sequence[str] = ()) -> str:
+    """``filters[0].name`` from a pydantic location ``("filters", 0, "name")``.
+
+    ``drop``: location parts to leave out (see :func:`validate`).
+    """
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not str(part).startswith(tuple(drop)):
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def first_error(e: PydanticError, prefix: str = "", drop: Sequence[str] = ()) -> tuple[str, str]:
+    """(field, message) of the first error of ``e``, the field as ``prefix.path.to.field``."""
+    err = e.errors()[0]
+    loc = field_path(err["loc"], drop)
+    sep = "" if loc.startswith("[") else "."
+    field = sep.join(p for p in (prefix, loc) if p) or "config"
+    return field, str(err["msg"]).removeprefix("Value error, ")
 
 
 def validate(model: type[M], doc: Any, *, prefix: str = "", source: str | None = None,
@@ -42,8 +84,5 @@ def validate(model: type[M], doc: Any, *, prefix: str = "", source: str | None =
     try:
         return model.model_validate(doc or {})
     except PydanticError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"] if not str(x).startswith(tuple(drop)))
-        field = ".".join(p for p in (prefix, loc) if p) or "config"
-        msg = str(err["msg"]).removeprefix("Value error, ")
+        field, msg = first_error(e, prefix, drop)
         raise ValidationError(field, msg, source=source) from None

@@ -9,12 +9,10 @@ refused with an error naming the profile and the field.
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from smartsched.configfile import read_resource, read_yaml
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.objectives.reward import COMPONENTS, RewardWeights
 
@@ -51,17 +49,10 @@ def _parse(doc: Any, source: str) -> dict[str, RewardWeights]:
 def load_scenarios(path: str | Path | None = None) -> dict[str, RewardWeights]:
     """All scenario profiles from ``path`` or the packaged file."""
     if path is None:
-        res = resources.files("smartsched.objectives").joinpath("profiles/scenarios.yaml")
-        text, source = res.read_text(), "scenarios.yaml"
+        doc = read_resource("smartsched.objectives", "profiles/scenarios.yaml", "scenarios")
+        source = "scenarios.yaml"
     else:
-        try:
-            text, source = Path(path).read_text(), str(path)
-        except OSError as e:
-            raise ValidationError("scenarios", f"cannot read {path}: {e}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValidationError(source, f"not valid YAML: {e}") from None
+        doc, source = read_yaml(path, "scenarios"), str(path)
     return _parse(doc, source)
 
 

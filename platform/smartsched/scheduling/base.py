@@ -9,11 +9,14 @@ reads the twin's state and never mutates it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from smartsched.twin.engine import Decision
 from smartsched.twin.state import ClusterState, PodRequest
+
+if TYPE_CHECKING:
+    from smartsched.scheduling.profile_doc import SplitProfileDoc
 
 
 @runtime_checkable
@@ -82,34 +85,19 @@ class SplitScheduler:
         self.routes = routes
 
     @staticmethod
-    def from_doc(doc: dict[str, object], source: str, seed: int) -> SplitScheduler:
-        from smartsched.model.errors import ValidationError
-        from smartsched.model.pod import PodClass
+    def from_doc(doc: SplitProfileDoc | Mapping[str, Any], source: str, seed: int
+                 ) -> SplitScheduler:
+        """The split a validated document describes (a raw mapping is validated first,
+        its errors named ``<name>.routes...``); each route's profile is built once."""
+        from smartsched.scheduling import profile_doc
 
-        name = str(doc.get("name") or source)
-        routes = doc.get("routes")
-        unknown = set(doc) - {"name", "routes", "description"}
-        if unknown:
-            raise ValidationError(f"{name}.{sorted(unknown)[0]}", "unknown field")
-        if not isinstance(routes, dict) or not routes:
-            raise ValidationError(f"{name}.routes", "must map pod classes to profiles")
-        classes = {c.value for c in PodClass}
-        for key in routes:
-            if key not in classes and key != "default":
-                raise ValidationError(f"{name}.routes.{key}", f"not a pod class ({classes})")
-        missing = classes - set(routes)
-        if missing and "default" not in routes:
-            raise ValidationError(f"{name}.routes", f"no route for {sorted(missing)}")
-        built: dict[str, Scheduler] = {}
+        split = (doc if isinstance(doc, profile_doc.SplitProfileDoc)
+                 else profile_doc.parse_split(doc, source))
         cache: dict[str, Scheduler] = {}
-        for key, target in routes.items():
-            target = str(target)
-            if target == name:
-                raise ValidationError(f"{name}.routes.{key}", "a split cannot route to itself")
+        for target in split.routes.values():
             if target not in cache:
                 cache[target] = make_scheduler(target, seed)
-            built[key] = cache[target]
-        return SplitScheduler(name, built)
+        return SplitScheduler(split.name, {k: cache[t] for k, t in split.routes.items()})
 
     def _route(self, request: PodRequest) -> Scheduler:
         return self.routes.get(request.pod.pod_class.value) or self.routes["default"]

@@ -2,139 +2,156 @@
 
 Owns the map from plugin names to classes (each with a pydantic ``Args``
 model, so arguments are typed and validated), and turning a profile document
-(YAML) into a ``Profile``. A bad profile raises ValidationError naming the
-profile, the plugin and the field.
+(YAML, schema in ``scheduling.profile_doc``) into a ``Profile``. A bad profile
+raises ValidationError naming the profile, the plugin and the field
+(``mine.score[0].args.strategy``).
 
-Profile YAML::
+The built-in plugins are listed in ``BUILTIN_PLUGINS``; another package adds
+its own with ``register_plugin`` (also usable as a class decorator), after
+which profiles may name it like any built-in::
 
-    name: k8s-default
-    filters: [NodeUnschedulable, NodeResourcesFit, NodeAffinity, TaintToleration]
-    score:
-      - {name: NodeResourcesFit, weight: 1, args: {strategy: LeastAllocated}}
-      - {name: TaintToleration, weight: 3}
-    binder: {name: BestFitGpu}        # optional
-    tie_break: random                  # or "first"
+    @register_plugin
+    class MyScore:
+        name = "MyScore"
+        Args = MyScoreArgs            # a pydantic model; {} must validate if args are optional
+        def __init__(self, args: MyScoreArgs) -> None: ...
+        def score(self, ctx, feasible): ...
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticError
 
+from smartsched.configfile import first_error, read_yaml, read_yaml_text, validate
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.scheduling.framework import BindPlugin, FilterPlugin, Profile, ScorePlugin
+from smartsched.scheduling.plugins import binders, gpu, k8s, load, topology
+from smartsched.scheduling.profile_doc import (
+    PluginRef,
+    ProfileDoc,
+    SplitProfileDoc,
+    is_split,
+    parse_profile,
+    parse_split,
+)
+
+BUILTIN_PLUGINS: tuple[type, ...] = (
+    k8s.NodeUnschedulable,
+    k8s.NodeResourcesFit,
+    k8s.NodeResourcesBalancedAllocation,
+    k8s.NodeAffinity,
+    k8s.TaintToleration,
+    k8s.PodTopologySpread,
+    k8s.RegionAllowed,
+    gpu.DotProd,
+    gpu.GpuClustering,
+    gpu.GpuPacking,
+    gpu.BestFit,
+    gpu.FGD,
+    gpu.RandomGpu,
+    binders.BestFitGpu,
+    binders.TopologyAwareGpu,
+    topology.NumaAware,
+    load.LoadAware,
+)
+
+# The extension points a plugin class may implement (framework.py's Protocols).
+_EXTENSION_METHODS = ("filter", "score", "devices")
 
 _PLUGINS: dict[str, type] = {}
 
 
 def register_plugin(cls: type) -> type:
-    """Register a plugin class under its ``name`` (usable as a decorator)."""
-    _PLUGINS[cls.name] = cls  # type: ignore[attr-defined]
+    """Register a plugin class under its ``name``; returns ``cls`` (usable as a decorator).
+
+    The class needs a non-empty ``name`` string, an ``Args`` pydantic model
+    (its constructor receives the validated args), and at least one of
+    ``filter``, ``score``, ``devices``. Registering the same class twice is a
+    no-op; another class under a taken name is refused.
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"register_plugin expects a class, got {cls!r}")
+    what = f"{cls.__module__}.{cls.__qualname__}"
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"plugin {what} needs a class attribute `name` (a non-empty str)")
+    args = getattr(cls, "Args", None)
+    if not (isinstance(args, type) and issubclass(args, BaseModel)):
+        raise TypeError(f"plugin {name} ({what}) needs an `Args` pydantic model")
+    if not any(callable(getattr(cls, m, None)) for m in _EXTENSION_METHODS):
+        raise TypeError(f"plugin {name} ({what}) implements none of "
+                        f"{', '.join(_EXTENSION_METHODS)}")
+    other = _PLUGINS.get(name)
+    if other is not None and other is not cls:
+        raise ValueError(f"plugin {name!r} is already registered "
+                         f"({other.__module__}.{other.__qualname__}); cannot register {what}")
+    _PLUGINS[name] = cls
     return cls
 
 
+for _cls in BUILTIN_PLUGINS:
+    register_plugin(_cls)
+
+
 def plugin_names() -> list[str]:
-    _ensure_builtins()
     return sorted(_PLUGINS)
 
 
-def _ensure_builtins() -> None:
-    if _PLUGINS:
-        return
-    from smartsched.scheduling.plugins import binders, gpu, k8s, load, topology
-
-    for mod in (k8s, gpu, binders, topology, load):
-        for obj in vars(mod).values():
-            if isinstance(obj, type) and isinstance(getattr(obj, "name", None), str) and hasattr(
-                obj, "Args"
-            ):
-                _PLUGINS.setdefault(obj.name, obj)
-
-
-def make_plugin(spec: str | dict[str, Any], where: str) -> Any:
-    """Instantiate a plugin from ``"Name"`` or ``{name, args}``, validating its args."""
-    _ensure_builtins()
-    if isinstance(spec, str):
-        name, args = spec, {}
-    elif isinstance(spec, dict) and "name" in spec:
-        name, args = str(spec["name"]), spec.get("args") or {}
-    else:
-        raise ValidationError(where, f"expected a plugin name or {{name, args}}, got {spec!r}")
-    cls = _PLUGINS.get(name)
+def make_plugin(spec: PluginRef | str | Mapping[str, Any], where: str) -> Any:
+    """Instantiate a plugin from a ``PluginRef`` (or ``"Name"`` / ``{name, args}``),
+    validating its args with the plugin's ``Args`` model; errors are named ``where...``."""
+    ref = spec if isinstance(spec, PluginRef) else validate(PluginRef, spec, prefix=where)
+    cls = _PLUGINS.get(ref.name)
     if cls is None:
         raise UnknownReferenceError(
-            f"{where}.name", f"unknown plugin {name!r} (known: {', '.join(sorted(_PLUGINS))})"
+            f"{where}.name", f"unknown plugin {ref.name!r} (known: {', '.join(sorted(_PLUGINS))})"
         )
-    args_model: type[BaseModel] = cls.Args
+    args_model: type[BaseModel] = cls.Args  # type: ignore[attr-defined]
     try:
-        parsed = args_model.model_validate(args)
+        parsed = args_model.model_validate(ref.args)
     except PydanticError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or "args"
-        raise ValidationError(f"{where}.args.{loc}", err["msg"]) from None
+        raise ValidationError(*first_error(e, f"{where}.args")) from None
     try:
         return cls(parsed)
     except ValueError as e:
         raise ValidationError(f"{where}.args", str(e)) from None
 
 
-_PROFILE_KEYS = {"name", "filters", "score", "binder", "tie_break", "description",
-                 "forecaster"}
-
-
-def profile_from_dict(doc: dict[str, Any], source: str = "profile") -> Profile:
-    """Build a Profile from its document (see module docstring)."""
-    if not isinstance(doc, dict):
-        raise ValidationError(source, "a profile must be a mapping")
-    unknown = set(doc) - _PROFILE_KEYS
-    if unknown:
-        raise ValidationError(f"{source}.{sorted(unknown)[0]}", "unknown field")
-    name = doc.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValidationError(f"{source}.name", "required")
+def build_profile(doc: ProfileDoc) -> Profile:
+    """The ``Profile`` a validated document describes: its plugins built and checked."""
+    name = doc.name
     filters = []
-    for i, f in enumerate(doc.get("filters") or []):
-        p = make_plugin(f, f"{name}.filters[{i}]")
+    for i, ref in enumerate(doc.filters):
+        p = make_plugin(ref, f"{name}.filters[{i}]")
         if not isinstance(p, FilterPlugin):
             raise ValidationError(f"{name}.filters[{i}]", f"{p.name} is not a filter plugin")
         filters.append(p)
-    if not filters:
-        raise ValidationError(f"{name}.filters", "a profile needs at least one filter")
     scorers = []
-    for i, s in enumerate(doc.get("score") or []):
+    for i, s in enumerate(doc.score):
         where = f"{name}.score[{i}]"
-        weight = s.get("weight", 1) if isinstance(s, dict) else 1
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not (
-            0 < weight <= 10_000
-        ):
-            raise ValidationError(f"{where}.weight", f"must be within (0, 10000], got {weight!r}")
         p = make_plugin(s, where)
         if not isinstance(p, ScorePlugin):
             raise ValidationError(where, f"{p.name} is not a score plugin")
-        scorers.append((p, float(weight)))
+        scorers.append((p, float(s.weight)))
     binder = None
-    if doc.get("binder") is not None:
-        spec = doc["binder"]
-        bname = spec if isinstance(spec, str) else (
-            spec.get("name") if isinstance(spec, dict) else None
-        )
+    if doc.binder is not None:
         # A scorer that also binds (FGD) binds with the devices it scored: reuse it.
-        same = [p for p, _ in scorers if p.name == bname and isinstance(p, BindPlugin)]
-        binder = same[0] if same else make_plugin(spec, f"{name}.binder")
+        same = [p for p, _ in scorers if p.name == doc.binder.name and isinstance(p, BindPlugin)]
+        binder = same[0] if same else make_plugin(doc.binder, f"{name}.binder")
         if not isinstance(binder, BindPlugin):
             raise ValidationError(f"{name}.binder", f"{binder.name} is not a bind plugin")
-    tie = doc.get("tie_break", "random")
-    if tie not in ("random", "first", "rank"):
-        raise ValidationError(f"{name}.tie_break", f"must be random, first or rank, got {tie!r}")
-    forecaster = doc.get("forecaster")
-    if forecaster is not None and (not isinstance(forecaster, str) or not forecaster):
-        raise ValidationError(f"{name}.forecaster", "must be the path of a forecaster folder")
-    return Profile(name, tuple(filters), tuple(scorers), binder, tie, forecaster)
+    return Profile(name, tuple(filters), tuple(scorers), binder, doc.tie_break, doc.forecaster)
+
+
+def profile_from_dict(doc: Any, source: str = "profile") -> Profile:
+    """Build a Profile from its document (schema in ``scheduling.profile_doc``)."""
+    return build_profile(parse_profile(doc, source))
 
 
 def builtin_profiles() -> dict[str, Path | Any]:
@@ -149,11 +166,18 @@ def load_profile(spec: str) -> Profile:
     return profile_from_dict(doc, source)
 
 
+def load_profile_doc(spec: str) -> ProfileDoc | SplitProfileDoc:
+    """The validated document of a packaged profile or a profile file, split or not."""
+    doc, source = read_profile_doc(spec)
+    return parse_split(doc, source) if is_split(doc) else parse_profile(doc, source)
+
+
 def read_profile_doc(spec: str) -> tuple[dict[str, Any], str]:
     """The YAML document of a packaged profile or a profile file, and where it came from."""
     builtin = builtin_profiles()
     if spec in builtin:
-        text, source = builtin[spec].read_text(), spec
+        source = spec
+        doc = read_yaml_text(builtin[spec].read_text(), "profile", source=source)
     else:
         path = Path(spec)
         if path.suffix not in (".yaml", ".yml") or not path.is_file():
@@ -162,11 +186,8 @@ def read_profile_doc(spec: str) -> tuple[dict[str, Any], str]:
                 f"unknown scheduler {spec!r} (profiles: {', '.join(sorted(builtin))}; "
                 "or a profile .yaml file)",
             )
-        text, source = path.read_text(), str(path)
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValidationError(source, f"not valid YAML: {e}") from None
+        source = str(path)
+        doc = read_yaml(path, "profile")
     if not isinstance(doc, dict):
-        raise ValidationError(source, "a profile must be a mapping")
+        raise ValidationError("profile", "a profile must be a mapping", source=source)
     return doc, source

@@ -16,13 +16,12 @@ All randomness comes from one seeded generator.
 from __future__ import annotations
 
 import math
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
+from smartsched.configfile import read_resource, read_yaml
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, PodClass
@@ -36,12 +35,8 @@ SIGMA = 0.8
 def load_profile(path: str | Path | None = None) -> dict[str, Any]:
     """The mixed profile from ``path`` or the packaged default."""
     if path is None:
-        text = resources.files("smartsched.workloads").joinpath("profiles_data/mixed.yaml")
-        return yaml.safe_load(text.read_text())
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise ValidationError("workload", f"cannot read profile: {e}", source=str(path)) from None
+        return read_resource("smartsched.workloads", "profiles_data/mixed.yaml", "workload")
+    doc = read_yaml(path, "workload")
     if not isinstance(doc, dict):
         raise ValidationError("workload", "profile must be a mapping", source=str(path))
     return doc
