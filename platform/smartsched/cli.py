@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import ValidationError as PydanticValidationError
 
-from smartsched.model.errors import SmartSchedError, ValidationError
+from smartsched.bench.demo import SHIPPED_POLICY
+from smartsched.model.errors import SmartSchedError
+
+__all__ = ["EXIT_BAD_INPUT", "SHIPPED_POLICY", "main"]
 
 EXIT_BAD_INPUT = 2
-SHIPPED_POLICY = "models/ppo_mixed_small"
 
 
 class _Group(click.Group):
@@ -102,25 +103,13 @@ def simulate(
 def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
          schedulers: str | None) -> None:
     """End-to-end demo: the mixed workload for a simulated day, schedulers side by side."""
-    from smartsched.bench.compare import comparison_table
-    from smartsched.bench.simulate import simulate as run_sim
+    from smartsched.bench.demo import run_demo
 
-    if schedulers is None:
-        schedulers = "k8s-default,fgd"
-        if Path(SHIPPED_POLICY).is_dir():
-            schedulers += f",rl:{SHIPPED_POLICY}"
-    reports = []
-    for name in [s.strip() for s in schedulers.split(",") if s.strip()]:
-        click.echo(f"simulating {name} on {cluster} for {hours:g} h of the mixed workload ...")
-        reports.append(run_sim(
-            cluster, "mixed", name, seed=seed, hours=hours, warmup_hours=warmup_hours,
-            out=Path(out) / name, progress=sys.stderr.isatty(),
-        ))
-    table = comparison_table(reports)
-    click.echo("\n" + table)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    (Path(out) / "comparison.txt").write_text(table + "\n")
-    _write_json(str(Path(out) / "comparison.json"), reports)
+    names = None if schedulers is None else [s.strip() for s in schedulers.split(",")
+                                             if s.strip()]
+    res = run_demo(out, cluster=cluster, hours=hours, seed=seed, warmup_hours=warmup_hours,
+                   schedulers=names, progress=sys.stderr.isatty(), echo=click.echo)
+    click.echo("\n" + res.table)
     click.echo(f"\nreports, time series and plots in {out}/")
 
 
@@ -208,22 +197,12 @@ def serve_reload(url: str, site: str, profile: str) -> None:
 def place(pod_file: str, url: str, request_id: str | None, ttl_s: float,
           json_path: str | None) -> None:
     """Ask the placement service where to run the pod(s) in POD_FILE (YAML: one or a list)."""
-    import yaml
+    from smartsched.client import PlacementClient, pod_specs, read_pod_file
 
-    from smartsched.client import PlacementClient
-
-    try:
-        doc = yaml.safe_load(Path(pod_file).read_text())
-    except yaml.YAMLError as e:
-        raise ValidationError("pod_file", f"not valid YAML: {e}") from None
-    pods = doc if isinstance(doc, list) else [doc]
+    pods = pod_specs(read_pod_file(pod_file))
     client = PlacementClient(url)
-    try:
-        resp = (client.place(pods[0], request_id=request_id, ttl_s=ttl_s) if len(pods) == 1
-                else client.place_batch(pods, request_id=request_id, ttl_s=ttl_s))
-    except PydanticValidationError as e:
-        err = e.errors()[0]
-        raise ValidationError(".".join(str(x) for x in err["loc"]), err["msg"]) from None
+    resp = (client.place(pods[0], request_id=request_id, ttl_s=ttl_s) if len(pods) == 1
+            else client.place_batch(pods, request_id=request_id, ttl_s=ttl_s))
     for p in resp.placements:
         if p.placed:
             click.echo(f"{p.pod_id}: {p.region}/{p.zone}/{p.node} devices {p.devices} "
@@ -247,18 +226,13 @@ def k8s() -> None:
 def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None) -> None:
     """Serve kube-scheduler's extender protocol (POST /filter, /prioritize)."""
     import uvicorn
-    import yaml
 
     from smartsched.k8s.extender import Extender, make_app
+    from smartsched.k8s.nodelist import read_node_list
 
     ext = Extender(profile)
     if nodes_file:
-        try:
-            doc = yaml.safe_load(Path(nodes_file).read_text())  # JSON is YAML
-        except yaml.YAMLError as e:
-            raise ValidationError("nodes", f"not valid JSON/YAML: {e}") from None
-        items = doc.get("items") if isinstance(doc, dict) and "items" in doc else doc
-        snap = ext.set_cache(items if isinstance(items, list) else [items])
+        snap = ext.set_cache(read_node_list(nodes_file))
         click.echo(f"node cache: {len(snap.spec.nodes)} nodes, {len(snap.skipped)} skipped")
     uvicorn.run(make_app(ext), host=host, port=port, log_level="warning")
 
@@ -283,53 +257,19 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
                   metrics_port: int | None, prometheus: str | None) -> None:
     """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
     import socket
-    import time
 
-    from kubernetes import client, config
-
+    from smartsched.k8s.daemon import kube_clients, run_scheduler_daemon
     from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
 
-    if kubeconfig:
-        config.load_kube_config(kubeconfig)
-    else:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
-    loop = SchedulerLoop(client.CoreV1Api(), scheduler_name, profile,
-                         prometheus_url=prometheus)
+    core, coord = kube_clients(kubeconfig)
+    loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus)
     if metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, registry=loop.metrics.registry)
-    lock = LeaseLock(client.CoordinationV1Api(), scheduler_name, lease_namespace,
-                     identity or socket.gethostname())
-    backoff = interval
-    while True:
-        if not lock.try_acquire():
-            if once:
-                click.echo("not the leader: another replica holds the lease")
-                return
-            time.sleep(interval)
-            continue
-        res = loop.run_once()
-        if res.bound or res.failed or res.conflicts:
-            click.echo(f"bound {len(res.bound)}, unschedulable {len(res.failed)}, "
-                       f"conflicts {len(res.conflicts)}")
-        if once:
-            return
-        # Until one of our pods is pending or a pod frees room (or the lease needs renewing).
-        rv, work = loop.last_rv, False
-        deadline = time.monotonic() + max(interval, 5.0)
-        while not work and rv is not None and time.monotonic() < deadline:
-            try:
-                rv, work = loop.watch_pods(rv, timeout_s=deadline - time.monotonic())
-                backoff = interval
-            except Exception as e:  # API errors other than 410: back off, then re-list
-                click.echo(f"watch failed ({e}); retrying in {backoff:.0f} s", err=True)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 60.0)
-                break
+    lock = LeaseLock(coord, scheduler_name, lease_namespace, identity or socket.gethostname())
+    run_scheduler_daemon(loop, lock, interval=interval, once=once, echo=click.echo,
+                         warn=lambda m: click.echo(m, err=True))
 
 
 @main.group()
@@ -439,35 +379,15 @@ def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, h
                     warm_hours: float, seed: int, host: str, port: int,
                     duration: float | None) -> None:
     """Run the twin live on an accelerated clock and expose its telemetry at /metrics."""
-    import time
-
-    from smartsched.prometheus.exporter import LiveTwin, serve_telemetry
+    from smartsched.prometheus.exporter import LiveTwin
+    from smartsched.prometheus.serve import TwinStopped, serve_live_twin
 
     twin = LiveTwin(cluster, workload, scheduler, speed=speed, hours=hours, seed=seed)
-    twin.advance(min(warm_hours, hours) * 3600.0)
     try:
-        server = serve_telemetry(twin, port, host)
-    except OSError as e:
-        raise ValidationError("port", f"cannot listen on {host}:{port}: {e}") from None
-    n, d = twin.engine.state.num_nodes, len(twin.collector.dims)
-    port = server.server_address[1]
-    click.echo(f"serving {n} nodes x {d} dimensions at http://{host}:{port}/metrics "
-               f"({speed:g}x clock, scheduler {scheduler})")
-    twin.start()
-    t_end = None if duration is None else time.monotonic() + duration
-    try:
-        while t_end is None or time.monotonic() < t_end:
-            time.sleep(0.5)
-            if twin.error is not None:
-                raise click.ClickException(f"the live twin stopped: {twin.error}")
-    except KeyboardInterrupt:
-        pass
-    finally:
-        twin.stop()
-        server.shutdown()
-        server.server_close()
-    click.echo(f"stopped at simulated {twin.sim_now / 3600:.2f} h after {twin.episodes} "
-               f"restart(s); {twin.collector.samples} scrapes served")
+        serve_live_twin(twin, host=host, port=port, warm_hours=warm_hours, duration=duration,
+                        echo=click.echo)
+    except TwinStopped as e:
+        raise click.ClickException(str(e)) from e
 
 
 @telemetry.command("reduce")

@@ -3,7 +3,8 @@
 Owns talking HTTP to ``/v1/...`` with the bearer token, retries of idempotent
 requests (a request id is generated when none is given, so a retried placement
 is never booked twice), and turning error bodies into exceptions that name the
-field the server named.
+field the server named. ``read_pod_file`` and ``pod_specs`` read and check a
+pod file (YAML: one pod or a list) before anything is sent, naming the field.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ import os
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import requests
+import yaml
+from pydantic import ValidationError as PydanticValidationError
 
-from smartsched.model.errors import SmartSchedError
+from smartsched.model.errors import SmartSchedError, ValidationError
 from smartsched.serving.schemas import PlacementResponse, PodSpec, RegionSummary
 
 
@@ -97,3 +101,44 @@ class PlacementClient:
             return self.session.get(self.url + "/healthz", timeout=self.timeout_s).ok
         except requests.ConnectionError:
             return False
+
+
+POD_FILE = "pod_file"
+
+
+def read_pod_file(path: str | Path) -> list[dict[str, Any]]:
+    """The pods in a YAML file holding one pod (a mapping) or a list of them.
+
+    Unreadable or invalid YAML, an empty file and an entry that is not a mapping
+    are ``ValidationError``s naming ``pod_file`` (with the entry's row).
+    """
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ValidationError(POD_FILE, f"cannot read {path}: {e}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValidationError(POD_FILE, f"not valid YAML: {e}") from None
+    if doc is None or doc == []:
+        raise ValidationError(POD_FILE, "no pod: expected a pod (a mapping) or a list of pods")
+    pods = doc if isinstance(doc, list) else [doc]
+    for i, pod in enumerate(pods):
+        if not isinstance(pod, dict):
+            raise ValidationError(POD_FILE, f"expected a pod (a mapping), got "
+                                  f"{type(pod).__name__}", row=i)
+    return pods
+
+
+def pod_specs(pods: Sequence[Mapping[str, Any]]) -> list[PodSpec]:
+    """Each pod validated as a ``PodSpec``; the first error names its field (``cpu_milli``,
+    ``node_selector.pool``)."""
+    out = []
+    for pod in pods:
+        try:
+            out.append(PodSpec.model_validate(pod))
+        except PydanticValidationError as e:
+            err = e.errors()[0]
+            raise ValidationError(".".join(str(x) for x in err["loc"]) or POD_FILE,
+                                  err["msg"]) from None
+    return out

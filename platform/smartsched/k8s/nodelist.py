@@ -1,0 +1,45 @@
+"""Node objects from a file: the ``--nodes`` of ``smartsched k8s extender``.
+
+Owns reading a NodeList as ``kubectl get nodes -o json`` (or ``-o yaml``)
+writes it -- a document with ``items`` -- or a bare list of Node objects, or
+one Node, into a list of Node objects (plain dicts) for the extender's node
+cache. Bad input is a ``ValidationError`` naming ``nodes``; whether each Node
+is understood is the snapshot's business (it skips and names those it is not).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from smartsched.model.errors import ValidationError
+
+FIELD = "nodes"
+
+
+def parse_node_list(doc: Any) -> list[dict[str, Any]]:
+    """The Node objects of a parsed NodeList document, list of Nodes, or single Node."""
+    if doc is None:
+        raise ValidationError(FIELD, "empty: expected a NodeList, a list of Nodes or a Node")
+    items = doc.get("items") if isinstance(doc, dict) and "items" in doc else doc
+    nodes = items if isinstance(items, list) else [items]
+    for i, node in enumerate(nodes):
+        if not isinstance(node, dict):
+            raise ValidationError(FIELD, f"expected a Node object, got {type(node).__name__}",
+                                  row=i)
+    return nodes
+
+
+def read_node_list(path: str | Path) -> list[dict[str, Any]]:
+    """The Node objects in the JSON or YAML file at ``path`` (see ``parse_node_list``)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ValidationError(FIELD, f"cannot read {path}: {e}") from None
+    try:
+        doc = yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as e:
+        raise ValidationError(FIELD, f"not valid JSON/YAML: {e}") from None
+    return parse_node_list(doc)

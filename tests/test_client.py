@@ -1,0 +1,66 @@
+"""Pod files for ``smartsched place``: read and checked before anything is sent, errors
+naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from smartsched.client import pod_specs, read_pod_file
+from smartsched.model.errors import ValidationError
+from smartsched.serving.schemas import PodSpec
+from tests.builders import free_port
+
+
+def test_one_pod_or_a_list(tmp_path: Path) -> None:
+    f = tmp_path / "pod.yaml"
+    f.write_text("{id: p0, cpu_milli: 500, class: online, node_selector: {pool: fast}}\n")
+    (spec,) = pod_specs(read_pod_file(f))
+    assert isinstance(spec, PodSpec) and spec.id == "p0" and spec.pod_class.value == "online"
+    assert spec.node_selector == {"pool": "fast"}
+    f.write_text("- {id: a, cpu_milli: 1}\n- {id: b, gang_id: g, gang_size: 2}\n")
+    assert [p["id"] for p in read_pod_file(f)] == ["a", "b"]
+    assert [s.gang_size for s in pod_specs(read_pod_file(f))] == [1, 2]
+
+
+@pytest.mark.parametrize(("text", "message", "row"), [
+    ("{id: [", "not valid YAML", None),
+    ("", "no pod", None),
+    ("[]\n", "no pod", None),
+    ("- {id: a}\n- just-a-name\n", "got str", 1),
+    ("7\n", "got int", 0),
+])
+def test_a_bad_file_names_pod_file(text: str, message: str, row: int | None,
+                                   tmp_path: Path) -> None:
+    f = tmp_path / "pods.yaml"
+    f.write_text(text)
+    with pytest.raises(ValidationError, match=message) as e:
+        read_pod_file(f)
+    assert e.value.field == "pod_file" and e.value.row == row
+
+
+@pytest.mark.parametrize(("pod", "field"), [
+    ({"id": "p", "cpu_milli": -1}, "cpu_milli"),
+    ({"id": "p", "node_selector": {"pool": ["fast"]}}, "node_selector.pool"),
+    ({"id": "p", "bogus": 1}, "bogus"),
+    ({"cpu_milli": 1}, "id"),
+    ({"id": "p", "class": "vip"}, "class"),
+])
+def test_an_invalid_pod_names_its_field(pod: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        pod_specs([{"id": "fine"}, pod])
+    assert e.value.field == field
+
+
+def test_the_place_command_rejects_bad_files_before_sending(tmp_path: Path) -> None:
+    from smartsched.cli import main
+
+    url = f"http://127.0.0.1:{free_port()}"  # nobody listens: nothing may be sent
+    f = tmp_path / "pods.yaml"
+    for text, line in [("{id: [", "error: pod_file: not valid YAML"),
+                       ("{id: p, cpu_milli: -5}\n", "error: cpu_milli: ")]:
+        f.write_text(text)
+        r = CliRunner().invoke(main, ["place", "--url", url, str(f)])
+        assert r.exit_code == 2 and r.output.startswith(line), r.output
