@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -245,6 +246,23 @@ def test_counters_integrate_dt_and_power_follows_the_energy_model() -> None:
     assert x1[0, energy] == pytest.approx(30.0 * power)
     dev = np.array([x1[0, _col(syn, "DCGM_FI_DEV_POWER_USAGE", gpu=str(g))] for g in (0, 1)])
     assert dev[0] > dev[1]  # the pod's device works, the other idles
+
+
+def test_watts_come_from_the_engines_power_model() -> None:
+    spec = cluster(node("a", cpu=16000, mem=65536, gpus=2))
+    e = _engine(spec, [pod("p", cpu=2000)], {"p": 0})  # both GPUs idle
+    pm = e.metrics.power_model
+    syn = TelemetrySynth(spec, 0)
+    gpu1, power = _col(syn, "DCGM_FI_DEV_POWER_USAGE", gpu="1"), _col(
+        syn, "smartsched_node_power_watts")
+    x = syn.sample(e)
+    idle_gpu = x[0, gpu1]
+    assert idle_gpu == pytest.approx(pm.gpu_idle_w[0], rel=0.011)
+    e.metrics.power_model = dataclasses.replace(pm, gpu_idle_w=pm.gpu_idle_w * 2,
+                                                host_idle_w=pm.host_idle_w + 100.0)
+    y = TelemetrySynth(spec, 0).sample(e)
+    assert y[0, gpu1] == pytest.approx(2 * idle_gpu)
+    assert y[0, power] == pytest.approx(x[0, power] + 100.0 + 2 * pm.gpu_idle_w[0])
 
 
 def test_powered_off_node_reads_zero_and_its_counters_hold() -> None:

@@ -378,7 +378,8 @@ a metric below with, for per-instance metrics, its instance label (and, for
 summaries, a `quantile` label). Names follow
 node-exporter and DCGM-exporter where those exporters define the signal;
 `smartsched_node_*` names are signals no standard exporter has. The physics
-behind every value is written out in `platform/smartsched/twin/telemetry/synth.py`.
+behind every value is written out in `platform/smartsched/twin/telemetry/families/`
+(one module per metric family).
 
 **Layout.** The width is fixed per cluster by a `Layout`: slots for sockets,
 GPUs, NICs (`eth0`, `eth1`, ...) and disks (`nvme0n1`, ...); cache levels
