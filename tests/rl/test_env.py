@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
+import yaml
 from gymnasium.utils.env_checker import check_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smartsched.model.errors import ValidationError
+from smartsched.model.pod import Pod
 from smartsched.objectives.reward import COMPONENTS, RewardWeights, StepReward
 from smartsched.rl.env import SchedulingEnv
+from smartsched.twin.engine import Engine
+from smartsched.twin.podtable import BOUND, RUNNING
+from smartsched.workloads.parquet_io import write_pods
 
 
 def test_check_env() -> None:
@@ -18,25 +27,180 @@ def test_check_env() -> None:
     check_env(env, skip_render_check=True)
 
 
-@settings(max_examples=8, deadline=None)
-@given(st.integers(0, 10_000), st.sampled_from(["replay", "fill"]))
-def test_mask_admits_only_feasible_nodes(seed: int, mode: str) -> None:
-    env = SchedulingEnv({"cluster": "small", "hours": 2, "mode": mode, "max_decisions": 150,
-                         "inflate": 0.6})
-    obs, _ = env.reset(seed=seed)
+# ------------------------------------------------------------------ the action mask
+# A cluster that exercises every check of the filters profile (k8s-default:
+# NodeUnschedulable, NodeResourcesFit, NodeAffinity, TaintToleration, RegionAllowed):
+# a cordoned node, taints of every effect (untyped means NoSchedule), labels, two
+# regions and an edge site, FPGAs, two GPU models.
+CONSTRAINED = {
+    "name": "constrained",
+    "sites": [{"name": "r1"}, {"name": "r2"}, {"name": "edge-1", "kind": "edge"}],
+    "zones": [{"name": "z1", "site": "r1"}, {"name": "z2", "site": "r2"},
+              {"name": "ze", "site": "edge-1"}],
+    "nodes": [
+        {"name": "ssd", "zone": "z1", "cpu_milli": 16000, "memory_mib": 32768,
+         "labels": {"disk": "ssd"}, "count": 3},
+        {"name": "hdd", "zone": "z2", "cpu_milli": 16000, "memory_mib": 32768,
+         "labels": {"disk": "hdd"}, "count": 2},
+        {"name": "spot", "zone": "z2", "cpu_milli": 16000, "memory_mib": 32768,
+         "taints": ["spot=true:NoExecute"]},
+        {"name": "cordoned", "zone": "z1", "cpu_milli": 32000, "memory_mib": 65536,
+         "unschedulable": True},
+        {"name": "fpga", "zone": "z1", "cpu_milli": 16000, "memory_mib": 32768, "num_fpga": 2,
+         "fpga_model": "VU9P", "taints": ["fpga=yes:NoSchedule"]},
+        {"name": "a100", "zone": "z1", "cpu_milli": 32000, "memory_mib": 131072, "num_gpu": 4,
+         "gpu_model": "A100", "labels": {"disk": "ssd"},
+         "taints": ["nvidia.com/gpu=present:NoSchedule"]},
+        {"name": "t4", "zone": "z2", "cpu_milli": 16000, "memory_mib": 65536, "num_gpu": 2,
+         "gpu_model": "T4", "labels": {"disk": "hdd"},
+         "taints": ["nvidia.com/gpu:NoSchedule", "maint=soon:PreferNoSchedule"]},
+        {"name": "edge", "zone": "ze", "cpu_milli": 8000, "memory_mib": 16384,
+         "labels": {"role": "edge"}, "taints": ["edge=only"]},
+    ],
+}
+TOLERATIONS = ("fpga=yes", "spot", "edge", "maint", "*")
+GPU_TOLERATIONS = ("nvidia.com/gpu", "nvidia.com/gpu=present:NoSchedule", "*")
+SELECTORS = ((("disk", "ssd"),), (("disk", "hdd"),), (("role", "edge"),),
+             (("disk", "nvme"),))  # the last names a label no node has
+REGIONS = (("r1",), ("r2",), ("r1", "edge-1"))
+
+
+def _constrained_pods(seed: int, hours: float) -> list[Pod]:
+    """Pods that ask for everything the filters check, arriving over ``hours``."""
     rng = np.random.default_rng(seed)
-    done = False
-    while not done:
-        mask = obs["action_mask"]
+    pods: list[Pod] = []
+    for i in range(int(40 * hours)):
+        t, dur = float(rng.uniform(0, hours * 3600)), float(rng.uniform(300, 3600))
+        kind = rng.integers(5)  # cpu, GPU share, whole GPUs, a gang of two, FPGAs
+        gpu: dict[str, Any] = {}
+        if kind == 1:
+            gpu = {"num_gpu": 1, "gpu_milli": int(rng.choice([200, 500, 700]))}
+        elif kind == 2:
+            gpu = {"num_gpu": int(rng.integers(1, 4)), "gpu_milli": 1000}
+        if gpu and rng.random() < 0.3:
+            gpu["gpu_models"] = (str(rng.choice(["A100", "T4"])),)
+        tol = [str(x) for x in rng.choice(TOLERATIONS, rng.integers(0, 3), replace=False)]
+        if gpu and rng.random() < 0.8:
+            tol.append(str(rng.choice(GPU_TOLERATIONS)))
+        selector = SELECTORS[rng.integers(len(SELECTORS))] if rng.random() < 0.4 else ()
+        regions = REGIONS[rng.integers(len(REGIONS))] if rng.random() < 0.4 else ()
+        size = 2 if kind == 3 else 1
+        for m in range(size):
+            pods.append(Pod(
+                id=f"p{i}-{m}", cpu_milli=int(rng.choice([500, 2000, 6000, 12000])),
+                memory_mib=int(rng.choice([512, 4096, 16384])),
+                num_fpga=int(rng.integers(1, 3)) if kind == 4 else 0,
+                tolerations=tuple(tol), node_selector=selector, allowed_regions=regions,
+                best_effort=bool(not gpu and rng.random() < 0.3),
+                deadline=t + dur + 1800 if rng.random() < 0.2 else None,
+                gang_id=f"g{i}" if size > 1 else None, gang_size=size,
+                arrival=t, duration=dur, **gpu))
+    return pods
+
+
+@pytest.fixture(scope="module")
+def constrained_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("constrained")
+    (d / "cluster.yaml").write_text(yaml.safe_dump(CONSTRAINED))
+    return d
+
+
+def _tolerates(taint: str, tolerations: tuple[str, ...]) -> bool:
+    """Kubernetes' rule in the twin's notation: a toleration is ``*``, a key (Exists),
+    ``key=value`` (Equal) or the whole taint."""
+    kv = taint.rsplit(":", 1)[0] if ":" in taint else taint
+    key = kv.split("=", 1)[0]
+    return any(t in ("*", key, kv, taint) for t in tolerations)
+
+
+def _oracle(env: SchedulingEnv) -> np.ndarray:
+    """Which nodes can take the offered pod, from the specs and the engine's pod table
+    (what is bound or running where, on which devices) -- not from ClusterState's sums."""
+    e = env.engine
+    pod, tb, spec = env._req.pod, e.table, env.spec_cluster
+    n = len(spec.nodes)
+    on = np.flatnonzero((tb.status == BOUND) | (tb.status == RUNNING))
+    where = list(zip(on.tolist(), tb.node[on].tolist(), strict=True))
+    # Members of a gang being placed hold their nodes until the gang is whole or rolls back.
+    where += [(p, node) for p, node, _ in e._gang_placed]
+    alloc = np.zeros((n, 3), dtype=np.int64)  # cpu, mem of guaranteed pods; fpga of all
+    be_alloc = np.zeros((n, 2), dtype=np.int64)
+    dev_free = [[1000] * x.num_gpu for x in spec.nodes]
+    gang_devices = {p: d for p, _, d in e._gang_placed}
+    for p, node in where:
+        q = tb.pods[p]
+        if q.best_effort:
+            be_alloc[node] += (q.cpu_milli, q.memory_mib)
+        else:
+            alloc[node, :2] += (q.cpu_milli, q.memory_mib)
+        alloc[node, 2] += q.num_fpga
+        for d in gang_devices.get(p, tb.devices[p]):
+            dev_free[node][d] -= q.gpu_milli
+    site = spec.zone_site()
+    ok = np.zeros(n, dtype=bool)
+    for j, x in enumerate(spec.nodes):
+        cap = np.array([x.cpu_milli, x.memory_mib])
+        assert min(dev_free[j], default=0) >= 0 and (alloc[j, :2] <= cap).all()  # never over
+        # A best-effort pod draws on the pool: the twin's measured slack less BE requests.
+        room = e.state.be_allocatable[j] - be_alloc[j] if pod.best_effort else cap - alloc[j, :2]
+        hard = [t for t in x.taints if not t.endswith(":PreferNoSchedule")]
+        ok[j] = (
+            bool(e.state.up[j]) and not x.unschedulable
+            and room[0] >= pod.cpu_milli and room[1] >= pod.memory_mib
+            and x.num_fpga - alloc[j, 2] >= pod.num_fpga
+            and sum(f >= pod.gpu_milli for f in dev_free[j]) >= pod.num_gpu
+            and (not pod.gpu_models or not pod.num_gpu or x.gpu_model in pod.gpu_models)
+            and all(_tolerates(t, pod.tolerations) for t in hard)
+            and all(x.labels.get(k) == v for k, v in pod.node_selector)
+            and (not pod.allowed_regions or site[x.zone] in pod.allowed_regions)
+        )
+    return ok
+
+
+@pytest.mark.parametrize("cluster", ["small", "constrained"])
+@pytest.mark.parametrize("mode", ["replay", "fill"])
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_mask_admits_only_feasible_nodes(constrained_files: Path, cluster: str, mode: str,
+                                         seed: int) -> None:
+    """At every step the mask is exactly the oracle's feasible set: no infeasible node
+    admitted, no feasible node hidden; defer is offered exactly to deadline pods that can
+    still wait (replay only)."""
+    cfg: dict[str, Any] = {"cluster": "small", "hours": 2, "mode": mode, "max_decisions": 150,
+                           "inflate": 0.6}
+    fail = False
+    if cluster == "constrained":
+        work = constrained_files / f"pods-{seed}.parquet"
+        write_pods(_constrained_pods(seed, 2), work)
+        # Fill mode inflates the pods to 8x the GPUs (fewer would drop most of them).
+        cfg.update(cluster=str(constrained_files / "cluster.yaml"), workload=str(work),
+                   inflate=8.0)
+        fail = True
+    with pytest.MonkeyPatch.context() as mp:
+        if fail:  # nodes fail (and recover) during the episode, so "up" is exercised too
+            real_init = Engine.__init__
+
+            def failing(self: Engine, spec: Any, pods: Any, config: Any) -> None:
+                real_init(self, spec, pods,
+                          dataclasses.replace(config, node_mtbf_hours=3.0, repair_s=1200.0))
+
+            mp.setattr(Engine, "__init__", failing)
+        env = SchedulingEnv(cfg)
+        obs, _ = env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
         n = env.engine.state.num_nodes
-        allowed = np.flatnonzero(mask[:n])
-        # Every admitted node really fits: the twin would accept it.
-        for a in allowed:
-            assert env.engine.state.resource_fit(env._req.request)[a]
-        a = int(rng.choice(np.flatnonzero(mask)))
-        obs, r, term, trunc, _ = env.step(a)  # raises if the twin refuses
-        assert np.isfinite(r)
-        done = term or trunc
+        while env._req is not None:  # None: the episode is over
+            mask = obs["action_mask"]
+            np.testing.assert_array_equal(mask[:n].astype(bool), _oracle(env))
+            pod, now = env._req.pod, env.engine.now
+            defer = (mode == "replay" and pod.deadline is not None
+                     and now + (pod.duration or 0.0) < pod.deadline)
+            assert bool(mask[-1]) == defer
+            a = int(rng.choice(np.flatnonzero(mask)))
+            obs, r, term, trunc, _ = env.step(a)  # raises if the twin refuses
+            assert np.isfinite(r)
+            if term or trunc:
+                break
 
 
 def test_reward_is_the_weighted_twin_metrics() -> None:
