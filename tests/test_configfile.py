@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from smartsched.configfile import field_path, read_resource, read_yaml, read_yaml_text, validate
+from smartsched.model.configfile import (
+    field_path,
+    read_resource,
+    read_yaml,
+    read_yaml_text,
+    validate,
+)
 from smartsched.model.errors import ValidationError
 
 

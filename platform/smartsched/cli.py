@@ -548,12 +548,16 @@ def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, ba
 
 @bench.command("speed")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-@click.option("--skip-large", is_flag=True, help="Skip the 24 h mixed run on the large preset.")
-def bench_speed(json_path: str | None, skip_large: bool) -> None:
+@click.option("--skip-large", is_flag=True, help="Skip the 24 h mixed runs on the large preset.")
+@click.option("--profiles", default=None,
+              help="Profiles for the day on large, comma-separated (default: every packaged "
+                   "profile).")
+def bench_speed(json_path: str | None, skip_large: bool, profiles: str | None) -> None:
     """Wall time, decisions/s and peak memory of the reference runs (whole processes)."""
     from smartsched.bench.speed import run_speed_suite
 
-    results = run_speed_suite(skip_large=skip_large, echo=click.echo)
+    chosen = None if profiles is None else [p for p in profiles.split(",") if p]
+    results = run_speed_suite(skip_large=skip_large, echo=click.echo, profiles=chosen)
     _write_json(json_path, results)
 
 

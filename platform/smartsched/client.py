@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import requests
-import yaml
 from pydantic import ValidationError as PydanticValidationError
 
 from smartsched.model.errors import SmartSchedError, ValidationError
@@ -112,14 +111,9 @@ def read_pod_file(path: str | Path) -> list[dict[str, Any]]:
     Unreadable or invalid YAML, an empty file and an entry that is not a mapping
     are ``ValidationError``s naming ``pod_file`` (with the entry's row).
     """
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ValidationError(POD_FILE, f"cannot read {path}: {e}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValidationError(POD_FILE, f"not valid YAML: {e}") from None
+    from smartsched.model.configfile import read_yaml
+
+    doc = read_yaml(path, POD_FILE, cite_source=False)
     if doc is None or doc == []:
         raise ValidationError(POD_FILE, "no pod: expected a pod (a mapping) or a list of pods")
     pods = doc if isinstance(doc, list) else [doc]

@@ -13,3 +13,13 @@ def test_fork_cost_reports_figures() -> None:
 def test_run_case_measures_a_child_process() -> None:
     r = run_case(["--cluster", "small", "--workload", "mixed", "--hours", "2", "--no-plots"])
     assert r["decisions"] > 0 and r["wall_seconds"] > 0 and r["peak_rss_mib"] > 20
+
+
+def test_a_case_past_its_limit_is_stopped_and_named() -> None:
+    import pytest
+
+    from smartsched.bench.speed import CaseTimeout
+
+    with pytest.raises(CaseTimeout, match="stopped after"):
+        run_case(["--cluster", "medium", "--workload", "mixed", "--hours", "24", "--no-plots"],
+                 timeout_s=0.2)

@@ -82,3 +82,19 @@ def test_malformed_payloads_get_400(server: str, payload: str) -> None:
                       headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["Error"]
     assert requests.get(f"{server}/healthz", timeout=10).ok  # still serving
+
+
+def test_nodes_no_eviction_can_open_are_reported_unresolvable(server: str,
+                                                               fixtures: dict) -> None:
+    # A selector no node matches: the NodeAffinity plugin's verdict is
+    # UnschedulableAndUnresolvable, so kube-scheduler's preemption skips those nodes;
+    # lack of room stays a plain failure. Each node is blamed on its first failing check,
+    # as kube does: small-node lacks cpu before its labels are looked at.
+    pod = copy.deepcopy(fixtures["pods"]["gpu-pod-02"])
+    pod["spec"]["nodeSelector"] = {"disktype": "nvme-nowhere"}
+    res = requests.post(f"{server}/filter", timeout=10, json={
+        "Pod": pod, "NodeNames": ["pai-node-00", "small-node"]}).json()
+    assert res["NodeNames"] == []
+    assert res["FailedNodes"] == {"small-node": "Insufficient cpu"}
+    assert res["FailedAndUnresolvableNodes"] == {
+        "pai-node-00": "node(s) didn't match Pod's node affinity/selector"}

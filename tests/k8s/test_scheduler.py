@@ -54,6 +54,7 @@ def test_binds_feasible_pods_and_records_why_not(objects) -> None:
         (ev,) = api.events
         assert ev["involvedObject"]["name"] == "four-gpus" and ev["reason"] == "FailedScheduling"
         assert ev["message"].startswith("0/2 nodes are available: 2 Insufficient gpu")
+        assert ev["message"].endswith("(rejected by NodeResourcesFit)")  # which plugin
         from prometheus_client import generate_latest
 
         text = generate_latest(loop.metrics.registry).decode()

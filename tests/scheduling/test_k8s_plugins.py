@@ -78,7 +78,7 @@ def test_taint_toleration_prefer_no_schedule() -> None:
     ))
     ctx = CycleContext(st, st.compile(pod("p")))
     t = TaintToleration()
-    assert t.filter(ctx).all()  # PreferNoSchedule never filters
+    assert t.filter(ctx).passing.all()  # PreferNoSchedule never filters
     assert t.score(ctx, ALL).tolist() == [50, 100, 0]
     tolerant = CycleContext(st, st.compile(pod("q", tolerations=("k1", "k2"))))
     assert t.score(tolerant, ALL).tolist() == [100, 100, 100]

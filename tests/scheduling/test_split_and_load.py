@@ -56,7 +56,7 @@ def test_load_aware_uses_usage_and_recent_placements() -> None:
     st.usage[:, 1] = [1000, 1000]
     la = LoadAware()
     ctx = CycleContext(st, st.compile(pod("new", cpu=1000, mem=1000)))
-    assert la.filter(ctx).tolist() == [False, True]  # a: 7000/10000 > 0.65
+    assert la.filter(ctx).passing.tolist() == [False, True]  # a: 7000/10000 > 0.65
     s = la.score(ctx, np.ones(2, bool))
     # b: cpu (10000 - 1000 - 850)/10000*100 = 81.5, mem (10000 - 1000 - 700)/100 = 83 -> 82.25
     assert s[1] == pytest.approx(82.25) and s[0] < s[1]
@@ -64,9 +64,9 @@ def test_load_aware_uses_usage_and_recent_placements() -> None:
     st.allocate(1, st.compile(pod("recent", cpu=4000, mem=100)), ())
     ctx = CycleContext(st, st.compile(pod("new2", cpu=1000, mem=1000)))
     # b: 1000 + 0.85 * 4000 = 4400 used -> 0.44, still under the threshold, lower score
-    assert la.filter(ctx).tolist() == [False, True]
+    assert la.filter(ctx).passing.tolist() == [False, True]
     assert la.score(ctx, np.ones(2, bool))[1] < s[1]
     # Predicted usage, when present, counts if higher than the sample.
     st.predicted_usage = np.array([[0, 0, 0], [7000, 1000, 0]], dtype=float)
     ctx = CycleContext(st, st.compile(pod("new3", cpu=1000, mem=1000)))
-    assert la.filter(ctx).tolist() == [False, False]
+    assert la.filter(ctx).passing.tolist() == [False, False]

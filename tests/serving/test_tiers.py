@@ -49,8 +49,9 @@ def test_site_never_overbooks_and_reservations_expire(medium: Hierarchy) -> None
     placed = [r for r in res if r.placed]
     assert 0 < len(placed) < len(pods)  # the site filled, and refused the rest
     assert (site.state.allocated <= site.state.capacity).all()
-    assert next(r for r in res if not r.placed).reason == \
-        "0/4 nodes are available: 4 Insufficient cpu"
+    refused = next(r for r in res if not r.placed)
+    assert refused.reason == "0/4 nodes are available: 4 Insufficient cpu"
+    assert refused.plugins == ("NodeResourcesFit",)  # which filter said no, not a string
     # Confirmed reservations survive their TTL; the others are freed.
     keep = placed[0].reservation_id
     site.confirm(keep)
@@ -105,6 +106,7 @@ def test_edge_first_then_escalation_then_spill_over(medium: Hierarchy) -> None:
                               origin_site="mec-0", latency_slo_ms=20)], 60, None))[0]
     assert r["placed"] and r["tier"] == "region" and r["region"] == medium.parent["mec-0"]
     assert [s["outcome"] for s in r["reasons"]][:1] == ["escalated"]
+    assert r["reasons"][0]["plugins"] == ["NodeResourcesFit"]  # why the edge said no
     # Compliance: a pod allowed only in region-b lands there and nowhere else.
     only_b = [_pod(f"b{i}", cpu=16000, allowed_regions=("region-b",)) for i in range(400)]
     res = run(cloud.place(only_b, 60, None))

@@ -99,23 +99,13 @@ def rllib_sampling(num_env_runners: int = 2, rounds: int = 3) -> dict[str, Any]:
 def inference_latency(policy: str | None, nodes: int, decisions: int = 400) -> dict[str, Any]:
     from smartsched.bench.speed import replicated_cluster
     from smartsched.rl.policy import RLScheduler
-    from smartsched.twin.engine import Engine, EngineConfig
-    from smartsched.workloads.resolve import load_workload
+    from smartsched.scheduling.run import build_run
 
     spec = replicated_cluster("openb-all", nodes)
-    pods = load_workload("openb:default", spec, 24.0, 42)
-    engine = Engine(spec, pods, EngineConfig(mode="fill", seed=42))
-    if policy:
-        sched: Any = RLScheduler(policy)
-    else:
-        sched = _UntrainedScheduler()
-    sched.prepare(engine.source_pods)
-    times = []
-    while (req := engine.next_decision()) is not None and len(times) < decisions:
-        t0 = time.perf_counter()
-        d = sched.decide(engine.state, req.request)
-        times.append(time.perf_counter() - t0)
-        engine.apply(d)
+    sched: Any = RLScheduler(policy) if policy else _UntrainedScheduler()
+    run = build_run(spec, "openb:default", sched, mode="fill", seed=42)
+    run.drive(max_decisions=decisions)
+    times = run.engine.metrics.decision_seconds  # decide + apply, per decision
     arr = np.array(times[1:]) * 1000  # the first call builds and caches the topology graph
     return {"nodes": nodes, "decisions": len(arr), "first_ms": times[0] * 1000,
             "p50_ms": float(np.percentile(arr, 50)), "p99_ms": float(np.percentile(arr, 99))}

@@ -1,22 +1,27 @@
 """One simulation run end to end: cluster + workload + scheduler -> report folder.
 
-Owns the composition behind ``smartsched simulate`` and the demo, so the CLI,
-tests and benchmarks run the exact same path.
+Owns ``smartsched simulate``'s report: the run comes from
+``scheduling.run.build_run`` (as for every other driver), and this adds the
+settings, timings, peak memory and the report folder (JSON, time series,
+plots).
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from smartsched.model.presets import load_cluster
-from smartsched.scheduling.base import make_scheduler
-from smartsched.scheduling.runner import run
-from smartsched.twin.engine import Engine, EngineConfig
-from smartsched.workloads.resolve import load_workload
+from smartsched.scheduling.run import DEFAULT_GENERATOR_HOURS, build_run
 
-DEFAULT_GENERATOR_HOURS = 24.0
+__all__ = ["DEFAULT_GENERATOR_HOURS", "peak_rss_mib", "simulate"]
+
+
+@runtime_checkable
+class WeightsLogging(Protocol):
+    """A scheduler whose reward weights move during the run (``rl:...&dynamic=true``)."""
+
+    weights_log: list[dict[str, Any]]
 
 
 def simulate(
@@ -44,51 +49,15 @@ def simulate(
     (see ``workloads.window``).
     """
     t0 = time.perf_counter()
-    spec = load_cluster(cluster)
-    is_generator = workload.split(":", 1)[0] == "mixed"
-    gen_hours = hours if hours is not None else DEFAULT_GENERATOR_HOURS
-    warm = warmup_hours if mode == "replay" else 0.0
-    pods = load_workload(workload, spec, gen_hours + (warm if is_generator else 0.0), seed)
-    if start_hours:
-        from smartsched.workloads.window import window_pods
-
-        pods = window_pods(pods, start_hours * 3600.0)
-    horizon = None
-    if mode == "replay" and (hours is not None or is_generator):
-        horizon = (warm + gen_hours) * 3600.0
-    config = EngineConfig(mode=mode, seed=seed, inflate=inflate, horizon_s=horizon,
-                          warmup_s=warm * 3600.0, **(engine_overrides or {}))
-    engine = Engine(spec, pods, config)
-    sched = make_scheduler(scheduler, seed)
-    forecaster = getattr(sched, "forecaster", None)
-    if forecaster is not None and mode == "replay":  # the profile plans on predicted usage
-        from smartsched.forecast.node_predictor import NodeUsagePredictor
-
-        engine.usage_predictor = NodeUsagePredictor.load(forecaster, config.tick_s)
-    telemetry = getattr(sched, "telemetry", None)
-    if telemetry is not None:  # a policy that observes reduced telemetry
-        from smartsched.twin.telemetry.reduction import TelemetryFeatures, TelemetryProjection
-
-        engine.telemetry_features = TelemetryFeatures(TelemetryProjection.load(telemetry),
-                                                      spec, seed)
-        sched.telemetry_attached = True
-    metrics = run(engine, sched, progress=progress)
-    settings = {
-        "scheduler": scheduler,
-        "mode": mode,
-        "seed": seed,
-        "cluster": cluster,
-        "nodes": len(spec.nodes),
-        "workload": workload,
-        "inflate": inflate if mode == "fill" else None,
-        "hours": gen_hours if horizon is not None else None,
-        "warmup_hours": warm,
-        "start_hours": start_hours,
-    }
-    report = {**settings, "metrics": metrics, "decisions": len(engine.metrics.decision_seconds)}
-    weights_log = getattr(sched, "weights_log", None)
-    if weights_log is not None:  # a weight-conditioned scheduler: when and why weights moved
-        report["weights_log"] = weights_log
+    run = build_run(cluster, workload, scheduler, mode=mode, seed=seed, hours=hours,
+                    warmup_hours=warmup_hours, start_hours=start_hours, inflate=inflate,
+                    engine_overrides=engine_overrides)
+    run.drive(progress=progress)
+    engine, sched = run.engine, run.scheduler
+    report = {**run.settings, "scheduler": scheduler, "metrics": run.report(),
+              "decisions": len(engine.metrics.decision_seconds)}
+    if isinstance(sched, WeightsLogging):  # weight-conditioned: when and why weights moved
+        report["weights_log"] = sched.weights_log
     if out is not None:
         from smartsched.bench.report import write_report
 

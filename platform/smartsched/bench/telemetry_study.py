@@ -61,19 +61,13 @@ class _Recorder:
 def record(cluster: str, workload: str, scheduler: str, hours: float, seed: int,
            layout: Any = None) -> Recording:
     """Run the twin once and record its telemetry at every metric tick."""
-    from smartsched.model.presets import load_cluster
-    from smartsched.scheduling.base import make_scheduler
-    from smartsched.scheduling.runner import run
-    from smartsched.twin.engine import Engine, EngineConfig
+    from smartsched.scheduling.run import build_run
     from smartsched.twin.telemetry.catalogue import Layout
-    from smartsched.workloads.resolve import load_workload
 
-    spec = load_cluster(cluster)
-    engine = Engine(spec, load_workload(workload, spec, hours, seed),
-                    EngineConfig(seed=seed, horizon_s=hours * 3600.0))
-    rec = _Recorder(spec, seed, layout or Layout.STANDARD)
-    engine.telemetry_features = rec
-    run(engine, make_scheduler(scheduler, seed))
+    run = build_run(cluster, workload, scheduler, seed=seed, hours=hours)
+    rec = _Recorder(run.cluster, seed, layout or Layout.STANDARD)
+    run.engine.telemetry_features = rec  # the study's own hook: record at every tick
+    run.drive()
     if len(rec.X) < 2:
         from smartsched.model.errors import ValidationError
 

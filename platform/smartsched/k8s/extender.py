@@ -30,6 +30,7 @@ from smartsched.k8s.snapshot import Snapshot, build_snapshot, pod_model
 from smartsched.model.errors import SmartSchedError
 from smartsched.scheduling.base import make_scheduler
 from smartsched.scheduling.framework import ProfileScheduler
+from smartsched.scheduling.status import Code
 
 MAX_EXTENDER_PRIORITY = 10
 
@@ -104,7 +105,14 @@ class Extender:
         why = self.sched.node_reasons(ctx)
         st = snap.state
         passing = [st.names[i] for i in np.flatnonzero(ok)]
-        failed = {st.names[i]: why.get(i, "rejected") for i in np.flatnonzero(cand & ~ok)}
+        failed: dict[str, str] = {}
+        for i in np.flatnonzero(cand & ~ok).tolist():
+            r = why.get(i)
+            if r is not None and r.code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                # No eviction would help there: kube's preemption skips these nodes.
+                unresolvable[st.names[i]] = r.reason
+            else:
+                failed[st.names[i]] = r.reason if r is not None else "rejected"
         out: dict[str, Any] = {"FailedNodes": failed,
                                "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
         if names_only:

@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from smartsched.model.errors import ValidationError
 
 FIELD = "nodes"
@@ -34,12 +32,7 @@ def parse_node_list(doc: Any) -> list[dict[str, Any]]:
 
 def read_node_list(path: str | Path) -> list[dict[str, Any]]:
     """The Node objects in the JSON or YAML file at ``path`` (see ``parse_node_list``)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ValidationError(FIELD, f"cannot read {path}: {e}") from None
-    try:
-        doc = yaml.safe_load(text)  # JSON is YAML
-    except yaml.YAMLError as e:
-        raise ValidationError(FIELD, f"not valid JSON/YAML: {e}") from None
-    return parse_node_list(doc)
+    from smartsched.model.configfile import read_yaml
+
+    # JSON is YAML: one parser for both.
+    return parse_node_list(read_yaml(path, FIELD, kind="JSON/YAML", cite_source=False))

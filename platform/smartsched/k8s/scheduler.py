@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smartsched.k8s.snapshot import POD_GROUP_LABEL, POD_GROUP_LABEL_OLD, build_snapshot, to_plain
-from smartsched.scheduling.base import make_scheduler
+from smartsched.scheduling.base import NeedsTwin, WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import unschedulable_message
 
 log = logging.getLogger(__name__)
@@ -87,11 +87,12 @@ class SchedulerLoop:
         self.prometheus_url = prometheus_url
         self._usage: Any = None  # PrometheusSource for the current node list
         self._projection: Any = None
-        if prometheus_url and getattr(self.sched, "telemetry", None):
+        telemetry = self.sched.twin_needs().telemetry if isinstance(self.sched, NeedsTwin) \
+            else None
+        if prometheus_url and telemetry:  # a policy observing reduced telemetry: read it
             from smartsched.twin.telemetry.reduction import TelemetryProjection
 
-            self._projection = TelemetryProjection.load(self.sched.telemetry)
-            self.sched.telemetry_attached = True
+            self._projection = TelemetryProjection.load(telemetry)
 
     def _mine(self, pod: dict[str, Any]) -> bool:
         spec = pod.get("spec") or {}
@@ -142,7 +143,7 @@ class SchedulerLoop:
             labels = obj["metadata"].get("labels") or {}
             gid = labels.get(POD_GROUP_LABEL) or labels.get(POD_GROUP_LABEL_OLD) or "\0" + key
             groups.setdefault(gid, []).append((obj, pod))
-        if hasattr(self.sched, "prepare"):
+        if isinstance(self.sched, WorkloadAware):
             self.sched.prepare([p for g in groups.values() for _, p in g])
         for members in groups.values():
             self._place_group(snap, members, res)
@@ -211,7 +212,9 @@ class SchedulerLoop:
             req = trial.compile(pod)
             d = self.sched.decide(trial, req)
             if d.node is None:
-                why = unschedulable_message(trial.num_nodes, d.reasons)
+                why = unschedulable_message(trial.num_nodes, d.rejections)
+                if d.rejected_by():
+                    why += f" (rejected by {', '.join(d.rejected_by())})"
                 if len(members) > 1:
                     why = f"pod group not placed ({k}: {why})"
                 for (o, _), kk in zip(members, keys, strict=True):

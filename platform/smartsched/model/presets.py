@@ -12,8 +12,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from smartsched.model.carbon import CarbonSeries, load_public_series
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
 from smartsched.model.errors import UnknownReferenceError, ValidationError
@@ -231,10 +229,9 @@ def cluster_from_yaml(path: Path) -> ClusterSpec:
         nodes:  [{name, zone, cpu_milli, memory_mib, num_gpu, gpu_model, rack,
                   labels: {k: v}, taints: [..], count: N}]   # count expands a pool
     """
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ValidationError("cluster", f"not valid YAML: {e}", source=str(path)) from None
+    from smartsched.model.configfile import read_yaml
+
+    doc = read_yaml(path, "cluster")
     if not isinstance(doc, dict):
         raise ValidationError("cluster", "top level must be a mapping", source=str(path))
     return cluster_from_dict(doc, source=str(path))

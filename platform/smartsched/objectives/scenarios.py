@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from smartsched.configfile import read_resource, read_yaml
+from smartsched.model.configfile import read_resource, read_yaml
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.objectives.reward import COMPONENTS, RewardWeights
 

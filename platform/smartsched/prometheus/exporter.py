@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from smartsched.scheduling.run import Run
 from smartsched.twin.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -176,22 +177,24 @@ class LiveTwin:
         self._thread: threading.Thread | None = None
         self.episodes = 0
         self.error: BaseException | None = None
-        self.engine, self.sched = self._new_engine(seed)  # validates names before serving
+        self.run = self._new_run(seed)  # validates names before serving
         self.collector = TelemetryCollector(self.engine, seed, self.lock, clock)
 
-    def _new_engine(self, seed: int) -> tuple[Engine, Any]:
-        from smartsched.model.presets import load_cluster
-        from smartsched.scheduling.base import make_scheduler
-        from smartsched.twin.engine import EngineConfig
-        from smartsched.workloads.resolve import load_workload
+    def _new_run(self, seed: int) -> Run:
+        from smartsched.scheduling.run import build_run
 
-        spec = load_cluster(self.cluster)
-        pods = load_workload(self.workload, spec, self.hours, seed)
-        engine = Engine(spec, pods, EngineConfig(seed=seed, horizon_s=self.hours * 3600.0))
-        sched = make_scheduler(self.scheduler_name, seed)
-        if hasattr(sched, "prepare"):
-            sched.prepare(engine.source_pods)
-        return engine, sched
+        # The same run builder as `smartsched simulate`: the scheduler gets every hook it
+        # asks for (a load-aware-forecast profile runs with its forecaster here too).
+        return build_run(self.cluster, self.workload, self.scheduler_name, seed=seed,
+                         hours=self.hours)
+
+    @property
+    def engine(self) -> Engine:
+        return self.run.engine
+
+    @property
+    def sched(self) -> Any:
+        return self.run.scheduler
 
     @property
     def sim_now(self) -> float:
@@ -200,10 +203,8 @@ class LiveTwin:
     def advance(self, until_s: float) -> None:
         """Place pods without pacing until simulated time reaches ``until_s`` (a warm start,
         or a frozen state for tests)."""
-        engine, sched = self.engine, self.sched
         with self.lock:
-            while engine.now < until_s and (req := engine.next_decision()) is not None:
-                engine.apply(sched.decide(engine.state, req.request))
+            self.run.drive(until_s=until_s)
 
     def start(self) -> LiveTwin:
         self._thread = threading.Thread(target=self._run, name="live-twin", daemon=True)
@@ -224,10 +225,10 @@ class LiveTwin:
                     break
                 seed += 1
                 self.episodes += 1
-                engine, sched = self._new_engine(seed)
+                run = self._new_run(seed)
                 with self.lock:
-                    self.engine, self.sched = engine, sched
-                self.collector.rebind(engine, seed)
+                    self.run = run
+                self.collector.rebind(run.engine, seed)
         except BaseException as e:  # surfaced by the serve command, never swallowed
             self.error = e
             log.exception("live twin stopped")
@@ -235,19 +236,19 @@ class LiveTwin:
     def _episode(self) -> None:
         """Place pods as simulated time catches up with the accelerated wall clock."""
         wall0 = self.clock()
-        engine, sched = self.engine, self.sched
-        sim0 = float(engine.now)  # after a warm start, pacing begins where the twin is
+        run = self.run
+        sim0 = float(run.engine.now)  # after a warm start, pacing begins where the twin is
         while not self._stop.is_set():
             with self.lock:
-                req = engine.next_decision()
+                req = run.next_decision()
                 if req is None:
                     return
                 due = wall0 + (req.time - sim0) / self.speed
             while (wait := due - self.clock()) > 0:  # re-read the clock: it may jump
                 if self._stop.wait(min(wait, 0.2)):
                     return
-            with self.lock:
-                engine.apply(sched.decide(engine.state, req.request))
+            with self.lock:  # the drive loop's own step, paced by the wall clock
+                run.decide(req)
 
 
 def serve_telemetry(twin: LiveTwin, port: int, addr: str = "127.0.0.1") -> Any:

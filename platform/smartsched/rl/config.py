@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from smartsched.configfile import read_yaml, validate
+from smartsched.model.configfile import read_yaml, validate
 from smartsched.model.errors import ValidationError
 
 

@@ -20,11 +20,14 @@ import gymnasium as gym
 import numpy as np
 
 from smartsched.objectives.reward import COMPONENTS, RewardWeights, StepReward
-from smartsched.rl.features import FORECAST_COLS, NODE_FEATURES, POD_FEATURES, FeatureBuilder
+from smartsched.rl.observation import POD_FEATURES, Observer, node_columns
+from smartsched.scheduling.base import TwinNeeds
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD
 from smartsched.scheduling.registry import load_profile
-from smartsched.twin.engine import Decision, DecisionRequest, Engine, EngineConfig, can_defer
+from smartsched.scheduling.run import build_run, cached_forecaster, cached_projection
+from smartsched.twin.decision import Decision, DecisionRequest, can_defer
+from smartsched.twin.engine import Engine
 
 OBS_LOW, OBS_HIGH = -10.0, 10.0
 
@@ -55,6 +58,8 @@ class EnvConfig:
             attached to the twin in replay mode; its per-node predicted CPU and memory
             use become two extra node-feature columns (features.FORECAST_COLS), and a
             policy trained with it carries the same forecaster at inference.
+        engine: other twin settings for every episode (``EngineConfig`` fields, e.g.
+            ``{node_mtbf_hours: 3, repair_s: 1200}`` to train with node failures).
         telemetry: a telemetry projection folder (``smartsched telemetry reduce``); the
             twin synthesizes each node's wide telemetry at every tick and the projection's
             k components become k more node-feature columns (carried by the export too).
@@ -76,6 +81,7 @@ class EnvConfig:
     inflate: float = 1.3
     forecaster: str | None = None
     telemetry: str | None = None
+    engine: dict[str, Any] = field(default_factory=dict)
 
     @staticmethod
     def from_dict(d: dict[str, Any] | None) -> EnvConfig:
@@ -117,18 +123,12 @@ class SchedulingEnv(gym.Env):
         self.scenarios = load_scenarios()
         self.base_weights = self.weights
         self.weights_log: list[dict[str, Any]] = []
-        self._forecaster: Any = None
+        # Hooks the twin carries in every episode (loaded once here: errors surface now).
+        self.needs = TwinNeeds(forecaster=self.cfg.forecaster, telemetry=self.cfg.telemetry)
         if self.cfg.forecaster is not None:
-            from smartsched.forecast.node_predictor import load_forecaster
-
-            self._forecaster = load_forecaster(self.cfg.forecaster)  # loaded once, per env
-        self._projection: Any = None
-        if self.cfg.telemetry is not None:
-            from smartsched.twin.telemetry.reduction import TelemetryProjection
-
-            self._projection = TelemetryProjection.load(self.cfg.telemetry)
-        self.node_width = (NODE_FEATURES + (FORECAST_COLS if self._forecaster else 0)
-                           + (self._projection.k if self._projection else 0))
+            cached_forecaster(self.cfg.forecaster)
+        self._telemetry_k = cached_projection(self.cfg.telemetry).k if self.cfg.telemetry else 0
+        self.node_width = len(node_columns(self.cfg.forecaster is not None, self._telemetry_k))
         self.observation_space = gym.spaces.Dict({
             "nodes": gym.spaces.Box(OBS_LOW, OBS_HIGH, (self.max_nodes, self.node_width),
                                     np.float32),
@@ -147,8 +147,6 @@ class SchedulingEnv(gym.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
-        from smartsched.workloads.resolve import load_workload
-
         ep_seed = seed if seed is not None else self.cfg.seed + self._episode
         self._episode += 1
         cfg = self.cfg
@@ -156,33 +154,21 @@ class SchedulingEnv(gym.Env):
             names = sorted(self.scenarios)
             self.base_weights = self.scenarios[names[int(self.np_random.integers(len(names)))]]
         self.weights = self.base_weights
-        hours = cfg.hours + cfg.warmup_hours
-        pods = load_workload(cfg.workload, self.spec_cluster, hours, ep_seed)
-        engine_cfg = EngineConfig(
-            mode=cfg.mode, seed=ep_seed, inflate=cfg.inflate,
-            horizon_s=hours * 3600.0 if cfg.mode == "replay" else None,
-            warmup_s=cfg.warmup_hours * 3600.0 if cfg.mode == "replay" else 0.0,
-        )
-        self.engine = Engine(self.spec_cluster, pods, engine_cfg)
-        if self._forecaster is not None and cfg.mode == "replay":
-            from smartsched.forecast.node_predictor import NodeUsagePredictor
-
-            fc, plan = self._forecaster
-            self.engine.usage_predictor = NodeUsagePredictor(fc, engine_cfg.tick_s, plan)
-        if self._projection is not None:
-            from smartsched.twin.telemetry.reduction import TelemetryFeatures
-
-            self.engine.telemetry_features = TelemetryFeatures(
-                self._projection, self.spec_cluster, ep_seed)
+        # The filters profile gives the action mask and binder, and places warm-up pods.
         self.filters = ProfileScheduler(load_profile(cfg.filters_profile), ep_seed)
+        self.run = build_run(self.spec_cluster, cfg.workload, self.filters, mode=cfg.mode,
+                             seed=ep_seed, hours=cfg.hours, warmup_hours=cfg.warmup_hours,
+                             inflate=cfg.inflate, engine_overrides=cfg.engine,
+                             needs=self.needs)
+        self.engine = self.run.engine
         fgd = None
         if cfg.heuristic_features:
             fgd = FGD()
             fgd.prepare(self.engine.source_pods)
         st = self.engine.state
-        self.features = FeatureBuilder(self.spec_cluster, st, fgd,
-                                       forecast=self._forecaster is not None,
-                                       telemetry_k=self._projection.k if self._projection else 0)
+        self.observer = Observer(self.spec_cluster, st, fgd,
+                                 forecast=cfg.forecaster is not None,
+                                 telemetry_k=self._telemetry_k, max_nodes=self.max_nodes)
         m = self.engine.metrics
         self.reward_fn = StepReward(
             self.weights, st.num_nodes, cost_per_hour=float(m.node_price_h.sum()),
@@ -205,6 +191,7 @@ class SchedulingEnv(gym.Env):
             self._pending = PENDING
             self._last_rule_eval = -np.inf
         self._advance_warmup()
+        self._rejected: list[dict[str, Any]] = []
         obs = self._next_observation()
         self.reward_fn(self.engine.metrics.snapshot())  # baseline for the first step
         return obs, {"seed": ep_seed}
@@ -225,6 +212,7 @@ class SchedulingEnv(gym.Env):
         else:  # a masked action: refuse it and teach the policy so
             decision = Decision.reject("policy chose an infeasible node")
             penalty = -1.0
+        self._rejected = []
         self.engine.apply(decision)
         self.decisions += 1
         self._update_dynamic_weights()
@@ -234,7 +222,9 @@ class SchedulingEnv(gym.Env):
         terminated = self._req is None
         limit = self.cfg.max_decisions
         truncated = not terminated and limit is not None and self.decisions >= limit
-        return obs, float(reward + penalty), terminated, truncated, {"components": comp}
+        # Pods the env itself rejected since the last step (none fit), and which plugins did.
+        info = {"components": comp, "rejected": self._rejected}
+        return obs, float(reward + penalty), terminated, truncated, info
 
     # ------------------------------------------------------------ internals
     def _update_dynamic_weights(self, every_s: float = 300.0) -> None:
@@ -256,11 +246,9 @@ class SchedulingEnv(gym.Env):
 
     def _advance_warmup(self) -> None:
         """Place warm-up pods with the filters profile itself (not the policy)."""
-        e = self.engine
-        assert e is not None
-        warm = e.config.warmup_s
-        while warm > 0 and (req := e.next_decision()) is not None and req.time < warm:
-            e.apply(self.filters.decide(e.state, req.request))
+        warm = self.run.engine.config.warmup_s
+        if warm > 0:
+            self.run.drive(until_s=warm)
 
     def _next_observation(self) -> dict[str, np.ndarray]:
         """Advance to the next pod with a real choice; auto-reject pods that fit nowhere."""
@@ -276,34 +264,24 @@ class SchedulingEnv(gym.Env):
             if ok.any() or deferrable:
                 self._req, self._ctx = req, ctx
                 return self._observation(req, ok, deferrable)
-            e.apply(Decision.reject(*self.filters.reasons(ctx)))
+            d = self.filters.rejection(ctx)
+            self._rejected.append({"pod": req.pod.id, "plugins": list(d.rejected_by())})
+            e.apply(d)
 
     def _observation(
         self, req: DecisionRequest, ok: np.ndarray, deferrable: bool
     ) -> dict[str, np.ndarray]:
         e = self.engine
         assert e is not None
-        n = e.state.num_nodes
-        nodes = np.zeros((self.max_nodes, self.node_width), dtype=np.float32)
-        nodes[:n] = self.features.nodes(self._ctx, ok, e.now)
-        mask = np.zeros(self.max_nodes + 1, dtype=np.float32)
-        mask[:n] = ok
-        mask[-1] = 1.0 if deferrable else 0.0
-        self._mask = mask
-        pod = FeatureBuilder.pod(req.request, e.now, e.metrics.pending, float(ok.mean()))
-        return {"nodes": nodes, "pod": pod, "action_mask": mask,
-                "weights": self.weights.vector()}
+        obs = self.observer.observe(self._ctx, ok, deferrable, e.now, e.metrics.pending,
+                                    self.weights.vector())
+        self._mask = obs["action_mask"]
+        return obs
 
     def _terminal_observation(self) -> dict[str, np.ndarray]:
-        mask = np.zeros(self.max_nodes + 1, dtype=np.float32)
-        mask[-1] = 1.0  # keep the mask non-empty for samplers
-        self._mask = mask
-        return {
-            "nodes": np.zeros((self.max_nodes, self.node_width), dtype=np.float32),
-            "pod": np.zeros(POD_FEATURES, dtype=np.float32),
-            "action_mask": mask,
-            "weights": self.weights.vector(),
-        }
+        obs = self.observer.terminal(self.weights.vector())
+        self._mask = obs["action_mask"]
+        return obs
 
     def config_dict(self) -> dict[str, Any]:
         return asdict(self.cfg)

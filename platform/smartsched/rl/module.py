@@ -44,7 +44,7 @@ from ray.rllib.utils.annotations import override
 from ray.rllib.utils.torch_utils import FLOAT_MIN
 from torch import nn
 
-from smartsched.rl.features import HEURISTIC_COLS, STATIC_COLS
+from smartsched.rl.observation import HEURISTIC_COLS, HEURISTIC_NAMES, STATIC_COLS
 from smartsched.rl.topology_encoder import TopologyEncoder
 
 
@@ -82,8 +82,9 @@ class NodeScorerModule(TorchRLModule, ValueFunctionAPI):
             with torch.no_grad():
                 self.gate[-1].weight.zero_()
                 self.gate[-1].bias.zero_()
-                self.gate[-1].bias[HEURISTIC_COLS.index(35)] = scale  # start as FGD,
-                self.gate[-1].bias[HEURISTIC_COLS.index(34)] = 0.3 * scale  # BestFit breaks ties
+                # Start as FGD, with BestFit breaking ties.
+                self.gate[-1].bias[HEURISTIC_NAMES.index("score_fgd")] = scale
+                self.gate[-1].bias[HEURISTIC_NAMES.index("score_bestfit")] = 0.3 * scale
                 self.score_mlp[-1].weight.zero_()
                 self.score_mlp[-1].bias.zero_()
                 self.defer_head[-1].bias.fill_(-2.0)  # deferral starts rare

@@ -28,11 +28,12 @@ import numpy as np
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.objectives.reward import COMPONENTS, RewardWeights
-from smartsched.rl.features import FeatureBuilder
+from smartsched.rl.observation import POD_COLUMNS, Observer, node_columns
+from smartsched.scheduling.base import TwinNeeds
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD, FgdArgs
 from smartsched.scheduling.registry import load_profile
-from smartsched.twin.engine import Decision, can_defer
+from smartsched.twin.decision import Decision, can_defer
 from smartsched.twin.state import ClusterState, PodRequest
 
 log = logging.getLogger(__name__)
@@ -90,26 +91,32 @@ class RLScheduler:
         self._last_rule_eval = -np.inf
         self.heuristics = bool(env.get("heuristic_features", True))
         # A policy trained on forecast features needs the same forecaster attached to the
-        # twin (bench.simulate does it for any scheduler with a ``forecaster``); where none
-        # runs (the service, Kubernetes) those columns fall back to current usage.
+        # twin (the run builder attaches what ``twin_needs`` names); where none runs (the
+        # service, Kubernetes) those columns fall back to current usage.
         self.forecaster: str | None = None
         if env.get("forecaster"):
             self.forecaster = str(self.dir / env["forecaster"])
-        # Likewise a telemetry projection: the twin attaches it (bench.simulate); elsewhere
-        # the caller must fill state.telemetry_features (prometheus.features.
-        # features_from_prometheus); without it the columns are zeros -- "every node is
-        # average" -- and the scheduler says so once.
+        # Likewise a telemetry projection: the run builder attaches it; elsewhere the caller
+        # must fill state.telemetry_features (prometheus.features.features_from_prometheus);
+        # without it the columns are zeros -- "every node is average" -- and the scheduler
+        # says so once.
         self.telemetry: str | None = None
         self._telemetry_k = 0
         self._warned = False
-        self.telemetry_attached = False  # set by whoever feeds state.telemetry_features
         if env.get("telemetry"):
             from smartsched.twin.telemetry.reduction import TelemetryProjection
 
             self.telemetry = str(self.dir / env["telemetry"])
             self._telemetry_k = TelemetryProjection.load(self.telemetry).k
+        # Exports record their observation's columns by name; older ones are this layout.
+        cols = node_columns(self.forecaster is not None, self._telemetry_k)
+        for key, mine in (("node_columns", list(cols)), ("pod_columns", list(POD_COLUMNS))):
+            if key in self.meta and list(self.meta[key]) != mine:
+                raise ValidationError(
+                    "scheduler", f"policy at {self.dir} observes {key} {self.meta[key]}, this "
+                    f"version builds {mine}: retrain it with `smartsched train`")
         self.fgd: FGD | None = None
-        self._features: FeatureBuilder | None = None
+        self._observer: Observer | None = None
         self._state_id: int | None = None
 
     @staticmethod
@@ -150,6 +157,10 @@ class RLScheduler:
         self.weights = self._dynamic.current.astype(np.float32)
         self.weights_log = list(self._dynamic.log)
 
+    def twin_needs(self) -> TwinNeeds:
+        """The forecaster and telemetry projection the policy was trained to observe."""
+        return TwinNeeds(forecaster=self.forecaster, telemetry=self.telemetry)
+
     def prepare(self, pods: Sequence[Pod]) -> None:
         if self.heuristics:
             self.fgd = FGD(FgdArgs(warm=True))
@@ -165,32 +176,22 @@ class RLScheduler:
         if not ok.any():  # as in training: deferring is then the only choice, if allowed
             if deferrable:
                 return Decision(None, defer=True)
-            return Decision.reject(*self.filters.reasons(ctx))
-        if self._features is None or self._state_id != id(state):
-            self._features = FeatureBuilder(state.spec, state, self.fgd,
-                                            forecast=self.forecaster is not None,
-                                            telemetry_k=self._telemetry_k)
+            return self.filters.rejection(ctx)
+        if self._observer is None or self._state_id != id(state):
+            self._observer = Observer(state.spec, state, self.fgd,
+                                      forecast=self.forecaster is not None,
+                                      telemetry_k=self._telemetry_k)
             self._state_id = id(state)
         now = state.now
-        if (self._telemetry_k and not self.telemetry_attached and not self._warned
-                and state.telemetry_features is None):
+        if self._telemetry_k and not self._warned and state.telemetry_features is None:
             self._warned = True
             log.warning("policy %s observes %d telemetry components but the state carries "
                         "none: they read as zeros (fill state.telemetry_features from "
                         "prometheus.features.features_from_prometheus)", self.dir,
                         self._telemetry_k)
-        nodes = self._features.nodes(ctx, ok, now)
-        pod = FeatureBuilder.pod(request, now, state.queue_length, float(ok.mean()))
-        mask = np.zeros(state.num_nodes + 1, dtype=np.float32)
-        mask[:-1] = ok
-        mask[-1] = 1.0 if deferrable else 0.0
+        obs = self._observer.observe(ctx, ok, deferrable, now, state.queue_length, self.weights)
         t = self.torch
-        batch = {Columns.OBS: {
-            "nodes": t.from_numpy(nodes).unsqueeze(0),
-            "pod": t.from_numpy(pod).unsqueeze(0),
-            "action_mask": t.from_numpy(mask).unsqueeze(0),
-            "weights": t.from_numpy(self.weights).unsqueeze(0),
-        }}
+        batch = {Columns.OBS: {k: t.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
         with t.no_grad():
             logits = self.module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0]
         a = int(t.argmax(logits))

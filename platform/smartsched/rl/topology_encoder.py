@@ -33,7 +33,7 @@ from torch import nn
 from torch_geometric.nn import GATv2Conv
 
 from smartsched.model.topology import GPUS_PER_SWITCH
-from smartsched.rl.features import NVLINK_COL, RACK_COL, SOCKETS_COL, STATIC_COLS, ZONE_COL
+from smartsched.rl.observation import NVLINK_COL, RACK_COL, SOCKETS_COL, STATIC_COLS, ZONE_COL
 
 # Vertex types (one-hot in the vertex features).
 HOST, SOCKET, SWITCH, GPU_V, RACK, ZONE = range(6)
@@ -43,7 +43,7 @@ N_TYPES = 6
 def build_graph(static: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Vertices, edges and edge attributes from the static node columns of one sample.
 
-    ``static`` is [N, len(STATIC_COLS)] (see ``rl.features.STATIC_COLS``); rows
+    ``static`` is [N, len(STATIC_COLS)] (see ``rl.observation.STATIC_COLS``); rows
     with zero cpu capacity are padding and get no vertices. Returns
     (vertex features [V, F_v], edge_index [2, E], edge_attr [E, 2], host vertex of
     each node [N], -1 for padding). Loops over nodes here are fine: this runs once

@@ -135,9 +135,19 @@ def export_policy(checkpoint: Path, out: Path, cfg: TrainConfig, iteration: int)
     if env.get("telemetry"):  # and the telemetry projection its features came from
         shutil.copytree(env["telemetry"], tmp / TELEMETRY_SUBDIR)
         env["telemetry"] = TELEMETRY_SUBDIR
+    from smartsched.rl.observation import POD_COLUMNS, node_columns
+
+    k = 0
+    if env.get("telemetry"):
+        from smartsched.twin.telemetry.reduction import TelemetryProjection
+
+        k = TelemetryProjection.load(tmp / TELEMETRY_SUBDIR).k
     meta = {"env": env, "model": cfg.model, "iteration": iteration,
             "module_class": "smartsched.rl.module.NodeScorerModule",
-            "reward_components": list(COMPONENTS)}
+            "reward_components": list(COMPONENTS),
+            # What each observation column means: a loader refuses a mismatch.
+            "node_columns": list(node_columns(bool(env.get("forecaster")), k)),
+            "pod_columns": list(POD_COLUMNS)}
     (tmp / POLICY_META).write_text(json.dumps(meta, indent=2) + "\n")
     if dest.exists():
         shutil.rmtree(dest)

@@ -1,18 +1,23 @@
 """The scheduler interface and how a ``--scheduler`` name becomes a scheduler.
 
-Owns the ``Scheduler`` protocol (``decide(state, request) -> Decision``,
-optionally ``prepare(pods)``) and the name resolution: programmatic
-registrations first (the RL policy registers ``rl:`` later), then packaged
-profiles (``scheduling/profiles/*.yaml``) or a user profile file. A scheduler
-reads the twin's state and never mutates it.
+Owns the ``Scheduler`` protocol (``decide(state, request) -> Decision``), the
+optional protocols a scheduler or plugin implements to ask something of the
+run (``WorkloadAware.prepare(pods)``: learn the workload first;
+``NeedsTwin.twin_needs()``: hooks the twin must carry, a load forecaster or
+reduced telemetry; ``Reseedable.reseed(seed)``), and the name resolution:
+programmatic registrations first (the RL policy registers ``rl:``), then
+packaged profiles (``scheduling/profiles/*.yaml``) or a user profile file. A
+scheduler reads the twin's state and never mutates it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from smartsched.twin.engine import Decision
+from smartsched.model.pod import Pod
+from smartsched.twin.decision import Decision
 from smartsched.twin.state import ClusterState, PodRequest
 
 if TYPE_CHECKING:
@@ -28,6 +33,57 @@ class Scheduler(Protocol):
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         """Choose a node (and optionally devices) for ``request``, or reject with reasons."""
         ...
+
+
+@runtime_checkable
+class WorkloadAware(Protocol):
+    """A scheduler or plugin that models the workload before placing it (FGD's typical
+    pods): the run builder calls ``prepare`` with the workload's pods first."""
+
+    def prepare(self, pods: Sequence[Pod]) -> None: ...
+
+
+@runtime_checkable
+class Reseedable(Protocol):
+    """A plugin with its own random choices, seeded with the scheduler's seed."""
+
+    def reseed(self, seed: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class TwinNeeds:
+    """Hooks a scheduler needs on the twin it runs on (attached by ``build_run``).
+
+    Attributes:
+        forecaster: folder of a load forecaster (``models/forecast[?plan=median]``): the
+            twin feeds it node usage at every tick and exposes the prediction as
+            ``ClusterState.predicted_usage``.
+        telemetry: folder of a telemetry projection: the twin synthesizes node telemetry
+            and stores its reduced columns in ``ClusterState.telemetry_features``.
+    """
+
+    forecaster: str | None = None
+    telemetry: str | None = None
+
+    def merge(self, other: TwinNeeds, where: str) -> TwinNeeds:
+        """Both sets of needs; two different forecasters (or projections) cannot share a
+        twin, and the error names ``where``."""
+        from smartsched.model.errors import ValidationError
+
+        def one(name: str, a: str | None, b: str | None) -> str | None:
+            if a is not None and b is not None and a != b:
+                raise ValidationError(f"{where}.{name}", f"{a!r} and {b!r} cannot share a twin")
+            return a if a is not None else b
+
+        return TwinNeeds(one("forecaster", self.forecaster, other.forecaster),
+                         one("telemetry", self.telemetry, other.telemetry))
+
+
+@runtime_checkable
+class NeedsTwin(Protocol):
+    """A scheduler that asks for hooks on the twin (see ``TwinNeeds``)."""
+
+    def twin_needs(self) -> TwinNeeds: ...
 
 
 SchedulerFactory = Callable[[str, int], Scheduler]
@@ -102,10 +158,21 @@ class SplitScheduler:
     def _route(self, request: PodRequest) -> Scheduler:
         return self.routes.get(request.pod.pod_class.value) or self.routes["default"]
 
-    def prepare(self, pods: object) -> None:
-        for s in {id(s): s for s in self.routes.values()}.values():
-            if hasattr(s, "prepare"):
+    def _distinct(self) -> list[Scheduler]:
+        return list({id(s): s for s in self.routes.values()}.values())
+
+    def prepare(self, pods: Sequence[Pod]) -> None:
+        for s in self._distinct():
+            if isinstance(s, WorkloadAware):
                 s.prepare(pods)
+
+    def twin_needs(self) -> TwinNeeds:
+        """What any route needs: the routes share one twin."""
+        needs = TwinNeeds()
+        for s in self._distinct():
+            if isinstance(s, NeedsTwin):
+                needs = needs.merge(s.twin_needs(), f"{self.name}.routes")
+        return needs
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         return self._route(request).decide(state, request)

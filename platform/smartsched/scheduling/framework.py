@@ -8,9 +8,13 @@ broken uniformly at random from a seeded generator (kube-scheduler's
 selectHost) or by lowest index -> the binder picks devices.
 
 Every plugin is vectorized over all nodes: one numpy expression per plugin,
-never a Python loop over nodes. A rejection is a value (a Decision with
-reasons "N nodes: <reason>", each node blamed on the first filter that fails
-it), never an exception.
+never a Python loop over nodes. A filter returns a ``Status`` (its checks,
+each with a reason, a code and the passing mask: ``scheduling.status``),
+computed once per cycle. A rejection is a value: a Decision whose
+``Rejection``s name the plugin and count the nodes it failed (each node
+blamed on the first check that fails it), with a ``RetryHint`` that tells
+the twin's queue which events could make the pod schedulable; never an
+exception.
 """
 
 from __future__ import annotations
@@ -21,7 +25,16 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from smartsched.twin.engine import Decision
+from smartsched.model.pod import Pod
+from smartsched.scheduling.base import Reseedable, TwinNeeds, WorkloadAware
+from smartsched.scheduling.status import (
+    Code,
+    EnqueueExtensions,
+    NodeConditionFilter,
+    QueueingHint,
+    Status,
+)
+from smartsched.twin.decision import Decision, NodeCondition, Rejection, RetryHint
 from smartsched.twin.state import ClusterState, PodRequest
 
 MAX_NODE_SCORE = 100
@@ -38,6 +51,7 @@ class CycleContext:
     state: ClusterState
     request: PodRequest
     cache: dict[str, Any] = field(default_factory=dict)
+    statuses: tuple[Status, ...] = ()  # the profile's filter verdicts, once filtered
 
     def cached(self, key: str, fn: Any) -> Any:
         if key not in self.cache:
@@ -51,12 +65,8 @@ class FilterPlugin(Protocol):
 
     name: str
 
-    def filter(self, ctx: CycleContext) -> np.ndarray:
-        """Boolean mask [N] of nodes that pass."""
-        ...
-
-    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
-        """(reason, passing mask) per check, in order; used only when the pod is rejected."""
+    def filter(self, ctx: CycleContext) -> Status:
+        """The verdict over all nodes: each check's reason, code and passing mask."""
         ...
 
 
@@ -112,32 +122,39 @@ class ProfileScheduler:
     def __init__(self, profile: Profile, seed: int = 0) -> None:
         self.profile = profile
         self.name = profile.name
-        self.forecaster = profile.forecaster
         self.rng = np.random.default_rng(seed)
         self.last_scores: np.ndarray | None = None
         self._rank: np.ndarray | None = None
         for p in profile.plugins():
-            if hasattr(p, "reseed"):
+            if isinstance(p, Reseedable):
                 p.reseed(seed)
 
-    def prepare(self, pods: Sequence[object]) -> None:
+    def prepare(self, pods: Sequence[Pod]) -> None:
         """Give plugins that model the workload (FGD's typical pods) the pods to come."""
         for p in self.profile.plugins():
-            if hasattr(p, "prepare"):
+            if isinstance(p, WorkloadAware):
                 p.prepare(pods)
 
+    def twin_needs(self) -> TwinNeeds:
+        """The profile's forecaster, if it plans on predicted usage."""
+        return TwinNeeds(forecaster=self.profile.forecaster)
+
     def feasible(self, state: ClusterState, request: PodRequest) -> tuple[np.ndarray, CycleContext]:
+        """Run the filters: the mask of nodes that pass them all, and the cycle (with each
+        filter's ``Status`` in ``ctx.statuses``)."""
         ctx = CycleContext(state, request)
-        ok = np.ones(state.num_nodes, dtype=bool)
-        for f in self.profile.filters:
-            ok &= f.filter(ctx)
+        statuses = [f.filter(ctx) for f in self.profile.filters]
+        ok = statuses[0].passing.copy()
+        for s in statuses[1:]:
+            ok &= s.passing
+        ctx.statuses = tuple(statuses)
         return ok, ctx
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         ok, ctx = self.feasible(state, request)
         idx = np.flatnonzero(ok)
         if idx.size == 0:
-            return Decision.reject(*self.reasons(ctx))
+            return self.rejection(ctx)
         if idx.size == 1 or not self.profile.scorers:
             total = np.zeros(state.num_nodes)
         else:
@@ -158,14 +175,19 @@ class ProfileScheduler:
         devices = self.profile.binder.devices(ctx, node) if self.profile.binder else None
         return Decision(node, devices)
 
-    def node_reasons(self, ctx: CycleContext) -> dict[int, str]:
-        """Each infeasible node's first failing check (kube's per-node status message)."""
+    def rejection(self, ctx: CycleContext) -> Decision:
+        """The Decision for a pod no node passes: why, per plugin, and when to retry."""
+        return Decision.reject(*self.reasons(ctx), retry=self.retry_hint(ctx))
+
+    def node_reasons(self, ctx: CycleContext) -> dict[int, Rejection]:
+        """Each infeasible node's first failing check (kube's per-node status)."""
         remaining = np.ones(ctx.state.num_nodes, dtype=bool)
-        out: dict[int, str] = {}
-        for f in self.profile.filters:
-            for reason, passing in f.explain(ctx):
+        out: dict[int, Rejection] = {}
+        for status in ctx.statuses:
+            for reason, code, passing in status.checks:
                 failed = remaining & ~passing
-                out.update(dict.fromkeys(np.flatnonzero(failed).tolist(), reason))
+                why = Rejection(reason, status.plugin, 1, code)
+                out.update(dict.fromkeys(np.flatnonzero(failed).tolist(), why))
                 remaining &= ~failed
         return out
 
@@ -177,24 +199,43 @@ class ProfileScheduler:
                 total += weight * plugin.score(ctx, feasible)
         return total
 
-    def reasons(self, ctx: CycleContext) -> tuple[str, ...]:
-        """"N nodes: <reason>" per check, blaming each node on its first failing check."""
+    def reasons(self, ctx: CycleContext) -> tuple[Rejection, ...]:
+        """One ``Rejection`` per failing check, with the number of nodes it is the first
+        failing check of (kube's "3 nodes: Insufficient cpu")."""
         remaining = np.ones(ctx.state.num_nodes, dtype=bool)
-        out: list[str] = []
-        for f in self.profile.filters:
-            for reason, passing in f.explain(ctx):
+        out: list[Rejection] = []
+        for status in ctx.statuses:
+            for reason, code, passing in status.checks:
                 failed = remaining & ~passing
                 n = int(failed.sum())
                 if n:
-                    out.append(f"{n} nodes: {reason}")
+                    out.append(Rejection(reason, status.plugin, n, code))
                 remaining &= ~failed
         return tuple(out)
 
+    def retry_hint(self, ctx: CycleContext) -> RetryHint | None:
+        """When the rejected pod could pass (see ``twin.decision.RetryHint``), or None when
+        a filter does not say which events change its verdicts (retry on every event)."""
+        open_nodes = np.ones(ctx.state.num_nodes, dtype=bool)
+        conditions: list[NodeCondition] = []
+        for f, status in zip(self.profile.filters, ctx.statuses, strict=True):
+            hint = f.queueing_hint if isinstance(f, EnqueueExtensions) else None
+            for _, code, passing in status.checks:
+                if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
+                    open_nodes &= passing
+                elif code != Code.UNSCHEDULABLE or hint in (None, QueueingHint.STATIC):
+                    return None
+            if hint is QueueingHint.NODE_CONDITION:
+                if not isinstance(f, NodeConditionFilter):
+                    return None
+                conditions.append(f)
+        return RetryHint(open_nodes, tuple(conditions))
 
-def unschedulable_message(num_nodes: int, reasons: Sequence[str]) -> str:
-    """kube-scheduler's form of ``reasons`` ("3 nodes: Insufficient cpu", as ``reasons()``
-    gives them): "0/4 nodes are available: 3 Insufficient cpu, 1 ..."."""
-    parts = [r.replace(" nodes: ", " ", 1).replace(" node: ", " ", 1) for r in reasons]
+
+def unschedulable_message(num_nodes: int, rejections: Sequence[Rejection]) -> str:
+    """kube-scheduler's message for ``rejections``: "0/4 nodes are available: 3 Insufficient
+    cpu, 1 node(s) had untolerated taint"."""
+    parts = [f"{r.nodes} {r.reason}" if r.nodes else r.reason for r in rejections]
     return f"0/{num_nodes} nodes are available: {', '.join(parts) or 'no feasible node'}"
 
 

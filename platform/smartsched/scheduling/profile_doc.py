@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic import ValidationError as PydanticError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from smartsched.configfile import first_error, validate
+from smartsched.model.configfile import first_error, validate
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import PodClass
 

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticError
 
-from smartsched.configfile import first_error, read_yaml, read_yaml_text, validate
+from smartsched.model.configfile import first_error, read_yaml, read_yaml_text, validate
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.scheduling.framework import BindPlugin, FilterPlugin, Profile, ScorePlugin
 from smartsched.scheduling.plugins import binders, gpu, k8s, load, topology

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from smartsched.configfile import validate
+from smartsched.model.configfile import validate
 from smartsched.model.errors import ValidationError
 
 

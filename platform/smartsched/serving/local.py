@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from smartsched.configfile import read_yaml
+from smartsched.model.configfile import read_yaml
 from smartsched.model.errors import ValidationError
 
 

@@ -85,6 +85,8 @@ class StageReason(BaseModel):
     site: str
     outcome: Literal["placed", "escalated", "skipped", "full", "rejected"]
     reason: str
+    # The filter plugins that rejected the pod at this stage (e.g. NodeResourcesFit).
+    plugins: list[str] = Field(default_factory=list)
 
 
 class Placement(BaseModel):

@@ -73,6 +73,7 @@ class SiteResult:
     reservation_id: str | None = None
     expires_at: float | None = None
     reason: str = ""
+    plugins: tuple[str, ...] = ()  # the filter plugins that rejected it (not placed)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -169,8 +170,9 @@ class SitePlacer:
                      request_id: str | None) -> list[SiteResult]:
         bookings: list[Booking] = []
         failure = ""
+        plugins: tuple[str, ...] = ()
         for pod in members:
-            booking, why = self._place_one(pod)
+            booking, why, plugins = self._place_one(pod)
             if booking is None:
                 failure = f"{pod.id}: {why}"
                 break
@@ -180,7 +182,8 @@ class SitePlacer:
                 self.state.release(b.node, b.request, b.devices)
             gang = len(members) > 1
             return [SiteResult(p.id, False, reason=(f"gang not placed ({failure})" if gang
-                                                    else failure.split(": ", 1)[1]))
+                                                    else failure.split(": ", 1)[1]),
+                               plugins=plugins)
                     for p in members]
         rid = uuid.uuid4().hex
         res = Reservation(rid, bookings, expires_at, request_id=request_id)
@@ -193,23 +196,24 @@ class SitePlacer:
                            devices=tuple(int(d) for d in b.devices), reservation_id=rid,
                            expires_at=expires_at) for b in bookings]
 
-    def _place_one(self, pod: Pod) -> tuple[Booking | None, str]:
+    def _place_one(self, pod: Pod) -> tuple[Booking | None, str, tuple[str, ...]]:
+        """A booking, or why not (kube's message) and which filter plugins refused it."""
         req = self.state.compile(pod)
         decision = self.scheduler.decide(self.state, req)
         self.decisions += 1
         if decision.node is None:
-            why = unschedulable_message(self.state.num_nodes, decision.reasons)
+            why = unschedulable_message(self.state.num_nodes, decision.rejections)
             if decision.defer:
                 why = "the profile deferred it"
-            return None, why
+            return None, why, decision.rejected_by()
         devices = decision.devices
         if devices is None:
             devices = self.state.pick_devices(decision.node, req)
         try:
             self.state.allocate(decision.node, req, tuple(devices))
         except InfeasibleDecisionError as e:  # a profile bug must not corrupt state
-            return None, f"refused by the state: {e}"
-        return Booking(pod, decision.node, tuple(devices), req), ""
+            return None, f"refused by the state: {e}", ()
+        return Booking(pod, decision.node, tuple(devices), req), "", ()
 
     # ------------------------------------------------------------ reservations
     def confirm(self, rid: str) -> Reservation:

@@ -40,8 +40,10 @@ class SiteCaller(Protocol):
                  request_id: str | None) -> Awaitable[list[dict[str, Any]]]: ...
 
 
-def _stage(tier: str, site: str, outcome: str, reason: str) -> dict[str, str]:
-    return {"tier": tier, "site": site, "outcome": outcome, "reason": reason}
+def _stage(tier: str, site: str, outcome: str, reason: str,
+           plugins: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"tier": tier, "site": site, "outcome": outcome, "reason": reason,
+            "plugins": list(plugins)}
 
 
 class SiteTier:
@@ -110,7 +112,7 @@ class SiteTier:
         except Exception as e:  # reported in the summary; the next interval retries
             self.usage_status = {"errors": [f"{type(e).__name__}: {e}"]}
 
-    def _result(self, r: SiteResult, stages: list[dict[str, str]]) -> dict[str, Any]:
+    def _result(self, r: SiteResult, stages: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "pod_id": r.pod_id, "placed": r.placed,
             "region": self.region if r.placed else None,
@@ -121,7 +123,7 @@ class SiteTier:
             "expires_at": r.expires_at,
             "reasons": [*stages, _stage(self.tier, self.site,
                                         "placed" if r.placed else "full", r.reason or
-                                        f"placed by {self.placer.profile}")],
+                                        f"placed by {self.placer.profile}", r.plugins)],
         }
 
     async def place(self, pods: list[Pod], ttl_s: float,
@@ -142,9 +144,10 @@ class SiteTier:
                 out.append(r)
                 continue
             esc = by_id[r["pod_id"]]
-            reason = r["reasons"][-1]["reason"]
+            last = r["reasons"][-1]
             esc["reasons"] = [_stage("edge", self.site, "escalated",
-                                     f"{reason}; escalated to {self.region}"), *esc["reasons"]]
+                                     f"{last['reason']}; escalated to {self.region}",
+                                     tuple(last["plugins"])), *esc["reasons"]]
             out.append(esc)
         return out
 
@@ -280,11 +283,11 @@ class _Plan:
     seq: list[tuple[str, str, str]]  # (tier, site, why) to try in order
     final: str  # the reason if every target refuses
     pos: int = 0
-    stages: list[dict[str, str]] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)
     result: list[dict[str, Any]] | None = None
 
 
-def _unplaced(pod: Pod, stages: list[dict[str, str]]) -> dict[str, Any]:
+def _unplaced(pod: Pod, stages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"pod_id": pod.id, "placed": False, "region": None, "site": None, "zone": None,
             "node": None, "devices": [], "tier": None, "profile": None,
             "reservation_id": None, "expires_at": None, "reasons": stages}

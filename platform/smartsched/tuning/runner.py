@@ -4,7 +4,8 @@ Owns the experiment. Each trial trains PPO (``rl.train.build_ppo_config``,
 optionally starting from a shared policy) with one weight vector; every
 ``iterations_per_report`` iterations it exports the policy and evaluates it
 as the scheduler ``rl:<policy>`` on held-out twin seeds through
-``bench.simulate`` -- the same metrics every scheduler is judged by -- and
+``scheduling.run.build_run`` -- the same runs and metrics every scheduler is
+judged by -- and
 reports each objective, the training return and a scalar ``score`` (the mean
 signed relative change against the baseline scheduler) that only ASHA uses
 to stop trials that lag. The searcher is Optuna's multi-objective TPE (via
@@ -46,14 +47,16 @@ def _metric(metrics: dict[str, Any], dotted: str) -> float:
 
 def evaluate(scheduler: str, ev: Evaluation, objectives: dict[str, Objective]) -> dict[str, float]:
     """Median over the evaluation seeds of each objective for ``scheduler``."""
-    from smartsched.bench.simulate import simulate
+    from smartsched.scheduling.run import build_run
 
     per_seed: dict[str, list[float]] = {k: [] for k in objectives}
     for seed in ev.seeds:
-        rep = simulate(ev.cluster, ev.workload, scheduler, seed=seed, hours=ev.hours,
-                       warmup_hours=ev.warmup_hours, plots=False)
+        run = build_run(ev.cluster, ev.workload, scheduler, seed=seed, hours=ev.hours,
+                        warmup_hours=ev.warmup_hours)
+        run.drive()
+        metrics = run.report()
         for name, o in objectives.items():
-            vals = [_metric(rep["metrics"], p) for p in o.paths()]
+            vals = [_metric(metrics, p) for p in o.paths()]
             per_seed[name].append(sum(vals) / len(vals))
     return {k: float(statistics.median(v)) for k, v in per_seed.items()}
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from smartsched.configfile import read_yaml, validate
+from smartsched.model.configfile import read_yaml, validate
 from smartsched.objectives.reward import COMPONENTS, RewardWeights
 
 

@@ -8,11 +8,13 @@ it, drop pods drawn uniformly until at or below. Then shuffle the whole list.
 All randomness comes from one seeded generator. Pods keep no times: they
 arrive in list order and never leave; gangs are dissolved (the paper's
 trace has none, and copies of single members would make partial gangs).
+``FillProgress`` is the mode's clock: list order, and the allocation curve.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -66,3 +68,48 @@ def tune_pods_to_gpu_target(
             )
         )
     return out
+
+
+class FillProgress:
+    """Fill mode's clock: pods offered one by one in list order, and the curve of GPU
+    allocated against GPU arrived (a point per arrived percent; a fragmentation sample
+    every ``frag_every_pct``)."""
+
+    def __init__(self, order: list[int], cluster_gpu_milli: float, frag_every_pct: float) -> None:
+        self.order = order
+        self.pos = 0
+        self.cap_gpu = float(cluster_gpu_milli)
+        self.frag_every_pct = frag_every_pct
+        self.arrived_gpu = 0.0
+        self.curve: list[tuple[float, float]] = [(0.0, 0.0)]
+        self._next_curve_pct = 1
+        self._next_frag_pct = 0.0
+
+    def next_pod(self) -> int | None:
+        """The next pod to arrive, or None when every pod has."""
+        if self.pos >= len(self.order):
+            return None
+        i = self.order[self.pos]
+        self.pos += 1
+        return i
+
+    @property
+    def arrived_pct(self) -> float:
+        return 100.0 * self.arrived_gpu / max(self.cap_gpu, 1.0)
+
+    def decided(self, gpu_milli: float, allocated_gpu_milli: float) -> bool:
+        """Pods asking ``gpu_milli`` in all were decided; returns whether a fragmentation
+        sample is due."""
+        if self.cap_gpu == 0:
+            return False
+        self.arrived_gpu += gpu_milli
+        arrived_pct = 100.0 * self.arrived_gpu / self.cap_gpu
+        alloc_pct = 100.0 * allocated_gpu_milli / self.cap_gpu
+        if arrived_pct >= self._next_curve_pct:
+            self.curve.append((round(arrived_pct, 3), round(float(alloc_pct), 3)))
+            self._next_curve_pct = math.floor(arrived_pct) + 1
+        if arrived_pct >= self._next_frag_pct:
+            step = self.frag_every_pct
+            self._next_frag_pct = (math.floor(arrived_pct / step) + 1) * step
+            return True
+        return False

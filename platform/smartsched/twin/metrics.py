@@ -31,6 +31,7 @@ before it counts, and per-pod figures cover pods arriving after it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,7 @@ import numpy as np
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.pod import POD_CLASS_IDS, POD_CLASSES, PodClass
 from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, GPU_MODEL_NAMES, MEM
+from smartsched.twin.decision import Rejection
 from smartsched.twin.fragmentation import TargetWorkload, cluster_fragmentation
 from smartsched.twin.podtable import BOUND, DONE, FAILED, PENDING, RUNNING, PodTable
 from smartsched.twin.power import PowerModel
@@ -120,6 +122,7 @@ class MetricsRecorder:
         self.frag: list[float] = []
         self.rows: list[dict[str, float]] = []
         self.rejections: dict[str, int] = {}
+        self.rejections_by_plugin: dict[str, int] = {}
         self.evictions = 0
         self.decision_seconds: list[float] = []
 
@@ -218,11 +221,12 @@ class MetricsRecorder:
         self.on_idle_w_site[self.state.site_id[node]] += sign * self.node_idle_w[node]
         self.on_price_h += sign * self.node_price_h[node]
 
-    def rejected(self, reasons: tuple[str, ...]) -> None:
-        """Count a rejection under each reason ("3 nodes: insufficient gpu" -> the reason)."""
-        for r in reasons or ("unschedulable",):
-            key = r.split(": ", 1)[-1]
-            self.rejections[key] = self.rejections.get(key, 0) + 1
+    def rejected(self, rejections: Sequence[Rejection]) -> None:
+        """Count a rejection under each of its reasons (and each plugin that gave one)."""
+        for r in rejections or (Rejection("unschedulable"),):
+            self.rejections[r.reason] = self.rejections.get(r.reason, 0) + 1
+            if r.plugin:
+                self.rejections_by_plugin[r.plugin] = self.rejections_by_plugin.get(r.plugin, 0) + 1
 
     # ------------------------------------------------------------------ ticks
     def tick(self, t: float, dt: float, queue_length: int, use: RunningUse,
@@ -408,6 +412,7 @@ class MetricsRecorder:
                 "evictions": self.evictions,
             },
             "rejections_by_reason": dict(sorted(self.rejections.items())),
+            "rejections_by_plugin": dict(sorted(self.rejections_by_plugin.items())),
             "decision_latency_us": {
                 "p50": float(np.percentile(dec, 50) * 1e6) if dec.size else 0.0,
                 "p99": float(np.percentile(dec, 99) * 1e6) if dec.size else 0.0,

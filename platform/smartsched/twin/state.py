@@ -12,6 +12,7 @@ Must not import scheduling, rl or serving.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -65,6 +66,35 @@ class PodRequest:
     tolerated: np.ndarray  # [T] bool over taint_vocab
     allowed_sites: np.ndarray | None  # [S] bool over site ids
     best_effort: bool = False
+    batch: RequestBatch | None = None  # this request as a batch of one (set by compile)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RequestBatch:
+    """K requests as columns ([K, 1] each) to broadcast against nodes in fit checks."""
+
+    cpu: np.ndarray
+    memory: np.ndarray
+    fpga: np.ndarray
+    num_gpu: np.ndarray
+    gpu_milli: np.ndarray
+    best_effort: np.ndarray
+    models_ok: np.ndarray | None  # [K, models + 1] bool; None: no request is constrained
+
+    @staticmethod
+    def of(reqs: Sequence[PodRequest]) -> RequestBatch:
+        """The batch of ``reqs`` (each compiled against the same cluster)."""
+        col = np.array([[r.vector[CPU], r.vector[MEM], r.vector[FPGA], r.num_gpu, r.gpu_milli]
+                        for r in reqs], dtype=np.int64).reshape(len(reqs), 5)
+        models = None
+        if any(r.models_ok is not None for r in reqs):
+            models = np.ones((len(reqs), len(GPU_MODEL_IDS) + 1), dtype=bool)
+            for k, r in enumerate(reqs):
+                if r.models_ok is not None:
+                    models[k] = r.models_ok
+        return RequestBatch(col[:, 0:1], col[:, 1:2], col[:, 2:3], col[:, 3:4], col[:, 4:5],
+                            np.array([[r.best_effort] for r in reqs], dtype=bool)
+                            .reshape(len(reqs), 1), models)
 
 
 def gpu_tag(req: PodRequest) -> int:
@@ -221,7 +251,7 @@ class ClusterState:
             for r in pod.allowed_regions:
                 if r in self.site_names:
                     sites[self.site_names.index(r)] = True
-        return PodRequest(
+        req = PodRequest(
             pod=pod,
             vector=vec,
             nonzero=np.array([pod.cpu_milli or DEFAULT_MILLI_CPU_REQUEST,
@@ -235,30 +265,49 @@ class ClusterState:
             allowed_sites=sites,
             best_effort=pod.best_effort,
         )
+        object.__setattr__(req, "batch", RequestBatch.of([req]))
+        return req
 
     def resource_fit(self, req: PodRequest) -> np.ndarray:
         """Boolean mask of nodes that are up and have room for ``req`` (the one definition).
 
         CPU, memory, FPGA and total GPU milli: request <= capacity - allocated. GPUs: at least
-        ``num_gpu`` devices of an allowed model each with ``gpu_milli`` free.
+        ``num_gpu`` devices of an allowed model each with ``gpu_milli`` free. The AND of
+        :meth:`fit_checks`, which says which part fails.
         """
-        fr, v = self.free_res, req.vector
-        if req.best_effort:
-            slack = self.be_allocatable - self.be_allocated
-            ok = self.up & (slack[:, 0] >= v[CPU]) & (slack[:, 1] >= v[MEM])
-        else:
-            ok = self.up & (fr[:, CPU] >= v[CPU]) & (fr[:, MEM] >= v[MEM])
-        if v[FPGA]:
-            ok &= fr[:, FPGA] >= v[FPGA]
-        if req.num_gpu:
-            # A share needs one device with gpu_milli free; several GPUs are whole devices.
-            if req.num_gpu == 1:
-                ok &= self.gpu_max_free >= req.gpu_milli
-            else:
-                ok &= self.gpu_full >= req.num_gpu
-            if req.models_ok is not None:
-                ok &= req.models_ok[self.gpu_model]
+        checks = self.fit_checks(req.batch)
+        ok = checks[0][1][0]
+        for _, mask in checks[1:]:
+            ok = ok & mask[0]
         return ok
+
+    def fit_checks(self, reqs: RequestBatch,
+                   nodes: np.ndarray | slice = slice(None)) -> list[tuple[str, np.ndarray]]:
+        """The parts of "fits", each a [K, M] mask of K requests on the M ``nodes``:
+        ``up``, ``cpu``, ``memory`` (from the best-effort pool for best-effort pods),
+        ``fpga``, ``gpu model`` and ``gpu`` (devices with room), the last three only when
+        some request asks for them. Requests fit where every part passes; scheduling's
+        NodeResourcesFit reports the first failing part of each node, and the twin's queue
+        asks it whether waiting pods fit where room was freed."""
+        fr = self.free_res[nodes]
+        be = reqs.best_effort
+        cpu_ok = fr[None, :, CPU] >= reqs.cpu
+        mem_ok = fr[None, :, MEM] >= reqs.memory
+        if be.any():
+            slack = self.be_allocatable[nodes] - self.be_allocated[nodes]
+            cpu_ok = np.where(be, slack[None, :, 0] >= reqs.cpu, cpu_ok)
+            mem_ok = np.where(be, slack[None, :, 1] >= reqs.memory, mem_ok)
+        out = [("up", self.up[None, nodes]), ("cpu", cpu_ok), ("memory", mem_ok)]
+        if reqs.fpga.any():
+            out.append(("fpga", fr[None, :, FPGA] >= reqs.fpga))
+        if reqs.num_gpu.any():
+            if reqs.models_ok is not None:
+                out.append(("gpu model", reqs.models_ok[:, self.gpu_model[nodes]]))
+            # A share needs one device with gpu_milli free; several GPUs are whole devices.
+            share = self.gpu_max_free[None, nodes] >= reqs.gpu_milli
+            whole = self.gpu_full[None, nodes] >= reqs.num_gpu
+            out.append(("gpu", (reqs.num_gpu == 0) | np.where(reqs.num_gpu == 1, share, whole)))
+        return out
 
     def pick_devices(self, node: int, req: PodRequest) -> tuple[int, ...]:
         """Default device binder: the tightest-fitting devices (least free milli that fits).

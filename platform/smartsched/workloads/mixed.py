@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from smartsched.configfile import read_resource, read_yaml
 from smartsched.model.cluster import ClusterSpec
+from smartsched.model.configfile import read_resource, read_yaml
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.presets import GPU_NODE_TAINT

@@ -23,15 +23,16 @@ Memory is compared in bytes, as upstream does, so integer rounding matches.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from smartsched.model.resources import CPU, FPGA, MEM
+from smartsched.model.resources import CPU, MEM
 from smartsched.scheduling.framework import MAX_NODE_SCORE, CycleContext, default_normalize
+from smartsched.scheduling.status import Code, QueueingHint, Status
 
+UNRESOLVABLE = Code.UNSCHEDULABLE_AND_UNRESOLVABLE
 HOSTNAME_MAX_SKEW = 3
 ZONE_MAX_SKEW = 5
 
@@ -45,15 +46,14 @@ class NodeUnschedulable:
 
     name = "NodeUnschedulable"
     Args = NoArgs
+    queueing_hint = QueueingHint.STATIC
 
     def __init__(self, args: NoArgs | None = None) -> None:
         pass
 
-    def filter(self, ctx: CycleContext) -> np.ndarray:
-        return ctx.state.up & ~ctx.state.unschedulable
-
-    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
-        return [("node(s) were unschedulable or down", self.filter(ctx))]
+    def filter(self, ctx: CycleContext) -> Status:
+        return Status.single(self.name, "node(s) were unschedulable or down", UNRESOLVABLE,
+                             ctx.state.up & ~ctx.state.unschedulable)
 
 
 class ResourceWeights(BaseModel):
@@ -77,6 +77,7 @@ class NodeResourcesFit:
 
     name = "NodeResourcesFit"
     Args = NodeResourcesFitArgs
+    queueing_hint = QueueingHint.RESOURCES
 
     def __init__(self, args: NodeResourcesFitArgs | None = None) -> None:
         self.args = args or NodeResourcesFitArgs()
@@ -84,31 +85,13 @@ class NodeResourcesFit:
         if w.cpu + w.memory == 0:
             raise ValueError("resources: at least one weight must be > 0")
 
-    def filter(self, ctx: CycleContext) -> np.ndarray:
-        return ctx.cached("fit", lambda: ctx.state.resource_fit(ctx.request))
-
-    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
-        st, req = ctx.state, ctx.request
-        free = st.free_res
-        if req.best_effort:
-            slack = st.be_allocatable - st.be_allocated
-            out = [
-                ("Insufficient best-effort cpu", slack[:, 0] >= req.vector[CPU]),
-                ("Insufficient best-effort memory", slack[:, 1] >= req.vector[MEM]),
-            ]
-        else:
-            out = [
-                ("Insufficient cpu", free[:, CPU] >= req.vector[CPU]),
-                ("Insufficient memory", free[:, MEM] >= req.vector[MEM]),
-            ]
-        out += [
-            ("Insufficient fpga", free[:, FPGA] >= req.vector[FPGA]),
-        ]
-        if req.num_gpu:
-            if req.models_ok is not None:
-                out.append(("gpu model mismatch", req.models_ok[st.gpu_model]))
-            out.append(("Insufficient gpu", st.resource_fit(req)))
-        return out
+    def filter(self, ctx: CycleContext) -> Status:
+        """The twin's fit (``ClusterState.fit_checks``), each part as a check of its own."""
+        req = ctx.request
+        assert req.batch is not None
+        reasons = _FIT_REASONS[req.best_effort]
+        return Status(self.name, tuple((*reasons[part], mask[0])
+                                       for part, mask in ctx.state.fit_checks(req.batch)))
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
         st, req = ctx.state, ctx.request
@@ -126,6 +109,22 @@ class NodeResourcesFit:
             s_cpu = _most(used_cpu, cap_cpu)
             s_mem = _most(used_mem, cap_mem)
         return ((s_cpu * w.cpu + s_mem * w.memory) // (w.cpu + w.memory)).astype(np.float64)
+
+
+def _fit_reasons(be: str) -> dict[str, tuple[str, Code]]:
+    """Reason and code of each part of ClusterState.fit_checks (kube's wording)."""
+    return {
+        "up": ("node(s) were unschedulable or down", UNRESOLVABLE),
+        "cpu": (f"Insufficient {be}cpu", Code.UNSCHEDULABLE),
+        "memory": (f"Insufficient {be}memory", Code.UNSCHEDULABLE),
+        "fpga": ("Insufficient fpga", Code.UNSCHEDULABLE),
+        "gpu model": ("gpu model mismatch", UNRESOLVABLE),
+        "gpu": ("Insufficient gpu", Code.UNSCHEDULABLE),
+    }
+
+
+# Best-effort pods' cpu and memory come from the best-effort pool.
+_FIT_REASONS = {False: _fit_reasons(""), True: _fit_reasons("best-effort ")}
 
 
 def _least(requested: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -172,20 +171,21 @@ class NodeAffinity:
 
     name = "NodeAffinity"
     Args = NoArgs
+    queueing_hint = QueueingHint.STATIC
 
     def __init__(self, args: NoArgs | None = None) -> None:
         pass
 
-    def filter(self, ctx: CycleContext) -> np.ndarray:
+    def filter(self, ctx: CycleContext) -> Status:
         st, req = ctx.state, ctx.request
         if req.selector_unknown:
-            return np.zeros(st.num_nodes, dtype=bool)
-        if req.selector_cols.size == 0:
-            return np.ones(st.num_nodes, dtype=bool)
-        return st.labels[:, req.selector_cols].all(axis=1)
-
-    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
-        return [("node(s) didn't match Pod's node affinity/selector", self.filter(ctx))]
+            ok = np.zeros(st.num_nodes, dtype=bool)
+        elif req.selector_cols.size == 0:
+            ok = np.ones(st.num_nodes, dtype=bool)
+        else:
+            ok = st.labels[:, req.selector_cols].all(axis=1)
+        return Status.single(self.name, "node(s) didn't match Pod's node affinity/selector",
+                             UNRESOLVABLE, ok)
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray | float:
         # Pods carry no preferred terms: every node scores 0, as upstream does then.
@@ -197,19 +197,19 @@ class TaintToleration:
 
     name = "TaintToleration"
     Args = NoArgs
+    queueing_hint = QueueingHint.STATIC
 
     def __init__(self, args: NoArgs | None = None) -> None:
         pass
 
-    def filter(self, ctx: CycleContext) -> np.ndarray:
+    def filter(self, ctx: CycleContext) -> Status:
         st = ctx.state
         if not st.taint_vocab:
-            return np.ones(st.num_nodes, dtype=bool)
-        bad = st.taint_hard & ~ctx.request.tolerated
-        return ~(st.taints & bad).any(axis=1)
-
-    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
-        return [("node(s) had untolerated taint", self.filter(ctx))]
+            ok = np.ones(st.num_nodes, dtype=bool)
+        else:
+            bad = st.taint_hard & ~ctx.request.tolerated
+            ok = ~(st.taints & bad).any(axis=1)
+        return Status.single(self.name, "node(s) had untolerated taint", UNRESOLVABLE, ok)
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray | float:
         st = ctx.state
@@ -262,15 +262,14 @@ class RegionAllowed:
 
     name = "RegionAllowed"
     Args = NoArgs
+    queueing_hint = QueueingHint.STATIC
 
     def __init__(self, args: NoArgs | None = None) -> None:
         pass
 
-    def filter(self, ctx: CycleContext) -> np.ndarray:
+    def filter(self, ctx: CycleContext) -> Status:
         sites = ctx.request.allowed_sites
-        if sites is None:
-            return np.ones(ctx.state.num_nodes, dtype=bool)
-        return sites[ctx.state.site_id]
-
-    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
-        return [("node(s) outside the pod's allowed regions", self.filter(ctx))]
+        ok = (np.ones(ctx.state.num_nodes, dtype=bool) if sites is None
+              else sites[ctx.state.site_id])
+        return Status.single(self.name, "node(s) outside the pod's allowed regions",
+                             UNRESOLVABLE, ok)

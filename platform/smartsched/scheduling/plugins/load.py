@@ -15,13 +15,15 @@ array on the state (from the forecaster, later) replaces the measurement when
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from smartsched.model.resources import CPU, MEM
 from smartsched.scheduling.framework import MAX_NODE_SCORE, CycleContext
+from smartsched.scheduling.status import Code, QueueingHint, Status
+from smartsched.twin.state import ClusterState
+
+_ALL = slice(None)
 
 
 class _PerResource(BaseModel):
@@ -43,6 +45,9 @@ class LoadAware:
 
     name = "LoadAware"
     Args = LoadAwareArgs
+    # Its verdict depends on the node's load only: the twin re-evaluates it when usage is
+    # sampled or room is freed, instead of retrying rejected pods on every completion.
+    queueing_hint = QueueingHint.NODE_CONDITION
 
     def __init__(self, args: LoadAwareArgs | None = None) -> None:
         self.args = args or LoadAwareArgs()
@@ -51,25 +56,38 @@ class LoadAware:
 
     def estimated_usage(self, ctx: CycleContext) -> np.ndarray:
         """[N, 2] estimated cpu (milli) and memory (MiB) in use now."""
-        def compute() -> np.ndarray:
-            st = ctx.state
-            base = st.usage[:, :2]
-            pred = getattr(st, "predicted_usage", None)
-            if self.args.use_prediction and pred is not None:
-                base = np.maximum(base, pred[:, :2])
-            since = np.maximum(st.allocated[:, [CPU, MEM]] - st.usage_allocated[:, [CPU, MEM]], 0)
-            scale = np.array([self.args.estimated_scaling.cpu, self.args.estimated_scaling.memory])
-            return base + since * scale
+        return ctx.cached("load_estimate", lambda: self._estimate(ctx.state))
 
-        return ctx.cached("load_estimate", compute)
+    def _estimate(self, st: ClusterState, nodes: np.ndarray | slice = _ALL) -> np.ndarray:
+        base = st.usage[nodes, :2]
+        pred = st.predicted_usage
+        if self.args.use_prediction and pred is not None:
+            base = np.maximum(base, pred[nodes, :2])
+        since = np.maximum(st.allocated[nodes][:, [CPU, MEM]]
+                           - st.usage_allocated[nodes][:, [CPU, MEM]], 0)
+        scale = np.array([self.args.estimated_scaling.cpu, self.args.estimated_scaling.memory])
+        return base + since * scale
 
-    def filter(self, ctx: CycleContext) -> np.ndarray:
-        th = np.array([self.args.usage_thresholds.cpu, self.args.usage_thresholds.memory])
-        frac = self.estimated_usage(ctx) / np.maximum(ctx.state.capacity[:, [CPU, MEM]], 1)
-        return ~((th > 0) & (frac > th)).any(axis=1)
+    def _under_threshold(self, st: ClusterState, est: np.ndarray,
+                         nodes: np.ndarray | slice = _ALL) -> np.ndarray:
+        a = self.args.usage_thresholds
+        frac = est / np.maximum(st.capacity[nodes][:, [CPU, MEM]], 1)
+        over = np.zeros(frac.shape[0], dtype=bool)
+        for j, th in enumerate((a.cpu, a.memory)):
+            if th > 0:  # 0 disables the resource's threshold
+                over |= frac[:, j] > th
+        return ~over
 
-    def explain(self, ctx: CycleContext) -> Sequence[tuple[str, np.ndarray]]:
-        return [("node(s) over their usage threshold", self.filter(ctx))]
+    def node_condition(self, state: ClusterState,
+                       nodes: np.ndarray | slice = _ALL) -> np.ndarray:
+        """Nodes (all, or those given) under their usage threshold: the filter's verdict
+        for any pod."""
+        return self._under_threshold(state, self._estimate(state, nodes), nodes)
+
+    def filter(self, ctx: CycleContext) -> Status:
+        ok = self._under_threshold(ctx.state, self.estimated_usage(ctx))
+        return Status.single(self.name, "node(s) over their usage threshold",
+                             Code.UNSCHEDULABLE, ok)
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
         a = self.args

@@ -27,22 +27,29 @@ from smartsched.model.errors import ValidationError
 M = TypeVar("M", bound=BaseModel)
 
 
-def read_yaml(path: str | Path, field: str) -> Any:
-    """The parsed YAML (or JSON) document at ``path``; errors are named ``field``."""
+def read_yaml(path: str | Path, field: str, *, kind: str = "YAML",
+              cite_source: bool = True) -> Any:
+    """The parsed YAML (or JSON) document at ``path``; errors are named ``field``.
+
+    ``kind`` names the format in the error ("JSON/YAML" where both are expected);
+    ``cite_source`` adds the path to the error (off where the field already says which
+    file, as a command's ``--nodes`` does).
+    """
     path = Path(path)
     try:
         text = path.read_text()
     except OSError as e:
         raise ValidationError(field, f"cannot read {path}: {e}") from None
-    return read_yaml_text(text, field, source=str(path))
+    return read_yaml_text(text, field, source=str(path) if cite_source else None, kind=kind)
 
 
-def read_yaml_text(text: str, field: str, source: str | None = None) -> Any:
+def read_yaml_text(text: str, field: str, source: str | None = None, *,
+                   kind: str = "YAML") -> Any:
     """The parsed YAML document in ``text`` (read from ``source``); errors are named ``field``."""
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ValidationError(field, f"not valid YAML: {e}", source=source) from None
+        raise ValidationError(field, f"not valid {kind}: {e}", source=source) from None
 
 
 def read_resource(package: str, name: str, field: str) -> Any:

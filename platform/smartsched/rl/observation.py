@@ -1,0 +1,259 @@
+"""The policy's observation: named columns, built one way for training and for inference.
+
+Owns what the RL policy sees and the meaning of every column: per-node
+features (``NODE_COLUMNS``, then optionally the forecaster's two columns and
+k reduced-telemetry columns), per-pod features (``POD_COLUMNS``), the action
+mask (the scheduling framework's filters; last entry = defer) and the reward
+weights. ``Observer`` assembles the whole observation; the gym env (training)
+and the ``rl:`` scheduler (inference) both call it, so a checkpoint sees the
+same thing wherever it runs. Code that needs a column asks for it by name
+(``NODE_COL["score_fgd"]``), never by number.
+
+Everything is read from the twin's ``ClusterState`` and the scheduling
+framework's plugins; nothing here mutates state. Features are scaled to
+roughly [-1, 1] and clipped to [-10, 10]. The column order is part of every
+exported policy (``smartsched_policy.json`` records it): appending is safe for
+new policies, reordering is not.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+import numpy as np
+
+from smartsched.model.cluster import ClusterSpec
+from smartsched.model.pod import POD_CLASSES
+from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, MEM, MILLI_PER_DEVICE
+from smartsched.scheduling.framework import CycleContext
+from smartsched.scheduling.plugins.gpu import FGD, BestFit
+from smartsched.scheduling.plugins.k8s import NodeResourcesFit
+from smartsched.twin.state import POWER_BOOTING, POWER_ON, ClusterState, PodRequest
+
+CPU_SCALE: Final = 128_000.0
+MEM_SCALE: Final = 1_048_576.0
+DEVICE_SLOTS: Final = 8
+ZONE_SLOTS: Final = 8
+CLIP: Final = 10.0
+
+NODE_COLUMNS: Final[tuple[str, ...]] = (
+    "cap_cpu", "cap_mem", "gpu_count",  # capacity (static)
+    "free_cpu", "free_mem", "free_gpu", "gpu_max_free", "gpu_full_devices",
+    *(f"device_free_{d}" for d in range(DEVICE_SLOTS)),  # per device, most free first
+    "use_cpu", "use_mem", "use_gpu", "trend_cpu", "trend_mem", "trend_gpu",
+    "powered_on", "booting", "best_effort_slack_cpu",
+    "edge_site", "client_latency", "over_latency_slo",  # from the pod's origin site
+    "carbon", "pue", "price",
+    "app_on_node", "app_in_zone",  # the pod's app: co-location on the node and in its zone
+    "score_least_allocated", "score_bestfit", "score_fgd", "gpu_model_ok",
+    *(f"zone_{z}" for z in range(ZONE_SLOTS)),  # static layout, for the topology encoder
+    "sockets", "nvlink", "rack",
+)
+NODE_COL: Final[dict[str, int]] = {name: i for i, name in enumerate(NODE_COLUMNS)}
+NODE_FEATURES: Final = len(NODE_COLUMNS)
+# Optional columns after the fixed ones (``forecast=True``): the forecaster's predicted CPU
+# and memory use over the next horizon, as fractions of capacity (current usage until the
+# forecaster has seen a full lookback); then, with ``telemetry_k > 0``, the node's reduced
+# telemetry (twin.telemetry.reduction: the first k principal components of its wide metric
+# vector; zeros before the first tick).
+FORECAST_COLUMNS: Final = ("forecast_cpu", "forecast_mem")
+FORECAST_COLS: Final = len(FORECAST_COLUMNS)
+
+ZONE_COL: Final = NODE_COL["zone_0"]  # zone one-hot: ZONE_COL .. ZONE_COL + ZONE_SLOTS
+SOCKETS_COL: Final = NODE_COL["sockets"]
+NVLINK_COL: Final = NODE_COL["nvlink"]
+RACK_COL: Final = NODE_COL["rack"]  # rack identity (rack index / 100), for rack edges
+# Columns that never change for a node: the topology encoder's input and cache key.
+STATIC_COLS: Final = (NODE_COL["cap_cpu"], NODE_COL["cap_mem"], NODE_COL["gpu_count"],
+                      *range(ZONE_COL, NODE_FEATURES))
+# Node columns a heuristic-residual policy mixes (module.heuristic_prior), by name.
+HEURISTIC_NAMES: Final = ("app_on_node", "app_in_zone", "score_least_allocated",
+                          "score_bestfit", "score_fgd")
+HEURISTIC_COLS: Final = tuple(NODE_COL[n] for n in HEURISTIC_NAMES)
+
+POD_COLUMNS: Final[tuple[str, ...]] = (
+    "cpu", "mem", "num_gpu", "gpu_milli",
+    *(f"class_{c.value}" for c in POD_CLASSES),
+    "gang_size", "gpu_model_constrained", "deadline_days", "latency_slo", "priority",
+    "best_effort", "queue", "hour_sin", "hour_cos", "feasible_share",
+)
+POD_COL: Final[dict[str, int]] = {name: i for i, name in enumerate(POD_COLUMNS)}
+POD_FEATURES: Final = len(POD_COLUMNS)
+
+
+def node_columns(forecast: bool, telemetry_k: int) -> tuple[str, ...]:
+    """The names of every node column for these options, in order."""
+    return (NODE_COLUMNS + (FORECAST_COLUMNS if forecast else ())
+            + tuple(f"telemetry_{j}" for j in range(telemetry_k)))
+
+
+class FeatureBuilder:
+    """Builds node and pod features for one cluster; keeps the previous usage for trends."""
+
+    def __init__(self, spec: ClusterSpec, state: ClusterState, fgd: FGD | None,
+                 forecast: bool = False, telemetry_k: int = 0) -> None:
+        self.state = state
+        self.forecast = forecast
+        self.telemetry_k = telemetry_k
+        self.width = NODE_FEATURES + (FORECAST_COLS if forecast else 0) + telemetry_k
+        self.fgd = fgd
+        self.least = NodeResourcesFit()
+        self.bestfit = BestFit()
+        sites = spec.sites
+        self.site_edge = np.array([s.kind == "edge" for s in sites], dtype=np.float32)
+        self.site_pue = np.array([s.pue for s in sites], dtype=np.float32)
+        self.site_price = np.array([s.price_core_hour for s in sites], dtype=np.float32)
+        self.sites = sites
+        self._site_index = {s.name: i for i, s in enumerate(sites)}
+        # Latency from every site (as a pod's origin) to every site.
+        self.latency = np.array(
+            [[t.latency_ms_from(o) for t in sites] for o in sites], dtype=np.float32
+        )
+        n = state.num_nodes
+        self.static = np.zeros((n, NODE_FEATURES - ZONE_COL), dtype=np.float32)
+        self.static[np.arange(n), state.zone_id % ZONE_SLOTS] = 1.0
+        self.static[:, SOCKETS_COL - ZONE_COL] = [x.sockets / 4 for x in spec.nodes]
+        self.static[:, NVLINK_COL - ZONE_COL] = [
+            1.0 if x.num_gpu > 1 and DEVICE_MODELS[x.gpu_model].nvlink else 0.0
+            for x in spec.nodes
+        ]
+        self.static[:, RACK_COL - ZONE_COL] = (state.rack_id % 1000) / 100.0
+        self.prev_usage = state.usage.copy()
+        self.trend = np.zeros_like(state.usage, dtype=np.float32)
+        self.prev_usage_time = -1.0
+
+    def nodes(self, ctx: CycleContext, feasible: np.ndarray, now: float) -> np.ndarray:
+        """[N, self.width] float32."""
+        st, req = self.state, ctx.request
+        c = NODE_COL
+        n = st.num_nodes
+        cap = st.capacity.astype(np.float32)
+        gpu_cap = np.maximum(cap[:, GPU], 1.0)
+        f = np.zeros((n, self.width), dtype=np.float32)
+        f[:, c["cap_cpu"]] = cap[:, CPU] / CPU_SCALE
+        f[:, c["cap_mem"]] = cap[:, MEM] / MEM_SCALE
+        f[:, c["gpu_count"]] = st.gpu_count / DEVICE_SLOTS
+        f[:, c["free_cpu"]] = st.free_res[:, CPU] / cap[:, CPU]
+        f[:, c["free_mem"]] = st.free_res[:, MEM] / cap[:, MEM]
+        f[:, c["free_gpu"]] = np.where(st.gpu_count > 0, st.gpu_free.sum(axis=1) / gpu_cap, 0.0)
+        f[:, c["gpu_max_free"]] = st.gpu_max_free / MILLI_PER_DEVICE
+        f[:, c["gpu_full_devices"]] = st.gpu_full / DEVICE_SLOTS
+        dev = -np.sort(-st.gpu_free, axis=1)[:, :DEVICE_SLOTS] / MILLI_PER_DEVICE
+        d0 = c["device_free_0"]
+        f[:, d0 : d0 + dev.shape[1]] = dev
+        scale = np.stack([cap[:, CPU], cap[:, MEM], gpu_cap], axis=1)
+        f[:, c["use_cpu"] : c["use_gpu"] + 1] = st.usage / scale
+        if now != self.prev_usage_time and not np.array_equal(st.usage, self.prev_usage):
+            self.trend = (st.usage - self.prev_usage) / scale
+            self.prev_usage = st.usage.copy()
+            self.prev_usage_time = now
+        f[:, c["trend_cpu"] : c["trend_gpu"] + 1] = self.trend
+        f[:, c["powered_on"]] = st.power == POWER_ON
+        f[:, c["booting"]] = st.power == POWER_BOOTING
+        f[:, c["best_effort_slack_cpu"]] = (
+            (st.be_allocatable[:, 0] - st.be_allocated[:, 0]) / cap[:, CPU])
+        f[:, c["edge_site"]] = self.site_edge[st.site_id]
+        pod = req.pod
+        if pod.origin_site is not None and pod.origin_site in self._site_index:
+            lat = self.latency[self._site_index[pod.origin_site]][st.site_id]
+            f[:, c["client_latency"]] = lat / 20.0
+            if pod.latency_slo_ms is not None:
+                f[:, c["over_latency_slo"]] = lat > pod.latency_slo_ms
+        ci = np.array([s.carbon.at(now) for s in self.sites], dtype=np.float32)
+        f[:, c["carbon"]] = ci[st.site_id] / 500.0
+        f[:, c["pue"]] = self.site_pue[st.site_id] - 1.0
+        f[:, c["price"]] = self.site_price[st.site_id] * 10.0
+        if pod.app and pod.app in st.app_pods:
+            on_node = st.app_pods[pod.app]
+            total = max(int(on_node.sum()), 1)
+            f[:, c["app_on_node"]] = on_node / 10.0
+            zone = np.bincount(st.zone_id, weights=on_node, minlength=len(st.zone_names))
+            f[:, c["app_in_zone"]] = zone[st.zone_id] / total
+        if feasible.any():
+            f[:, c["score_least_allocated"]] = _as_array(self.least.score(ctx, feasible),
+                                                         n) / 100.0
+            f[:, c["score_bestfit"]] = _as_array(self.bestfit.score(ctx, feasible), n) / 100.0
+            if self.fgd is not None and self.fgd.target is not None:
+                f[:, c["score_fgd"]] = _as_array(self.fgd.score(ctx, feasible), n) / 100.0
+        f[:, c["gpu_model_ok"]] = 1.0 if req.models_ok is None else req.models_ok[st.gpu_model]
+        f[:, ZONE_COL:NODE_FEATURES] = self.static
+        if self.forecast:
+            pred = st.predicted_usage
+            base = st.usage[:, :2] if pred is None else pred[:, :2]
+            f[:, NODE_FEATURES:NODE_FEATURES + FORECAST_COLS] = base / cap[:, [CPU, MEM]]
+        if self.telemetry_k and st.telemetry_features is not None:
+            f[:, self.width - self.telemetry_k:] = st.telemetry_features
+        np.clip(f, -CLIP, CLIP, out=f)
+        return f
+
+    @staticmethod
+    def pod(req: PodRequest, now: float, queue_length: int, feasible_share: float) -> np.ndarray:
+        """[POD_FEATURES] float32."""
+        p = req.pod
+        c = POD_COL
+        f = np.zeros(POD_FEATURES, dtype=np.float32)
+        f[c["cpu"]] = p.cpu_milli / CPU_SCALE * 4
+        f[c["mem"]] = p.memory_mib / MEM_SCALE * 4
+        f[c["num_gpu"]] = p.num_gpu / DEVICE_SLOTS
+        f[c["gpu_milli"]] = p.gpu_milli / MILLI_PER_DEVICE
+        f[c[f"class_{p.pod_class.value}"]] = 1.0
+        f[c["gang_size"]] = p.gang_size / 64.0
+        f[c["gpu_model_constrained"]] = 1.0 if p.gpu_models else 0.0
+        f[c["deadline_days"]] = 0.0 if p.deadline is None else min(
+            (p.deadline - now) / 86400.0, 2.0)
+        f[c["latency_slo"]] = 0.0 if p.latency_slo_ms is None else p.latency_slo_ms / 100.0
+        f[c["priority"]] = p.priority / 1000.0
+        f[c["best_effort"]] = 1.0 if p.best_effort else 0.0
+        f[c["queue"]] = math.log1p(queue_length) / 5.0
+        hour = (now / 3600.0) % 24.0
+        f[c["hour_sin"]] = math.sin(2 * math.pi * hour / 24)
+        f[c["hour_cos"]] = math.cos(2 * math.pi * hour / 24)
+        f[c["feasible_share"]] = feasible_share
+        np.clip(f, -CLIP, CLIP, out=f)
+        return f
+
+
+class Observer:
+    """The whole observation of one pod decision: padded node features, pod features, the
+    action mask (feasible nodes, then defer) and the reward weights."""
+
+    def __init__(self, spec: ClusterSpec, state: ClusterState, fgd: FGD | None, *,
+                 forecast: bool = False, telemetry_k: int = 0,
+                 max_nodes: int | None = None) -> None:
+        self.features = FeatureBuilder(spec, state, fgd, forecast, telemetry_k)
+        self.state = state
+        self.max_nodes = max_nodes or state.num_nodes
+        if self.max_nodes < state.num_nodes:
+            raise ValueError(f"max_nodes {self.max_nodes} < cluster nodes {state.num_nodes}")
+
+    @property
+    def width(self) -> int:
+        return self.features.width
+
+    def observe(self, ctx: CycleContext, feasible: np.ndarray, deferrable: bool,
+                now: float, queue_length: int, weights: np.ndarray) -> dict[str, np.ndarray]:
+        n = self.state.num_nodes
+        nodes = np.zeros((self.max_nodes, self.width), dtype=np.float32)
+        nodes[:n] = self.features.nodes(ctx, feasible, now)
+        mask = np.zeros(self.max_nodes + 1, dtype=np.float32)
+        mask[:n] = feasible
+        mask[-1] = 1.0 if deferrable else 0.0
+        pod = FeatureBuilder.pod(ctx.request, now, queue_length, float(feasible.mean()))
+        return {"nodes": nodes, "pod": pod, "action_mask": mask, "weights": weights}
+
+    def terminal(self, weights: np.ndarray) -> dict[str, np.ndarray]:
+        """The observation after the last decision (nothing to choose; defer kept open so
+        the mask is never empty for samplers)."""
+        mask = np.zeros(self.max_nodes + 1, dtype=np.float32)
+        mask[-1] = 1.0
+        return {
+            "nodes": np.zeros((self.max_nodes, self.width), dtype=np.float32),
+            "pod": np.zeros(POD_FEATURES, dtype=np.float32),
+            "action_mask": mask,
+            "weights": weights,
+        }
+
+
+def _as_array(x: np.ndarray | float, n: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(x, dtype=np.float32), (n,))

@@ -1,0 +1,57 @@
+"""The twin's event heap: simulated time advances from one event batch to the next.
+
+Owns the event kinds and their order at equal times (completions free
+capacity before arrivals ask for it; metric ticks see the settled state), and
+a heap with a tie-breaking counter, so runs are deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+# Event kinds; the integer also orders simultaneous events.
+EV_RECOVER: Final = 0
+EV_COMPLETE: Final = 1
+EV_POWER_UP: Final = 2
+EV_FAIL: Final = 3
+EV_POWER_DOWN: Final = 4
+EV_ARRIVE: Final = 5
+EV_TICK: Final = 6
+
+
+@dataclass(order=True)
+class Event:
+    time: float
+    kind: int
+    seq: int
+    payload: Any = field(compare=False)
+
+
+class EventHeap:
+    """Pending events by (time, kind, insertion order); counts the non-tick ones, because
+    a run with only ticks left is over unless a horizon asks for more."""
+
+    def __init__(self) -> None:
+        self._events: list[Event] = []
+        self._seq = itertools.count()
+        self.non_tick = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._events)
+
+    def push(self, time: float, kind: int, payload: Any) -> None:
+        if kind != EV_TICK:
+            self.non_tick += 1
+        heapq.heappush(self._events, Event(time, kind, next(self._seq), payload))
+
+    def peek(self) -> Event:
+        return self._events[0]
+
+    def pop(self) -> Event:
+        ev = heapq.heappop(self._events)
+        if ev.kind != EV_TICK:
+            self.non_tick -= 1
+        return ev

@@ -1,0 +1,353 @@
+"""The twin's scheduling queue: Kubernetes order, gangs, and retries on the right events.
+
+Owns which waiting pod is offered next and when a rejected pod is offered
+again. Pending pods are offered in Kubernetes order (priority desc, then
+arrival, then submission order); a gang is one unit, offered once all its
+members have arrived. A rejected unit is parked:
+
+* with a ``RetryHint`` (what the scheduler's filters said: the nodes no event
+  reopens, the pod-independent conditions, and the twin's own resource fit),
+  it is retried exactly when an event makes it pass some node -- room freed on
+  a node (completion, eviction), a usage sample (node load changed), a node
+  back up -- as kube-scheduler's QueueingHints do. A pod refused by LoadAware
+  is retried when a node's load falls below the threshold, not on every
+  completion. A retry the hint skips could only have failed again.
+* without a hint (gangs, whose members must all fit, and decisions that give
+  none), it is retried when its first member's requests fit the node where
+  room was freed, and at the periodic flush.
+
+A deferred unit waits for the next periodic flush: deferring is a choice
+about time, not about room. Node failures and recoveries retry everything.
+
+Parked hinted units are rows of arrays (their requests, open nodes and
+condition group), so each check is one numpy expression over all of them.
+Must not import scheduling.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from smartsched.model.resources import GPU_MODEL_IDS
+from smartsched.twin.decision import NodeCondition, RetryHint
+from smartsched.twin.podtable import DONE, FAILED, PENDING, PodTable
+from smartsched.twin.state import ClusterState, PodRequest, RequestBatch
+
+# The parts of ClusterState.fit_checks that count as "room" for the rule without a hint.
+ROOM_CHECKS = frozenset({"cpu", "memory", "fpga", "gpu"})
+# Hinted units are checked against all nodes in chunks of this many rows (memory bound).
+_CHUNK = 512
+
+
+class SchedulingQueue:
+    """Pending units (pod index ``i >= 0``, gang ``-(g + 1)``) and where they wait."""
+
+    def __init__(self, table: PodTable, state: ClusterState,
+                 request: Callable[[int], PodRequest]) -> None:
+        self.table = table
+        self.state = state
+        self.request = request  # compiled request of pod i (cached by the engine)
+        self._active: list[tuple[int, float, int, int]] = []  # (-prio, arrival, rep, unit)
+        self._unhinted: set[int] = set()
+        self._hinted = _HintedPool(state.num_nodes)
+        self._deferred: set[int] = set()
+
+        # Gangs: members, how many arrived, and their size.
+        self.gang_members: list[list[int]] = []
+        self.gang_of = np.full(len(table), -1, dtype=np.int64)
+        gang_ids: dict[str, int] = {}
+        for i, p in enumerate(table.pods):
+            if p.gang_id is not None and p.gang_size > 1:
+                g = gang_ids.setdefault(p.gang_id, len(gang_ids))
+                if g == len(self.gang_members):
+                    self.gang_members.append([])
+                self.gang_members[g].append(i)
+                self.gang_of[i] = g
+        self._gang_arrived = np.zeros(len(self.gang_members), dtype=np.int64)
+        self._gang_size = np.array(
+            [table.pods[m[0]].gang_size for m in self.gang_members], dtype=np.int64
+        )
+
+    # ---------------------------------------------------------------- units
+    def unit_of(self, i: int) -> int:
+        """The queue unit pod ``i`` belongs to (its gang, or itself)."""
+        g = int(self.gang_of[i])
+        return -(g + 1) if g >= 0 else i
+
+    @property
+    def waiting(self) -> bool:
+        """Whether any unit is parked or deferred."""
+        return bool(self._unhinted or self._deferred or self._hinted.parked)
+
+    def is_parked(self, unit: int) -> bool:
+        return unit in self._unhinted or self._hinted.is_parked(unit)
+
+    # -------------------------------------------------------------- arrival
+    def arrived(self, i: int) -> None:
+        """Pod ``i`` is pending: queue it, or count it towards its gang."""
+        tb = self.table
+        g = int(self.gang_of[i])
+        if g >= 0:
+            self._gang_arrived[g] += 1
+            if self._gang_arrived[g] == self._gang_size[g]:
+                first = min(self.gang_members[g], key=lambda m: (tb.arrival[m], m))
+                self._push(-(g + 1), first)
+            return
+        self._push(i, i)
+
+    def _push(self, unit: int, rep: int) -> None:
+        tb = self.table
+        heapq.heappush(self._active, (-int(tb.priority[rep]), float(tb.arrival[rep]), rep, unit))
+
+    def _requeue(self, units: Iterable[int]) -> None:
+        for u in units:
+            rep = self.gang_members[-u - 1][0] if u < 0 else u
+            self._push(u, rep)
+
+    # ------------------------------------------------------------------ pop
+    def pop(self, gang_busy: Callable[[int], bool]) -> int | list[int] | None:
+        """The next unit to offer: a pod index, a gang's pending members, or None.
+
+        A gang is offered only when every member still to run is pending and none
+        is bound or running (``gang_busy``): members that finished are not re-run.
+        """
+        tb = self.table
+        while self._active:
+            _, _, _, unit = heapq.heappop(self._active)
+            if unit < 0:
+                g = -unit - 1
+                st = tb.status[self.gang_members[g]]
+                members = [m for m, s in zip(self.gang_members[g], st, strict=True)
+                           if s == PENDING]
+                needed = int(((st != DONE) & (st != FAILED)).sum())
+                if members and len(members) == needed and not gang_busy(g):
+                    return members
+            elif tb.status[unit] == PENDING and not self.is_parked(unit):
+                if self._hinted.is_woken(unit):
+                    # Woken by an event, but pods offered before it may have taken the room:
+                    # check its hint again (cheap) before asking the scheduler (a full cycle).
+                    if not self._hinted.passes(self.state, unit):
+                        self._hinted.park_again(unit)
+                        continue
+                    self._hinted.release([unit])
+                return unit
+        return None
+
+    # ---------------------------------------------------------------- parking
+    def park(self, unit: int, hint: RetryHint | None) -> None:
+        """A rejected unit waits; with a hint, until an event lets it pass somewhere."""
+        if hint is None or unit < 0:
+            self._unhinted.add(unit)
+        else:
+            self._hinted.add(unit, self.request(unit), hint)
+
+    def defer(self, unit: int) -> None:
+        self._deferred.add(unit)
+
+    # ----------------------------------------------------------------- events
+    def room_freed(self, node: int) -> None:
+        """A pod left ``node``: retry units that may now pass there."""
+        if self._unhinted:
+            units = sorted(self._unhinted)
+            reps = [self.gang_members[-u - 1][0] if u < 0 else u for u in units]
+            batch = RequestBatch.of([self.request(r) for r in reps])
+            checks = self.state.fit_checks(batch, np.array([node]))
+            ok = np.ones(len(units), dtype=bool)
+            for name, mask in checks:
+                if name in ROOM_CHECKS:
+                    ok &= mask[:, 0]
+            units = [u for u, k in zip(units, ok, strict=True) if k]
+            self._unhinted.difference_update(units)
+            self._requeue(units)
+        if self._hinted.parked:
+            self._requeue(self._hinted.wake(self._hinted.passing_at(self.state, node)))
+
+    def usage_sampled(self) -> None:
+        """Node usage (and with it load-based verdicts) changed: retry hinted units that
+        now pass some node."""
+        if self._hinted.parked:
+            self._requeue(self._hinted.wake(self._hinted.passing_anywhere(self.state)))
+
+    def flush(self) -> None:
+        """The periodic retry: deferred units and units without a hint go back to the queue
+        (kube's podMaxInUnschedulablePodsDuration). Hinted units need no flush: every
+        event that could let them pass is checked (``room_freed``, ``usage_sampled``)."""
+        self._unhinted |= self._deferred
+        self._deferred = set()
+        units = sorted(self._unhinted)
+        self._unhinted = set()
+        self._requeue(units)
+
+    def retry_all(self) -> None:
+        """Nodes changed (a failure or a recovery): every parked unit goes back."""
+        units = sorted(self._unhinted | set(self._hinted.parked_units()))
+        self._unhinted = set()
+        # Open nodes may have changed: every hint is void (woken units stay queued).
+        self._hinted.release(list(self._hinted.row_of))
+        self._requeue(units)
+
+    def park_evicted(self, units: Iterable[int]) -> None:
+        """Evicted units wait without a hint (the caller retries them with ``retry_all``)."""
+        self._unhinted.update(units)
+
+
+class _HintedPool:
+    """Parked units with retry hints, one row each: requests, open nodes, condition group."""
+
+    def __init__(self, num_nodes: int) -> None:
+        self.num_nodes = num_nodes
+        # Every row's unit: parked (``active``: watching events) or woken (back in the
+        # queue, its hint kept for the check when it is popped).
+        self.row_of: dict[int, int] = {}
+        self.parked = 0
+        self._free: list[int] = []
+        self._groups: list[tuple[NodeCondition, ...]] = []
+        self._group_ids: dict[tuple[int, ...], int] = {}
+        self._alloc(64)
+
+    def _alloc(self, cap: int) -> None:
+        old = getattr(self, "unit", None)
+        n = 0 if old is None else old.size
+        open_ = np.zeros((cap, self.num_nodes), dtype=bool)
+        unit = np.zeros(cap, dtype=np.int64)
+        active = np.zeros(cap, dtype=bool)
+        group = np.zeros(cap, dtype=np.int64)
+        cols = np.zeros((cap, 5), dtype=np.int64)  # cpu, memory, fpga, num_gpu, gpu_milli
+        be = np.zeros((cap, 1), dtype=bool)
+        models = np.ones((cap, len(GPU_MODEL_IDS) + 1), dtype=bool)
+        constrained = np.zeros(cap, dtype=bool)
+        if old is not None:
+            open_[:n], unit[:n], active[:n], group[:n] = self.open, self.unit, self.active, \
+                self.group
+            cols[:n], be[:n], models[:n], constrained[:n] = self.cols, self.be, self.models, \
+                self.constrained
+        self.open, self.unit, self.active, self.group = open_, unit, active, group
+        self.cols, self.be, self.models, self.constrained = cols, be, models, constrained
+        self._free.extend(range(cap - 1, n - 1, -1))
+
+    def is_parked(self, unit: int) -> bool:
+        r = self.row_of.get(unit)
+        return r is not None and bool(self.active[r])
+
+    def is_woken(self, unit: int) -> bool:
+        r = self.row_of.get(unit)
+        return r is not None and not self.active[r]
+
+    def parked_units(self) -> list[int]:
+        return [u for u, r in self.row_of.items() if self.active[r]]
+
+    def add(self, unit: int, req: PodRequest, hint: RetryHint) -> None:
+        if unit in self.row_of:
+            self.release([unit])
+        if not self._free:
+            self._alloc(2 * self.unit.size)
+        r = self._free.pop()
+        key = tuple(id(c) for c in hint.conditions)
+        g = self._group_ids.get(key)
+        if g is None:
+            g = self._group_ids[key] = len(self._groups)
+            self._groups.append(hint.conditions)
+        b = req.batch
+        assert b is not None
+        self.row_of[unit] = r
+        self.parked += 1
+        self.open[r] = hint.open_nodes
+        self.unit[r], self.active[r], self.group[r] = unit, True, g
+        self.cols[r] = (b.cpu[0, 0], b.memory[0, 0], b.fpga[0, 0], b.num_gpu[0, 0],
+                        b.gpu_milli[0, 0])
+        self.be[r] = b.best_effort[0]
+        self.constrained[r] = b.models_ok is not None
+        self.models[r] = b.models_ok[0] if b.models_ok is not None else True
+
+    def wake(self, units: list[int]) -> list[int]:
+        """``units`` go back to the queue: stop watching events for them; returns them."""
+        for u in units:
+            self.active[self.row_of[u]] = False
+        self.parked -= len(units)
+        return units
+
+    def park_again(self, unit: int) -> None:
+        """A woken unit that no longer passes anywhere watches events again."""
+        self.active[self.row_of[unit]] = True
+        self.parked += 1
+
+    def release(self, units: list[int]) -> None:
+        """Forget ``units`` and their hints."""
+        for u in units:
+            r = self.row_of.pop(u)
+            if self.active[r]:
+                self.parked -= 1
+            self.active[r] = False
+            self._free.append(r)
+
+    def passes(self, state: ClusterState, unit: int) -> bool:
+        """Whether ``unit`` passes every check on some node now (its open nodes first, then
+        the fit, then the conditions on the nodes left: each step narrows the next)."""
+        r = self.row_of[unit]
+        nodes = np.flatnonzero(self.open[r])
+        if nodes.size == 0:
+            return False
+        fit = np.ones(nodes.size, dtype=bool)
+        for _, mask in state.fit_checks(self._batch(np.array([r])), nodes):
+            fit &= mask[0]
+        nodes = nodes[fit]
+        for c in self._groups[int(self.group[r])]:
+            if nodes.size == 0:
+                return False
+            nodes = nodes[c.node_condition(state, nodes)]
+        return bool(nodes.size)
+
+    def _batch(self, rows: np.ndarray) -> RequestBatch:
+        c = self.cols[rows]
+        models = self.models[rows] if self.constrained[rows].any() else None
+        return RequestBatch(c[:, 0:1], c[:, 1:2], c[:, 2:3], c[:, 3:4], c[:, 4:5],
+                            self.be[rows], models)
+
+    def _conditions(self, state: ClusterState, g: int) -> np.ndarray | None:
+        """[N] bool where every condition of group ``g`` passes (None: no condition)."""
+        ok = None
+        for c in self._groups[g]:
+            m = c.node_condition(state)
+            ok = m if ok is None else ok & m
+        return ok
+
+    def passing_at(self, state: ClusterState, node: int) -> list[int]:
+        """Units that pass every check on ``node`` now."""
+        rows = np.flatnonzero(self.active & self.open[:, node])
+        if rows.size == 0:
+            return []
+        groups = self.group[rows]
+        for g in np.unique(groups).tolist():
+            cond = self._conditions(state, g)
+            if cond is not None and not cond[node]:
+                rows = rows[groups != g]
+                groups = groups[groups != g]
+        if rows.size == 0:
+            return []
+        ok = np.ones(rows.size, dtype=bool)
+        for _, mask in state.fit_checks(self._batch(rows), np.array([node])):
+            ok &= mask[:, 0]
+        return self.unit[rows[ok]].tolist()
+
+    def passing_anywhere(self, state: ClusterState) -> list[int]:
+        """Units that pass every check on some node now."""
+        rows_all = np.flatnonzero(self.active)
+        out: list[int] = []
+        groups = self.group[rows_all]
+        for g in np.unique(groups).tolist():
+            rows_g = rows_all[groups == g]
+            cond = self._conditions(state, g)
+            nodes = np.flatnonzero(self.open[rows_g].any(axis=0) if cond is None
+                                   else cond & self.open[rows_g].any(axis=0))
+            if nodes.size == 0:
+                continue
+            for start in range(0, rows_g.size, _CHUNK):
+                rows = rows_g[start:start + _CHUNK]
+                ok = self.open[np.ix_(rows, nodes)]
+                for _, mask in state.fit_checks(self._batch(rows), nodes):
+                    ok &= mask
+                out.extend(self.unit[rows[ok.any(axis=1)]].tolist())
+        return sorted(out)

@@ -1,0 +1,84 @@
+"""The run builder: every driver gets a twin with the hooks its scheduler asks for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smartsched.model.errors import ValidationError
+from smartsched.scheduling.base import TwinNeeds
+from smartsched.scheduling.run import build_run
+
+REPO = Path(__file__).resolve().parents[2]
+FORECASTER = REPO / "models" / "forecast"
+
+
+@pytest.fixture
+def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packaged forecast profiles name ``models/forecast`` relative to the working dir."""
+    if not FORECASTER.is_dir():
+        pytest.skip("models/forecast is not in this checkout")
+    monkeypatch.chdir(REPO)
+
+
+def test_a_forecasting_profile_runs_with_its_forecaster(in_repo: None) -> None:
+    run = build_run("small", "mixed", "load-aware-forecast", hours=7.0)
+    assert run.engine.usage_predictor is not None
+    run.drive()
+    assert run.engine.state.predicted_usage is not None  # a full lookback (6 h) was seen
+
+
+def test_the_live_exporter_attaches_the_forecaster_too(in_repo: None) -> None:
+    # Before the run builder, `telemetry serve --scheduler load-aware-forecast` built its
+    # own engine and silently ran without the forecaster.
+    from smartsched.prometheus.exporter import LiveTwin
+
+    twin = LiveTwin("small", "mixed", "load-aware-forecast", hours=1.0)
+    assert twin.engine.usage_predictor is not None
+
+
+def test_a_split_profile_carries_what_its_routes_need(in_repo: None, tmp_path: Path) -> None:
+    split = tmp_path / "split.yaml"
+    split.write_text("name: my-split\nroutes:\n  online: load-aware-forecast\n"
+                     "  default: k8s-default\n")
+    run = build_run("small", "mixed", str(split), hours=1.0)
+    assert run.engine.usage_predictor is not None
+
+
+def test_needs_that_cannot_share_a_twin_are_named() -> None:
+    with pytest.raises(ValidationError) as e:
+        TwinNeeds(forecaster="a").merge(TwinNeeds(forecaster="b"), "routes")
+    assert e.value.field == "routes.forecaster"
+    assert TwinNeeds(forecaster="a").merge(TwinNeeds(telemetry="t"), "x") == TwinNeeds("a", "t")
+
+
+@pytest.mark.parametrize(("key", "why"), [("colour", "unknown"), ("seed", "set by the run")])
+def test_engine_overrides_are_checked(key: str, why: str) -> None:
+    with pytest.raises(ValidationError, match=why) as e:
+        build_run("small", "mixed", "k8s-default", hours=1.0, engine_overrides={key: 1})
+    assert e.value.field == f"engine.{key}"
+
+
+def test_drive_stops_at_a_time_or_a_count_and_resumes() -> None:
+    run = build_run("small", "mixed", "k8s-default", hours=2.0)
+    assert run.drive(max_decisions=5) == 5
+    run.drive(until_s=1800.0)
+    req = run.next_decision()
+    assert req is not None and req.time >= 1800.0  # offered, not decided
+    run.drive()
+    assert run.next_decision() is None
+    rep = run.report()
+    assert rep["pods"]["placed"] > 0
+    assert len(run.engine.metrics.decision_seconds) == rep["pods"]["placed"] + sum(
+        rep["rejections_by_reason"].values())
+
+
+def test_settings_describe_the_run() -> None:
+    run = build_run("small", "mixed", "fgd", seed=3, hours=2.0, warmup_hours=1.0)
+    assert run.settings == {
+        "scheduler": "fgd", "mode": "replay", "seed": 3, "cluster": "small",
+        "nodes": len(run.cluster.nodes), "workload": "mixed", "inflate": None, "hours": 2.0,
+        "warmup_hours": 1.0, "start_hours": None,
+    }
+    assert run.engine.config.horizon_s == 3 * 3600.0
