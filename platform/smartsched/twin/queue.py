@@ -54,6 +54,10 @@ class SchedulingQueue:
         self._unhinted: set[int] = set()
         self._hinted = _HintedPool(state.num_nodes)
         self._deferred: set[int] = set()
+        # When woken units were last checked again: (the state's last mutation stamp,
+        # usage samples taken) -- either changing may change their verdicts.
+        self._samples = 0
+        self._woken_checked: tuple[int, int] | None = None
 
         # Gangs: members, how many arrived, and their size.
         self.gang_members: list[list[int]] = []
@@ -128,9 +132,14 @@ class SchedulingQueue:
             elif tb.status[unit] == PENDING and not self.is_parked(unit):
                 if self._hinted.is_woken(unit):
                     # Woken by an event, but pods offered before it may have taken the room:
-                    # check its hint again (cheap) before asking the scheduler (a full cycle).
-                    if not self._hinted.passes(self.state, unit):
-                        self._hinted.park_again(unit)
+                    # when the state changed since the last look, check every woken unit's
+                    # hint again at once (one numpy pass) and park those that pass nowhere,
+                    # instead of asking the scheduler (a full cycle each) to refuse them.
+                    stamp = (int(self.state.version.max()), self._samples)
+                    if stamp != self._woken_checked:
+                        self._hinted.park_failing_woken(self.state)
+                        self._woken_checked = stamp
+                    if not self._hinted.is_woken(unit):
                         continue
                     self._hinted.release([unit])
                 return unit
@@ -168,6 +177,7 @@ class SchedulingQueue:
     def usage_sampled(self) -> None:
         """Node usage (and with it load-based verdicts) changed: retry hinted units that
         now pass some node."""
+        self._samples += 1
         if self._hinted.parked:
             self._requeue(self._hinted.wake(self._hinted.passing_anywhere(self.state)))
 
@@ -215,6 +225,7 @@ class _HintedPool:
         unit = np.zeros(cap, dtype=np.int64)
         active = np.zeros(cap, dtype=bool)
         group = np.zeros(cap, dtype=np.int64)
+        used = np.zeros(cap, dtype=bool)
         cols = np.zeros((cap, 5), dtype=np.int64)  # cpu, memory, fpga, num_gpu, gpu_milli
         be = np.zeros((cap, 1), dtype=bool)
         models = np.ones((cap, len(GPU_MODEL_IDS) + 1), dtype=bool)
@@ -222,9 +233,11 @@ class _HintedPool:
         if old is not None:
             open_[:n], unit[:n], active[:n], group[:n] = self.open, self.unit, self.active, \
                 self.group
+            used[:n] = self.used
             cols[:n], be[:n], models[:n], constrained[:n] = self.cols, self.be, self.models, \
                 self.constrained
         self.open, self.unit, self.active, self.group = open_, unit, active, group
+        self.used = used
         self.cols, self.be, self.models, self.constrained = cols, be, models, constrained
         self._free.extend(range(cap - 1, n - 1, -1))
 
@@ -255,7 +268,7 @@ class _HintedPool:
         self.row_of[unit] = r
         self.parked += 1
         self.open[r] = hint.open_nodes
-        self.unit[r], self.active[r], self.group[r] = unit, True, g
+        self.unit[r], self.active[r], self.group[r], self.used[r] = unit, True, g, True
         self.cols[r] = (b.cpu[0, 0], b.memory[0, 0], b.fpga[0, 0], b.num_gpu[0, 0],
                         b.gpu_milli[0, 0])
         self.be[r] = b.best_effort[0]
@@ -280,25 +293,16 @@ class _HintedPool:
             r = self.row_of.pop(u)
             if self.active[r]:
                 self.parked -= 1
-            self.active[r] = False
+            self.active[r] = self.used[r] = False
             self._free.append(r)
 
-    def passes(self, state: ClusterState, unit: int) -> bool:
-        """Whether ``unit`` passes every check on some node now (its open nodes first, then
-        the fit, then the conditions on the nodes left: each step narrows the next)."""
-        r = self.row_of[unit]
-        nodes = np.flatnonzero(self.open[r])
-        if nodes.size == 0:
-            return False
-        fit = np.ones(nodes.size, dtype=bool)
-        for _, mask in state.fit_checks(self._batch(np.array([r])), nodes):
-            fit &= mask[0]
-        nodes = nodes[fit]
-        for c in self._groups[int(self.group[r])]:
-            if nodes.size == 0:
-                return False
-            nodes = nodes[c.node_condition(state, nodes)]
-        return bool(nodes.size)
+    def park_failing_woken(self, state: ClusterState) -> None:
+        """Woken units that pass no node now watch events again."""
+        woken = np.flatnonzero(self.used & ~self.active)
+        passing = set(self._passing_rows(state, woken))
+        for u in self.unit[woken].tolist():
+            if u not in passing:
+                self.park_again(u)
 
     def _batch(self, rows: np.ndarray) -> RequestBatch:
         c = self.cols[rows]
@@ -333,8 +337,11 @@ class _HintedPool:
         return self.unit[rows[ok]].tolist()
 
     def passing_anywhere(self, state: ClusterState) -> list[int]:
-        """Units that pass every check on some node now."""
-        rows_all = np.flatnonzero(self.active)
+        """Parked units that pass every check on some node now."""
+        return self._passing_rows(state, np.flatnonzero(self.active))
+
+    def _passing_rows(self, state: ClusterState, rows_all: np.ndarray) -> list[int]:
+        """The units of ``rows_all`` that pass every check on some node now."""
         out: list[int] = []
         groups = self.group[rows_all]
         for g in np.unique(groups).tolist():
