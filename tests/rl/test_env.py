@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod
 from smartsched.objectives.reward import COMPONENTS, RewardWeights, StepReward
 from smartsched.rl.env import SchedulingEnv
-from smartsched.twin.engine import Engine
 from smartsched.twin.podtable import BOUND, RUNNING
 from smartsched.workloads.parquet_io import write_pods
 
@@ -117,16 +115,16 @@ def _oracle(env: SchedulingEnv) -> np.ndarray:
     """Which nodes can take the offered pod, from the specs and the engine's pod table
     (what is bound or running where, on which devices) -- not from ClusterState's sums."""
     e = env.engine
-    pod, tb, spec = env._req.pod, e.table, env.spec_cluster
+    pod, tb, spec = env.offered.pod, e.table, env.spec_cluster
     n = len(spec.nodes)
     on = np.flatnonzero((tb.status == BOUND) | (tb.status == RUNNING))
     where = list(zip(on.tolist(), tb.node[on].tolist(), strict=True))
     # Members of a gang being placed hold their nodes until the gang is whole or rolls back.
-    where += [(p, node) for p, node, _ in e._gang_placed]
+    where += [(p, node) for p, node, _ in e.tentative]
     alloc = np.zeros((n, 3), dtype=np.int64)  # cpu, mem of guaranteed pods; fpga of all
     be_alloc = np.zeros((n, 2), dtype=np.int64)
     dev_free = [[1000] * x.num_gpu for x in spec.nodes]
-    gang_devices = {p: d for p, _, d in e._gang_placed}
+    gang_devices = {p: d for p, _, d in e.tentative}
     for p, node in where:
         q = tb.pods[p]
         if q.best_effort:
@@ -168,39 +166,29 @@ def test_mask_admits_only_feasible_nodes(constrained_files: Path, cluster: str, 
     still wait (replay only)."""
     cfg: dict[str, Any] = {"cluster": "small", "hours": 2, "mode": mode, "max_decisions": 150,
                            "inflate": 0.6}
-    fail = False
     if cluster == "constrained":
         work = constrained_files / f"pods-{seed}.parquet"
         write_pods(_constrained_pods(seed, 2), work)
         # Fill mode inflates the pods to 8x the GPUs (fewer would drop most of them).
+        # Nodes fail (and recover) during the episode, so "up" is exercised too.
         cfg.update(cluster=str(constrained_files / "cluster.yaml"), workload=str(work),
-                   inflate=8.0)
-        fail = True
-    with pytest.MonkeyPatch.context() as mp:
-        if fail:  # nodes fail (and recover) during the episode, so "up" is exercised too
-            real_init = Engine.__init__
-
-            def failing(self: Engine, spec: Any, pods: Any, config: Any) -> None:
-                real_init(self, spec, pods,
-                          dataclasses.replace(config, node_mtbf_hours=3.0, repair_s=1200.0))
-
-            mp.setattr(Engine, "__init__", failing)
-        env = SchedulingEnv(cfg)
-        obs, _ = env.reset(seed=seed)
-        rng = np.random.default_rng(seed)
-        n = env.engine.state.num_nodes
-        while env._req is not None:  # None: the episode is over
-            mask = obs["action_mask"]
-            np.testing.assert_array_equal(mask[:n].astype(bool), _oracle(env))
-            pod, now = env._req.pod, env.engine.now
-            defer = (mode == "replay" and pod.deadline is not None
-                     and now + (pod.duration or 0.0) < pod.deadline)
-            assert bool(mask[-1]) == defer
-            a = int(rng.choice(np.flatnonzero(mask)))
-            obs, r, term, trunc, _ = env.step(a)  # raises if the twin refuses
-            assert np.isfinite(r)
-            if term or trunc:
-                break
+                   inflate=8.0, engine={"node_mtbf_hours": 3.0, "repair_s": 1200.0})
+    env = SchedulingEnv(cfg)
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    n = env.engine.state.num_nodes
+    while env.offered is not None:  # None: the episode is over
+        mask = obs["action_mask"]
+        np.testing.assert_array_equal(mask[:n].astype(bool), _oracle(env))
+        pod, now = env.offered.pod, env.engine.now
+        defer = (mode == "replay" and pod.deadline is not None
+                 and now + (pod.duration or 0.0) < pod.deadline)
+        assert bool(mask[-1]) == defer
+        a = int(rng.choice(np.flatnonzero(mask)))
+        obs, r, term, trunc, _ = env.step(a)  # raises if the twin refuses
+        assert np.isfinite(r)
+        if term or trunc:
+            break
 
 
 def test_reward_is_the_weighted_twin_metrics() -> None:

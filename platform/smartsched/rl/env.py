@@ -283,5 +283,10 @@ class SchedulingEnv(gym.Env):
         self._mask = obs["action_mask"]
         return obs
 
+    @property
+    def offered(self) -> DecisionRequest | None:
+        """The pod the current observation asks about (None once the episode is over)."""
+        return self._req
+
     def config_dict(self) -> dict[str, Any]:
         return asdict(self.cfg)

@@ -128,6 +128,11 @@ class ProfileScheduler:
         for p in profile.plugins():
             if isinstance(p, Reseedable):
                 p.reseed(seed)
+        # What each filter says about retries (read once: protocol checks are slow).
+        self._queueing = tuple(
+            (f.queueing_hint if isinstance(f, EnqueueExtensions) else None,
+             f if isinstance(f, NodeConditionFilter) else None)
+            for f in profile.filters)
 
     def prepare(self, pods: Sequence[Pod]) -> None:
         """Give plugins that model the workload (FGD's typical pods) the pods to come."""
@@ -218,17 +223,16 @@ class ProfileScheduler:
         a filter does not say which events change its verdicts (retry on every event)."""
         open_nodes = np.ones(ctx.state.num_nodes, dtype=bool)
         conditions: list[NodeCondition] = []
-        for f, status in zip(self.profile.filters, ctx.statuses, strict=True):
-            hint = f.queueing_hint if isinstance(f, EnqueueExtensions) else None
+        for (hint, condition), status in zip(self._queueing, ctx.statuses, strict=True):
             for _, code, passing in status.checks:
                 if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                     open_nodes &= passing
                 elif code != Code.UNSCHEDULABLE or hint in (None, QueueingHint.STATIC):
                     return None
             if hint is QueueingHint.NODE_CONDITION:
-                if not isinstance(f, NodeConditionFilter):
+                if condition is None:
                     return None
-                conditions.append(f)
+                conditions.append(condition)
         return RetryHint(open_nodes, tuple(conditions))
 
 

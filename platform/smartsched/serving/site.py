@@ -33,7 +33,7 @@ from smartsched.model.errors import (
 )
 from smartsched.model.pod import Pod
 from smartsched.model.resources import CPU, GPU, MEM
-from smartsched.scheduling.base import make_scheduler
+from smartsched.scheduling.base import WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import unschedulable_message
 from smartsched.serving.journal import Journal, pod_from_dict, pod_to_dict
 from smartsched.twin.state import ClusterState, PodRequest
@@ -118,14 +118,14 @@ class SitePlacer:
     def set_profile(self, profile: str, seed: int = 0) -> None:
         """Swap the scheduling profile; state and reservations are untouched."""
         sched = make_scheduler(profile, seed)  # fails before anything changes
-        if self._recent and hasattr(sched, "prepare"):
+        if self._recent and isinstance(sched, WorkloadAware):
             sched.prepare(list(self._recent))
         self.scheduler, self.profile = sched, profile
 
     def _maybe_prepare(self, pods: Sequence[Pod]) -> None:
         """Give heuristics that need the workload (FGD's target) the recently seen pods."""
         self._recent.extend(pods)
-        if not hasattr(self.scheduler, "prepare"):
+        if not isinstance(self.scheduler, WorkloadAware):
             return
         if self._since_prepare is None or self._since_prepare >= REPREPARE_EVERY:
             self.scheduler.prepare(list(self._recent))

@@ -223,6 +223,13 @@ class Engine:
             self._bind(i, node, devices)
             self._fill_decided([i])
 
+    @property
+    def tentative(self) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+        """Gang members placed tentatively while the rest of their gang is decided:
+        (pod index, node, devices). They hold resources in the state while the pod
+        table still shows them pending."""
+        return tuple(self._gang_placed)
+
     def sample_usage(self) -> RunningUse:
         """Take a usage sample now (``state.usage``, the best-effort pool); the metric ticks
         do it, and so may a driver that serves the state between ticks."""

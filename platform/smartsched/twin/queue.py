@@ -216,6 +216,10 @@ class _HintedPool:
         self._free: list[int] = []
         self._groups: list[tuple[NodeCondition, ...]] = []
         self._group_ids: dict[tuple[int, ...], int] = {}
+        # Rows with the same signature (request shape, open nodes, condition group) get
+        # the same verdict anywhere: each check evaluates one row per signature. A
+        # workload has few pod shapes, so a thousand waiting pods are a dozen checks.
+        self._sig_ids: dict[tuple[object, ...], int] = {}
         self._alloc(64)
 
     def _alloc(self, cap: int) -> None:
@@ -225,6 +229,7 @@ class _HintedPool:
         unit = np.zeros(cap, dtype=np.int64)
         active = np.zeros(cap, dtype=bool)
         group = np.zeros(cap, dtype=np.int64)
+        sig = np.zeros(cap, dtype=np.int64)
         used = np.zeros(cap, dtype=bool)
         cols = np.zeros((cap, 5), dtype=np.int64)  # cpu, memory, fpga, num_gpu, gpu_milli
         be = np.zeros((cap, 1), dtype=bool)
@@ -233,11 +238,11 @@ class _HintedPool:
         if old is not None:
             open_[:n], unit[:n], active[:n], group[:n] = self.open, self.unit, self.active, \
                 self.group
-            used[:n] = self.used
+            used[:n], sig[:n] = self.used, self.sig
             cols[:n], be[:n], models[:n], constrained[:n] = self.cols, self.be, self.models, \
                 self.constrained
         self.open, self.unit, self.active, self.group = open_, unit, active, group
-        self.used = used
+        self.used, self.sig = used, sig
         self.cols, self.be, self.models, self.constrained = cols, be, models, constrained
         self._free.extend(range(cap - 1, n - 1, -1))
 
@@ -274,6 +279,10 @@ class _HintedPool:
         self.be[r] = b.best_effort[0]
         self.constrained[r] = b.models_ok is not None
         self.models[r] = b.models_ok[0] if b.models_ok is not None else True
+        key = (g, tuple(self.cols[r].tolist()), bool(self.be[r, 0]),
+               self.models[r].tobytes() if self.constrained[r] else b"",
+               self.open[r].tobytes())
+        self.sig[r] = self._sig_ids.setdefault(key, len(self._sig_ids))
 
     def wake(self, units: list[int]) -> list[int]:
         """``units`` go back to the queue: stop watching events for them; returns them."""
@@ -319,22 +328,23 @@ class _HintedPool:
         return ok
 
     def passing_at(self, state: ClusterState, node: int) -> list[int]:
-        """Units that pass every check on ``node`` now."""
-        rows = np.flatnonzero(self.active & self.open[:, node])
-        if rows.size == 0:
+        """Parked units that pass every check on ``node`` now."""
+        rows_all = np.flatnonzero(self.active & self.open[:, node])
+        if rows_all.size == 0:
             return []
+        sigs = self.sig[rows_all]
+        uniq, first = np.unique(sigs, return_index=True)
+        rows = rows_all[first]  # one row per signature
+        ok = np.ones(rows.size, dtype=bool)
         groups = self.group[rows]
         for g in np.unique(groups).tolist():
             cond = self._conditions(state, g)
             if cond is not None and not cond[node]:
-                rows = rows[groups != g]
-                groups = groups[groups != g]
-        if rows.size == 0:
-            return []
-        ok = np.ones(rows.size, dtype=bool)
-        for _, mask in state.fit_checks(self._batch(rows), np.array([node])):
-            ok &= mask[:, 0]
-        return self.unit[rows[ok]].tolist()
+                ok &= groups != g
+        if ok.any():
+            for _, mask in state.fit_checks(self._batch(rows), np.array([node])):
+                ok &= mask[:, 0]
+        return self.unit[rows_all[np.isin(sigs, uniq[ok])]].tolist()
 
     def passing_anywhere(self, state: ClusterState) -> list[int]:
         """Parked units that pass every check on some node now."""
@@ -342,10 +352,20 @@ class _HintedPool:
 
     def _passing_rows(self, state: ClusterState, rows_all: np.ndarray) -> list[int]:
         """The units of ``rows_all`` that pass every check on some node now."""
-        out: list[int] = []
+        if rows_all.size == 0:
+            return []
+        sigs = self.sig[rows_all]
+        uniq, first = np.unique(sigs, return_index=True)
+        ok = self._anywhere(state, rows_all[first])  # one row per signature
+        return sorted(self.unit[rows_all[np.isin(sigs, uniq[ok])]].tolist())
+
+    def _anywhere(self, state: ClusterState, rows_all: np.ndarray) -> np.ndarray:
+        """Bool per row of ``rows_all``: it passes every check on some node now."""
+        out = np.zeros(rows_all.size, dtype=bool)
         groups = self.group[rows_all]
         for g in np.unique(groups).tolist():
-            rows_g = rows_all[groups == g]
+            in_g = np.flatnonzero(groups == g)
+            rows_g = rows_all[in_g]
             cond = self._conditions(state, g)
             nodes = np.flatnonzero(self.open[rows_g].any(axis=0) if cond is None
                                    else cond & self.open[rows_g].any(axis=0))
@@ -356,5 +376,5 @@ class _HintedPool:
                 ok = self.open[np.ix_(rows, nodes)]
                 for _, mask in state.fit_checks(self._batch(rows), nodes):
                     ok &= mask
-                out.extend(self.unit[rows[ok.any(axis=1)]].tolist())
-        return sorted(out)
+                out[in_g[start:start + _CHUNK]] = ok.any(axis=1)
+        return out
