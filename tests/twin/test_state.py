@@ -90,3 +90,36 @@ def test_fragmentation_with_only_cpu_task_types() -> None:
     target = typical_pods([pod("c1"), pod("c2", cpu=2000)], include_cpu_pods=True)
     total, idle = cluster_fragmentation(st, target)
     assert total == 100.0 and idle == 100.0  # every idle GPU is unusable by CPU-only tasks
+
+
+def test_fit_checks_over_many_requests_agree_with_each_requests_fit() -> None:
+    """The queue asks ``fit_checks`` for many waiting pods at once; each row must be what
+    ``resource_fit`` (what NodeResourcesFit filters with) says for that pod alone."""
+    from smartsched.twin.state import RequestBatch
+
+    st = _state()
+    first = st.compile(pod("x", cpu=3000, num_gpu=1, gpu_milli=800))
+    st.allocate(1, first, st.pick_devices(1, first))
+    st.be_allocatable[:] = [[1000, 4096], [2000, 4096], [0, 0]]
+    rng = np.random.default_rng(5)
+    reqs = []
+    for i in range(200):
+        gpus = int(rng.choice([0, 1, 2, 3]))
+        kw = {"num_gpu": gpus, "gpu_milli": int(rng.integers(100, 1001)) if gpus == 1
+              else (1000 if gpus else 0)}
+        if gpus and rng.random() < 0.3:
+            kw["gpu_models"] = (str(rng.choice(["T4", "V100M32"])),)
+        reqs.append(st.compile(pod(f"p{i}", cpu=int(rng.integers(0, 17)) * 1000,
+                                   mem=int(rng.integers(1, 70000)),
+                                   best_effort=bool(rng.random() < 0.2) and gpus == 0, **kw)))
+    every = np.ones((len(reqs), st.num_nodes), dtype=bool)
+    for _, mask in st.fit_checks(RequestBatch.of(reqs)):
+        every &= mask
+    alone = np.stack([st.resource_fit(r) for r in reqs])
+    np.testing.assert_array_equal(every, alone)
+    assert alone.any() and not alone.all()  # the draws cover both outcomes
+    nodes = np.array([2, 0])  # a subset of nodes, in any order
+    some = np.ones((len(reqs), 2), dtype=bool)
+    for _, mask in st.fit_checks(RequestBatch.of(reqs), nodes):
+        some &= mask
+    np.testing.assert_array_equal(some, alone[:, nodes])

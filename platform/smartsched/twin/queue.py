@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from smartsched.model.resources import GPU_MODEL_IDS
+from smartsched.model.resources import CPU, FPGA, GPU_MODEL_IDS, MEM
 from smartsched.twin.decision import NodeCondition, RetryHint
 from smartsched.twin.podtable import DONE, FAILED, PENDING, PodTable
 from smartsched.twin.state import ClusterState, PodRequest, RequestBatch
@@ -40,6 +40,8 @@ from smartsched.twin.state import ClusterState, PodRequest, RequestBatch
 ROOM_CHECKS = frozenset({"cpu", "memory", "fpga", "gpu"})
 # Hinted units are checked against all nodes in chunks of this many rows (memory bound).
 _CHUNK = 512
+# Below this many rows a check is cheaper than finding the rows' distinct signatures.
+_DEDUPE_FROM = 16
 
 
 class SchedulingQueue:
@@ -161,18 +163,25 @@ class SchedulingQueue:
         """A pod left ``node``: retry units that may now pass there."""
         if self._unhinted:
             units = sorted(self._unhinted)
-            reps = [self.gang_members[-u - 1][0] if u < 0 else u for u in units]
-            batch = RequestBatch.of([self.request(r) for r in reps])
-            checks = self.state.fit_checks(batch, np.array([node]))
-            ok = np.ones(len(units), dtype=bool)
-            for name, mask in checks:
+            reps = np.array([self.gang_members[-u - 1][0] if u < 0 else u for u in units])
+            ok = np.ones((len(units), 1), dtype=bool)
+            for name, mask in self.state.fit_checks(self._table_batch(reps), np.array([node])):
                 if name in ROOM_CHECKS:
-                    ok &= mask[:, 0]
-            units = [u for u, k in zip(units, ok, strict=True) if k]
+                    ok &= mask
+            units = [u for u, k in zip(units, ok[:, 0], strict=True) if k]
             self._unhinted.difference_update(units)
             self._requeue(units)
         if self._hinted.parked:
             self._requeue(self._hinted.wake(self._hinted.passing_at(self.state, node)))
+
+    def _table_batch(self, pods: np.ndarray) -> RequestBatch:
+        """The requests of ``pods`` as a batch, from the pod table (no GPU model: the rule
+        without a hint asks only whether the requests fit the room)."""
+        tb = self.table
+        req = tb.requests[pods]
+        return RequestBatch(req[:, CPU:CPU + 1], req[:, MEM:MEM + 1], req[:, FPGA:FPGA + 1],
+                            tb.num_gpu[pods][:, None], tb.gpu_milli[pods][:, None],
+                            tb.best_effort[pods][:, None], None)
 
     def usage_sampled(self) -> None:
         """Node usage (and with it load-based verdicts) changed: retry hinted units that
@@ -268,17 +277,15 @@ class _HintedPool:
         if g is None:
             g = self._group_ids[key] = len(self._groups)
             self._groups.append(hint.conditions)
-        b = req.batch
-        assert b is not None
         self.row_of[unit] = r
         self.parked += 1
         self.open[r] = hint.open_nodes
         self.unit[r], self.active[r], self.group[r], self.used[r] = unit, True, g, True
-        self.cols[r] = (b.cpu[0, 0], b.memory[0, 0], b.fpga[0, 0], b.num_gpu[0, 0],
-                        b.gpu_milli[0, 0])
-        self.be[r] = b.best_effort[0]
-        self.constrained[r] = b.models_ok is not None
-        self.models[r] = b.models_ok[0] if b.models_ok is not None else True
+        v = req.vector
+        self.cols[r] = (v[CPU], v[MEM], v[FPGA], req.num_gpu, req.gpu_milli)
+        self.be[r] = req.best_effort
+        self.constrained[r] = req.models_ok is not None
+        self.models[r] = req.models_ok if req.models_ok is not None else True
         key = (g, tuple(self.cols[r].tolist()), bool(self.be[r, 0]),
                self.models[r].tobytes() if self.constrained[r] else b"",
                self.open[r].tobytes())
@@ -332,19 +339,26 @@ class _HintedPool:
         rows_all = np.flatnonzero(self.active & self.open[:, node])
         if rows_all.size == 0:
             return []
-        sigs = self.sig[rows_all]
-        uniq, first = np.unique(sigs, return_index=True)
-        rows = rows_all[first]  # one row per signature
+        if rows_all.size > _DEDUPE_FROM:
+            sigs = self.sig[rows_all]
+            uniq, first = np.unique(sigs, return_index=True)
+            rows = rows_all[first]  # one row per signature
+        else:
+            rows = rows_all
         ok = np.ones(rows.size, dtype=bool)
         groups = self.group[rows]
-        for g in np.unique(groups).tolist():
+        for g in set(groups.tolist()):
             cond = self._conditions(state, g)
             if cond is not None and not cond[node]:
                 ok &= groups != g
         if ok.any():
+            fit = np.ones((rows.size, 1), dtype=bool)
             for _, mask in state.fit_checks(self._batch(rows), np.array([node])):
-                ok &= mask[:, 0]
-        return self.unit[rows_all[np.isin(sigs, uniq[ok])]].tolist()
+                fit &= mask
+            ok &= fit[:, 0]
+        if rows is not rows_all:
+            ok = np.isin(sigs, uniq[ok])
+        return self.unit[rows_all[ok]].tolist()
 
     def passing_anywhere(self, state: ClusterState) -> list[int]:
         """Parked units that pass every check on some node now."""

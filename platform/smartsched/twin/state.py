@@ -41,6 +41,8 @@ NO_SCHEDULE_EFFECTS: Final = ("NoSchedule", "NoExecute")
 # forks, so a plugin may cache per-node results keyed by (node, version).
 _VERSIONS = itertools.count(1)
 
+_ALL_NODES: Final = slice(None)
+
 POWER_OFF: Final = 0
 POWER_BOOTING: Final = 1
 POWER_ON: Final = 2
@@ -66,7 +68,6 @@ class PodRequest:
     tolerated: np.ndarray  # [T] bool over taint_vocab
     allowed_sites: np.ndarray | None  # [S] bool over site ids
     best_effort: bool = False
-    batch: RequestBatch | None = None  # this request as a batch of one (set by compile)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -251,7 +252,7 @@ class ClusterState:
             for r in pod.allowed_regions:
                 if r in self.site_names:
                     sites[self.site_names.index(r)] = True
-        req = PodRequest(
+        return PodRequest(
             pod=pod,
             vector=vec,
             nonzero=np.array([pod.cpu_milli or DEFAULT_MILLI_CPU_REQUEST,
@@ -265,8 +266,6 @@ class ClusterState:
             allowed_sites=sites,
             best_effort=pod.best_effort,
         )
-        object.__setattr__(req, "batch", RequestBatch.of([req]))
-        return req
 
     def resource_fit(self, req: PodRequest) -> np.ndarray:
         """Boolean mask of nodes that are up and have room for ``req`` (the one definition).
@@ -275,38 +274,58 @@ class ClusterState:
         ``num_gpu`` devices of an allowed model each with ``gpu_milli`` free. The AND of
         :meth:`fit_checks`, which says which part fails.
         """
-        checks = self.fit_checks(req.batch)
-        ok = checks[0][1][0]
+        checks = self.fit_checks(req)
+        ok = checks[0][1]
         for _, mask in checks[1:]:
-            ok = ok & mask[0]
+            ok = ok & mask
         return ok
 
-    def fit_checks(self, reqs: RequestBatch,
-                   nodes: np.ndarray | slice = slice(None)) -> list[tuple[str, np.ndarray]]:
-        """The parts of "fits", each a [K, M] mask of K requests on the M ``nodes``:
-        ``up``, ``cpu``, ``memory`` (from the best-effort pool for best-effort pods),
-        ``fpga``, ``gpu model`` and ``gpu`` (devices with room), the last three only when
-        some request asks for them. Requests fit where every part passes; scheduling's
-        NodeResourcesFit reports the first failing part of each node, and the twin's queue
-        asks it whether waiting pods fit where room was freed."""
+    def fit_checks(self, reqs: PodRequest | RequestBatch,
+                   nodes: np.ndarray | slice = _ALL_NODES) -> list[tuple[str, np.ndarray]]:
+        """The parts of "fits" of one request ([M] masks) or of K requests ([K, M] or [M]
+        masks, to broadcast) on
+        the M ``nodes``: ``up``, ``cpu``, ``memory`` (from the best-effort pool for
+        best-effort pods), ``fpga``, ``gpu model`` and ``gpu`` (devices with room), the
+        last three only when some request asks for them. Requests fit where every part
+        passes; scheduling's NodeResourcesFit reports the first failing part of each node,
+        and the twin's queue asks it whether waiting pods fit where room was freed. One
+        set of comparisons serves both shapes: node arrays broadcast against scalars or
+        against [K, 1] request columns."""
+        if isinstance(reqs, PodRequest):
+            v = reqs.vector
+            cpu, mem, fpga = v[CPU], v[MEM], v[FPGA]
+            num_gpu, milli, be, models = (reqs.num_gpu, reqs.gpu_milli, reqs.best_effort,
+                                          reqs.models_ok)
+            any_be, any_fpga, any_gpu = be, bool(fpga), bool(num_gpu)
+        else:
+            cpu, mem, fpga, num_gpu, milli, be, models = (
+                reqs.cpu, reqs.memory, reqs.fpga, reqs.num_gpu, reqs.gpu_milli,
+                reqs.best_effort, reqs.models_ok)
+            any_be, any_fpga, any_gpu = bool(be.any()), bool(fpga.any()), bool(num_gpu.any())
+        # Node arrays are [M]; a batch's request columns are [K, 1], so each comparison
+        # broadcasts to [K, M] (parts that do not depend on the request stay [M]).
         fr = self.free_res[nodes]
-        be = reqs.best_effort
-        cpu_ok = fr[None, :, CPU] >= reqs.cpu
-        mem_ok = fr[None, :, MEM] >= reqs.memory
-        if be.any():
+        cpu_ok = fr[:, CPU] >= cpu
+        mem_ok = fr[:, MEM] >= mem
+        if any_be:
             slack = self.be_allocatable[nodes] - self.be_allocated[nodes]
-            cpu_ok = np.where(be, slack[None, :, 0] >= reqs.cpu, cpu_ok)
-            mem_ok = np.where(be, slack[None, :, 1] >= reqs.memory, mem_ok)
-        out = [("up", self.up[None, nodes]), ("cpu", cpu_ok), ("memory", mem_ok)]
-        if reqs.fpga.any():
-            out.append(("fpga", fr[None, :, FPGA] >= reqs.fpga))
-        if reqs.num_gpu.any():
-            if reqs.models_ok is not None:
-                out.append(("gpu model", reqs.models_ok[:, self.gpu_model[nodes]]))
+            cpu_ok = np.where(be, slack[:, 0] >= cpu, cpu_ok)
+            mem_ok = np.where(be, slack[:, 1] >= mem, mem_ok)
+        out = [("up", self.up[nodes]), ("cpu", cpu_ok), ("memory", mem_ok)]
+        if any_fpga:
+            out.append(("fpga", fr[:, FPGA] >= fpga))
+        if any_gpu:
+            if models is not None:
+                out.append(("gpu model", models[..., self.gpu_model[nodes]]))
             # A share needs one device with gpu_milli free; several GPUs are whole devices.
-            share = self.gpu_max_free[None, nodes] >= reqs.gpu_milli
-            whole = self.gpu_full[None, nodes] >= reqs.num_gpu
-            out.append(("gpu", (reqs.num_gpu == 0) | np.where(reqs.num_gpu == 1, share, whole)))
+            if isinstance(num_gpu, np.ndarray):
+                share = self.gpu_max_free[nodes] >= milli
+                whole = self.gpu_full[nodes] >= num_gpu
+                out.append(("gpu", (num_gpu == 0) | np.where(num_gpu == 1, share, whole)))
+            elif num_gpu == 1:
+                out.append(("gpu", self.gpu_max_free[nodes] >= milli))
+            else:
+                out.append(("gpu", self.gpu_full[nodes] >= num_gpu))
         return out
 
     def pick_devices(self, node: int, req: PodRequest) -> tuple[int, ...]:

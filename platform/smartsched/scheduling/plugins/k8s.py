@@ -87,11 +87,9 @@ class NodeResourcesFit:
 
     def filter(self, ctx: CycleContext) -> Status:
         """The twin's fit (``ClusterState.fit_checks``), each part as a check of its own."""
-        req = ctx.request
-        assert req.batch is not None
-        reasons = _FIT_REASONS[req.best_effort]
-        return Status(self.name, tuple((*reasons[part], mask[0])
-                                       for part, mask in ctx.state.fit_checks(req.batch)))
+        reasons = _FIT_REASONS[ctx.request.best_effort]
+        return Status(self.name, tuple([reasons[part] + (mask,)
+                                        for part, mask in ctx.state.fit_checks(ctx.request)]))
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
         st, req = ctx.state, ctx.request
