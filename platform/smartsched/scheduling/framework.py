@@ -20,7 +20,7 @@ exception.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -40,18 +40,22 @@ from smartsched.twin.state import ClusterState, PodRequest
 MAX_NODE_SCORE = 100
 
 
-@dataclass
 class CycleContext:
     """One scheduling cycle: the snapshot, the pod, and a store plugins share.
 
     Plugins must not mutate ``state``; ``cache`` holds values several plugins
-    derive from the same snapshot (kube's CycleState).
+    derive from the same snapshot (kube's CycleState); ``statuses`` are the
+    profile's filter verdicts once filtered. A plain slotted class: one is made
+    per decision.
     """
 
-    state: ClusterState
-    request: PodRequest
-    cache: dict[str, Any] = field(default_factory=dict)
-    statuses: tuple[Status, ...] = ()  # the profile's filter verdicts, once filtered
+    __slots__ = ("cache", "request", "state", "statuses")
+
+    def __init__(self, state: ClusterState, request: PodRequest) -> None:
+        self.state = state
+        self.request = request
+        self.cache: dict[str, Any] = {}
+        self.statuses: list[Status] = []
 
     def cached(self, key: str, fn: Any) -> Any:
         if key not in self.cache:
@@ -148,11 +152,13 @@ class ProfileScheduler:
         """Run the filters: the mask of nodes that pass them all, and the cycle (with each
         filter's ``Status`` in ``ctx.statuses``)."""
         ctx = CycleContext(state, request)
-        statuses = [f.filter(ctx) for f in self.profile.filters]
-        ok = statuses[0].passing.copy()
-        for s in statuses[1:]:
-            ok &= s.passing
-        ctx.statuses = tuple(statuses)
+        statuses = ctx.statuses
+        ok = None
+        for f in self.profile.filters:
+            status = f.filter(ctx)
+            statuses.append(status)
+            ok = status.passing.copy() if ok is None else np.logical_and(ok, status.passing,
+                                                                            out=ok)
         return ok, ctx
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:

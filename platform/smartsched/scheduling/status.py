@@ -43,10 +43,13 @@ class Status:
     def __init__(self, plugin: str, checks: tuple[Check, ...]) -> None:
         self.plugin = plugin
         self.checks = checks
-        passing = checks[0][2]
-        for _, _, mask in checks[1:]:
-            passing = passing & mask
-        self.passing: np.ndarray = passing
+        if len(checks) == 1:
+            self.passing: np.ndarray = checks[0][2]
+            return
+        passing = checks[0][2] & checks[1][2]  # a new array: the checks' masks stay intact
+        for _, _, mask in checks[2:]:
+            passing &= mask
+        self.passing = passing
 
     @staticmethod
     def single(plugin: str, reason: str, code: Code, passing: np.ndarray) -> Status:
