@@ -31,6 +31,7 @@ from typing import Any
 from smartsched.k8s.snapshot import POD_GROUP_LABEL, POD_GROUP_LABEL_OLD, build_snapshot, to_plain
 from smartsched.scheduling.base import NeedsTwin, WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import unschedulable_message
+from smartsched.twin.decision import Decision
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,9 @@ class SchedulerLoop:
         for (_, pod), k in zip(members, keys, strict=True):
             req = trial.compile(pod)
             d = self.sched.decide(trial, req)
+            if d.victims:  # eviction through the API is not built: say so, bind nothing
+                d = Decision.reject(f"evicting {len(d.victims)} lower-priority pod(s) would make "
+                                    "room, but this scheduler does not preempt yet")
             if d.node is None:
                 why = unschedulable_message(trial.num_nodes, d.rejections)
                 if d.rejected_by():

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Final, TypeVar
 
 from smartsched.model.errors import ValidationError
+from smartsched.model.priority import PREEMPT_LOWER, PREEMPTION_POLICIES
 from smartsched.model.resources import (
     GPU_MODEL_IDS,
     MAX_DEVICES_PER_NODE,
@@ -109,6 +110,11 @@ class Pod:
     # but do not use (Koordinator's batch resources), and are throttled first.
     best_effort: bool = False
     usage: UsageProfile = field(default_factory=UsageProfile)
+    # Kubernetes' preemptionPolicy: "PreemptLowerPriority" or "Never" (model.priority).
+    preemption_policy: str = PREEMPT_LOWER
+    # Work is saved this often (training checkpoints): an evicted pod resumes from its last
+    # checkpoint and loses only what it did since. None: it restarts from the beginning.
+    checkpoint_interval_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -148,6 +154,13 @@ class Pod:
         _check_float("traffic_mbps", self.traffic_mbps, 0.0)
         if not isinstance(self.best_effort, bool):
             raise ValidationError("best_effort", f"must be true or false, got {self.best_effort!r}")
+        if self.preemption_policy not in PREEMPTION_POLICIES:
+            raise ValidationError("preemption_policy", f"must be one of {PREEMPTION_POLICIES}, "
+                                  f"got {self.preemption_policy!r}")
+        if self.checkpoint_interval_s is not None:
+            _check_float("checkpoint_interval_s", self.checkpoint_interval_s, 0.0)
+            if self.checkpoint_interval_s <= 0:
+                raise ValidationError("checkpoint_interval_s", "must be > 0 (or absent)")
 
     @property
     def gpu_total_milli(self) -> int:

@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from smartsched.model.pod import Pod
+from smartsched.model.priority import NEVER
 from smartsched.scheduling.base import Reseedable, TwinNeeds, WorkloadAware
 from smartsched.scheduling.status import (
     Code,
@@ -87,6 +88,19 @@ class ScorePlugin(Protocol):
 
 
 @runtime_checkable
+class PostFilterPlugin(Protocol):
+    """PostFilter extension point: what to do when no node passes (preemption)."""
+
+    name: str
+
+    def post_filter(self, state: ClusterState, request: PodRequest,
+                    eligible: np.ndarray) -> Any:
+        """A ``Nomination`` (node and victims) or None. ``eligible``: nodes where every
+        check other than room passes."""
+        ...
+
+
+@runtime_checkable
 class BindPlugin(Protocol):
     """Bind extension point: which devices on the chosen node the pod gets."""
 
@@ -112,9 +126,11 @@ class Profile:
     # A load forecaster (folder) whose per-node predictions the twin attaches for this
     # profile (``ClusterState.predicted_usage``; LoadAware plans on them).
     forecaster: str | None = None
+    # Tried in order when no node passes the filters (DefaultPreemption).
+    post_filters: tuple[PostFilterPlugin, ...] = ()
 
     def plugins(self) -> list[object]:
-        out: list[object] = [*self.filters, *(p for p, _ in self.scorers)]
+        out: list[object] = [*self.filters, *(p for p, _ in self.scorers), *self.post_filters]
         if self.binder is not None and all(self.binder is not p for p in out):
             out.append(self.binder)
         return out
@@ -165,6 +181,10 @@ class ProfileScheduler:
         ok, ctx = self.feasible(state, request)
         idx = np.flatnonzero(ok)
         if idx.size == 0:
+            for post in self.profile.post_filters:
+                nomination = post.post_filter(state, request, self.room_only(ctx))
+                if nomination is not None:
+                    return Decision(nomination.node, victims=tuple(nomination.victims))
             return self.rejection(ctx)
         if idx.size == 1 or not self.profile.scorers:
             total = np.zeros(state.num_nodes)
@@ -185,6 +205,16 @@ class ProfileScheduler:
             node = int(best[self.rng.integers(best.size)])
         devices = self.profile.binder.devices(ctx, node) if self.profile.binder else None
         return Decision(node, devices)
+
+    def room_only(self, ctx: CycleContext) -> np.ndarray:
+        """Nodes where every check other than room passes: only evicting pods could make
+        the pod fit there (the PostFilter's candidates)."""
+        ok = np.ones(ctx.state.num_nodes, dtype=bool)
+        for (hint, _), status in zip(self._queueing, ctx.statuses, strict=True):
+            for _, code, passing in status.checks:
+                if not (hint is QueueingHint.RESOURCES and code == Code.UNSCHEDULABLE):
+                    ok &= passing
+        return ok
 
     def rejection(self, ctx: CycleContext) -> Decision:
         """The Decision for a pod no node passes: why, per plugin, and when to retry."""
@@ -239,7 +269,11 @@ class ProfileScheduler:
                 if condition is None:
                     return None
                 conditions.append(condition)
-        return RetryHint(open_nodes, tuple(conditions))
+        pod = ctx.request.pod
+        may_preempt = (bool(self.profile.post_filters) and pod.preemption_policy != NEVER
+                       and pod.gang_size <= 1)
+        return RetryHint(open_nodes, tuple(conditions),
+                         preempt_below=pod.priority if may_preempt else None)
 
 
 def unschedulable_message(num_nodes: int, rejections: Sequence[Rejection]) -> str:

@@ -30,8 +30,14 @@ from pydantic import ValidationError as PydanticError
 
 from smartsched.model.configfile import first_error, read_yaml, read_yaml_text, validate
 from smartsched.model.errors import UnknownReferenceError, ValidationError
-from smartsched.scheduling.framework import BindPlugin, FilterPlugin, Profile, ScorePlugin
-from smartsched.scheduling.plugins import binders, gpu, k8s, load, topology
+from smartsched.scheduling.framework import (
+    BindPlugin,
+    FilterPlugin,
+    PostFilterPlugin,
+    Profile,
+    ScorePlugin,
+)
+from smartsched.scheduling.plugins import binders, gpu, k8s, load, preemption, topology
 from smartsched.scheduling.profile_doc import (
     PluginRef,
     ProfileDoc,
@@ -59,10 +65,11 @@ BUILTIN_PLUGINS: tuple[type, ...] = (
     binders.TopologyAwareGpu,
     topology.NumaAware,
     load.LoadAware,
+    preemption.DefaultPreemption,
 )
 
 # The extension points a plugin class may implement (framework.py's Protocols).
-_EXTENSION_METHODS = ("filter", "score", "devices")
+_EXTENSION_METHODS = ("filter", "score", "devices", "post_filter")
 
 _PLUGINS: dict[str, type] = {}
 
@@ -146,7 +153,15 @@ def build_profile(doc: ProfileDoc) -> Profile:
         binder = same[0] if same else make_plugin(doc.binder, f"{name}.binder")
         if not isinstance(binder, BindPlugin):
             raise ValidationError(f"{name}.binder", f"{binder.name} is not a bind plugin")
-    return Profile(name, tuple(filters), tuple(scorers), binder, doc.tie_break, doc.forecaster)
+    post = []
+    for i, ref in enumerate(doc.post_filter):
+        p = make_plugin(ref, f"{name}.post_filter[{i}]")
+        if not isinstance(p, PostFilterPlugin):
+            raise ValidationError(f"{name}.post_filter[{i}]",
+                                  f"{p.name} is not a post-filter plugin")
+        post.append(p)
+    return Profile(name, tuple(filters), tuple(scorers), binder, doc.tie_break, doc.forecaster,
+                   tuple(post))
 
 
 def profile_from_dict(doc: Any, source: str = "profile") -> Profile:

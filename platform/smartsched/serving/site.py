@@ -206,6 +206,9 @@ class SitePlacer:
             if decision.defer:
                 why = "the profile deferred it"
             return None, why, decision.rejected_by()
+        if decision.victims:  # the service holds reservations, not pods it may evict
+            return None, (f"fits only by preempting {len(decision.victims)} lower-priority "
+                          "pod(s); the placement service does not preempt"), ()
         devices = decision.devices
         if devices is None:
             devices = self.state.pick_devices(decision.node, req)

@@ -71,6 +71,9 @@ class RetryHint:
 
     open_nodes: np.ndarray
     conditions: tuple[NodeCondition, ...] = ()
+    # The pod may preempt pods of priority strictly below this (the profile preempts):
+    # room they hold counts as room the pod could get.
+    preempt_below: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,8 @@ class Decision:
     ``node`` None rejects the pod (``rejections`` say why, per plugin, and
     ``retry`` when to try again); ``devices`` None lets the twin's default
     binder pick devices; ``defer`` keeps a deferrable pod waiting although it
-    might fit.
+    might fit. ``victims``: bound pods to evict first (preemption); the pod
+    then takes ``node``.
     """
 
     node: int | None
@@ -88,6 +92,7 @@ class Decision:
     defer: bool = False
     rejections: tuple[Rejection, ...] = ()
     retry: RetryHint | None = None
+    victims: tuple[Pod, ...] = ()
 
     @property
     def reasons(self) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ import numpy as np
 
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.errors import InfeasibleDecisionError
-from smartsched.model.pod import Pod
+from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.model.resources import CPU, GPU, MEM
 from smartsched.twin.config import MODES, EngineConfig
 from smartsched.twin.decision import (
@@ -60,7 +60,15 @@ from smartsched.twin.failures import FailureModel
 from smartsched.twin.fill import FillProgress, tune_pods_to_gpu_target
 from smartsched.twin.fragmentation import typical_pods
 from smartsched.twin.metrics import MetricsRecorder
-from smartsched.twin.podtable import BOUND, DONE, FAILED, PENDING, RUNNING, PodTable
+from smartsched.twin.podtable import (
+    BOUND,
+    DONE,
+    FAILED,
+    PENDING,
+    RUNNING,
+    PodTable,
+    saved_work,
+)
 from smartsched.twin.powerstate import PowerLifecycle
 from smartsched.twin.queue import SchedulingQueue
 from smartsched.twin.sampling import RunningUse, sample_usage
@@ -143,6 +151,10 @@ class Engine:
         self._gang_todo: list[int] = []
         self._gang_placed: list[tuple[int, int, tuple[int, ...]]] = []
         self._fill: FillProgress | None = None
+        self._pod_index: dict[int, int] | None = None  # id(pod) -> index, built on demand
+        # Pods evicted by preemption from an app with a disruption budget, not running yet.
+        self._disrupted: set[int] = set()
+        self._budgeted = (POD_CLASS_IDS[PodClass.ONLINE], POD_CLASS_IDS[PodClass.EDGE_RT])
         self._binds = 0
         self._binds_at_final_flush = -1
         self._seed_events()
@@ -203,6 +215,11 @@ class Engine:
         req = cur.request
         if not 0 <= node < self.state.num_nodes:
             raise InfeasibleDecisionError(f"node index {node} out of range")
+        freed: set[int] = set()
+        if decision.victims:
+            if in_gang:
+                raise InfeasibleDecisionError("a gang member cannot preempt (gangs reserve)")
+            freed = self._preempt(decision.victims, i)
         devices = (
             tuple(int(d) for d in decision.devices)
             if decision.devices is not None
@@ -222,6 +239,8 @@ class Engine:
         else:
             self._bind(i, node, devices)
             self._fill_decided([i])
+        for n in sorted(freed - {node}):  # gang mates evicted elsewhere left room there
+            self.queue.room_freed(n)
 
     @property
     def tentative(self) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
@@ -396,9 +415,15 @@ class Engine:
     def _start(self, i: int) -> None:
         tb = self.table
         tb.status[i] = RUNNING
-        tb.started_at[i] = self.now
-        if self.config.mode == "replay" and np.isfinite(tb.duration[i]):
-            self.events.push(self.now + float(tb.duration[i]), EV_COMPLETE,
+        if not np.isfinite(tb.started_at[i]):
+            tb.started_at[i] = self.now  # start latency counts the first start
+        tb.last_start[i] = self.now
+        if i in self._disrupted:  # an evicted pod of a budgeted app runs again
+            self._disrupted.discard(i)
+            app = tb.pods[i].app
+            self.state.disrupted[app] -= 1  # type: ignore[index]
+        if self.config.mode == "replay" and np.isfinite(tb.remaining[i]):
+            self.events.push(self.now + float(tb.remaining[i]), EV_COMPLETE,
                              (i, int(tb.epoch[i])))
 
     def _unbind(self, i: int) -> None:
@@ -434,9 +459,46 @@ class Engine:
                         self._evict(m)
                 self.queue.park_evicted([-(g + 1)])
 
-    def _evict(self, i: int) -> None:
-        """Take pod ``i`` off its node and back to the queue; its pending completion is void."""
+    def _preempt(self, victims: tuple[Pod, ...], by: int) -> set[int]:
+        """Evict ``victims`` (bound pods, lower priority than pod ``by``) and requeue them;
+        a victim's gang goes whole. Returns the nodes that got room back."""
         tb = self.table
+        if self._pod_index is None:
+            self._pod_index = {id(p): k for k, p in enumerate(tb.pods)}
+        freed: set[int] = set()
+        units: list[int] = []
+        for pod in victims:
+            k = self._pod_index.get(id(pod))
+            if k is None or tb.status[k] not in (RUNNING, BOUND):
+                raise InfeasibleDecisionError(f"victim {pod.id} is not a bound pod of this twin")
+            if tb.priority[k] >= tb.priority[by]:
+                raise InfeasibleDecisionError(
+                    f"{tb.pods[by].id} (priority {tb.priority[by]}) cannot preempt {pod.id} "
+                    f"(priority {tb.priority[k]})")
+            freed.add(int(tb.node[k]))
+            self._evict(k)
+            self.metrics.preempted(k)
+            app = pod.app
+            if app and tb.cls[k] in self._budgeted:
+                self.state.disrupted[app] = self.state.disrupted.get(app, 0) + 1
+                self._disrupted.add(k)
+            unit = self.queue.unit_of(k)
+            if unit not in units:
+                units.append(unit)
+        self._evict_partial_gangs()  # a victim's gang mates left behind go too
+        self.queue.requeue(units)
+        return freed
+
+    def _evict(self, i: int) -> None:
+        """Take pod ``i`` off its node and back to the queue; its pending completion is void.
+        What it ran since its last start counts as lost, except what it keeps
+        (``PodTable.resume_every``: services carry on, training keeps its checkpoints)."""
+        tb = self.table
+        if tb.status[i] == RUNNING:
+            elapsed = self.now - float(tb.last_start[i])
+            keep = float(saved_work(elapsed, tb.resume_every[i]))
+            tb.remaining[i] = max(float(tb.remaining[i]) - keep, 0.0)
+            self.metrics.lost_work(i, elapsed - keep)
         self._unbind(i)
         tb.epoch[i] += 1
         tb.status[i] = PENDING

@@ -124,6 +124,10 @@ class MetricsRecorder:
         self.rejections: dict[str, int] = {}
         self.rejections_by_plugin: dict[str, int] = {}
         self.evictions = 0
+        # Pods evicted by preemption, and run time lost to evictions (what was not kept by a
+        # checkpoint), per class; counted after the warm-up.
+        self.preemptions_cls = np.zeros(len(POD_CLASS_IDS), dtype=np.int64)
+        self.lost_s_cls = np.zeros(len(POD_CLASS_IDS))
         self.decision_seconds: list[float] = []
 
     # ----------------------------------------------------------- event hooks
@@ -178,6 +182,16 @@ class MetricsRecorder:
         self.pending += 1
         self.pending_gpu += float(self.table.requests[pod, GPU])
         self.pending_cls[self.table.cls[pod]] += 1
+
+    def preempted(self, pod: int) -> None:
+        """A pod was evicted to make room for a higher-priority one."""
+        if self.t_last >= self.measure_from:
+            self.preemptions_cls[self.table.cls[pod]] += 1
+
+    def lost_work(self, pod: int, seconds: float) -> None:
+        """An evicted pod lost ``seconds`` of running it will do again."""
+        if self.t_last >= self.measure_from:
+            self.lost_s_cls[self.table.cls[pod]] += seconds
 
     def failed(self, pods: list[int]) -> None:
         """Pods that left the queue without running (fill mode)."""
@@ -352,6 +366,8 @@ class MetricsRecorder:
                 "failed": int((arrived & (tb.status == FAILED)).sum()),
                 "pending_at_end": int(waiting.sum()),
                 "waiting_pod_hours": float(wait_h),
+                "preemptions": int(self.preemptions_cls[ci]),
+                "lost_pod_hours": float(self.lost_s_cls[ci] / 3600.0),
                 "queueing_delay_s": _percentiles(q),
                 "start_latency_s": _percentiles(s),
             }
@@ -410,6 +426,8 @@ class MetricsRecorder:
                 "waiting_pod_hours": float(sum(c["waiting_pod_hours"]
                                                for c in per_class.values())),
                 "evictions": self.evictions,
+                "preemptions": int(self.preemptions_cls.sum()),
+                "lost_pod_hours": float(self.lost_s_cls.sum() / 3600.0),
             },
             "rejections_by_reason": dict(sorted(self.rejections.items())),
             "rejections_by_plugin": dict(sorted(self.rejections_by_plugin.items())),

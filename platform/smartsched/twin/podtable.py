@@ -12,7 +12,7 @@ from typing import Final
 
 import numpy as np
 
-from smartsched.model.pod import POD_CLASS_IDS, Pod
+from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.model.resources import NUM_RESOURCES
 from smartsched.twin.usage import KIND_IDS
 
@@ -23,6 +23,25 @@ BOUND: Final = 2  # placed on a node that is still booting
 RUNNING: Final = 3
 DONE: Final = 4
 FAILED: Final = 5
+
+
+_STATELESS: Final = (PodClass.ONLINE, PodClass.AI_INFER, PodClass.EDGE_RT)
+
+
+def _resume_every(pod: Pod) -> float:
+    if pod.checkpoint_interval_s is not None:
+        return float(pod.checkpoint_interval_s)
+    return 0.0 if pod.pod_class in _STATELESS else float("inf")
+
+
+def saved_work(elapsed: np.ndarray | float, resume_every: np.ndarray | float) -> np.ndarray:
+    """Seconds of ``elapsed`` running an evicted pod keeps: all (0: stateless), the last
+    whole checkpoint interval, or nothing (inf)."""
+    elapsed = np.asarray(elapsed, dtype=np.float64)
+    every = np.asarray(resume_every, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ckpt = np.floor(elapsed / np.where(np.isfinite(every) & (every > 0), every, 1.0)) * every
+    return np.where(every == 0, elapsed, np.where(np.isinf(every), 0.0, ckpt))
 
 
 class PodTable:
@@ -68,6 +87,12 @@ class PodTable:
         self.finished_at = np.full(p, np.nan)
         self.latency_ms = np.full(p, np.nan)
         self.epoch = np.zeros(p, dtype=np.int32)  # bumped on eviction: stale completions ignored
+        # Work left (seconds of running), and how an evicted pod keeps what it did: services
+        # (online, inference, edge) carry on where they were (0: nothing to redo), training
+        # resumes from its last checkpoint (the interval), batch starts again (inf).
+        self.remaining = self.duration.copy()
+        self.resume_every = np.array([_resume_every(x) for x in pods], dtype=np.float64)
+        self.last_start = np.full(p, np.nan)  # when the current run began (first: started_at)
 
     def __len__(self) -> int:
         return len(self.pods)

@@ -34,7 +34,7 @@ import numpy as np
 from smartsched.model.resources import CPU, FPGA, GPU_MODEL_IDS, MEM
 from smartsched.twin.decision import NodeCondition, RetryHint
 from smartsched.twin.podtable import DONE, FAILED, PENDING, PodTable
-from smartsched.twin.state import ClusterState, PodRequest, RequestBatch
+from smartsched.twin.state import ClusterState, PodRequest, RequestBatch, Room
 
 # The parts of ClusterState.fit_checks that count as "room" for the rule without a hint.
 ROOM_CHECKS = frozenset({"cpu", "memory", "fpga", "gpu"})
@@ -208,6 +208,14 @@ class SchedulingQueue:
         self._hinted.release(list(self._hinted.row_of))
         self._requeue(units)
 
+    def requeue(self, units: Iterable[int]) -> None:
+        """Units evicted by preemption go straight back to the queue (as kube recreates
+        preempted pods): any hint they had is void."""
+        units = list(units)
+        self._unhinted.difference_update(units)
+        self._hinted.release([u for u in units if u in self._hinted.row_of])
+        self._requeue(units)
+
     def park_evicted(self, units: Iterable[int]) -> None:
         """Evicted units wait without a hint (the caller retries them with ``retry_all``)."""
         self._unhinted.update(units)
@@ -223,8 +231,11 @@ class _HintedPool:
         self.row_of: dict[int, int] = {}
         self.parked = 0
         self._free: list[int] = []
+        # A group: the same pod-independent conditions and the same preemption reach (pods
+        # below that priority count as room: their evictions could make room).
         self._groups: list[tuple[NodeCondition, ...]] = []
-        self._group_ids: dict[tuple[int, ...], int] = {}
+        self._group_pb: list[int | None] = []
+        self._group_ids: dict[tuple[int | None, ...], int] = {}
         # Rows with the same signature (request shape, open nodes, condition group) get
         # the same verdict anywhere: each check evaluates one row per signature. A
         # workload has few pod shapes, so a thousand waiting pods are a dozen checks.
@@ -272,11 +283,12 @@ class _HintedPool:
         if not self._free:
             self._alloc(2 * self.unit.size)
         r = self._free.pop()
-        key = tuple(id(c) for c in hint.conditions)
+        key = (*(id(c) for c in hint.conditions), hint.preempt_below)
         g = self._group_ids.get(key)
         if g is None:
             g = self._group_ids[key] = len(self._groups)
             self._groups.append(hint.conditions)
+            self._group_pb.append(hint.preempt_below)
         self.row_of[unit] = r
         self.parked += 1
         self.open[r] = hint.open_nodes
@@ -345,17 +357,19 @@ class _HintedPool:
             rows = rows_all[first]  # one row per signature
         else:
             rows = rows_all
-        ok = np.ones(rows.size, dtype=bool)
+        ok = np.zeros(rows.size, dtype=bool)
         groups = self.group[rows]
+        at = np.array([node])
         for g in set(groups.tolist()):
             cond = self._conditions(state, g)
             if cond is not None and not cond[node]:
-                ok &= groups != g
-        if ok.any():
-            fit = np.ones((rows.size, 1), dtype=bool)
-            for _, mask in state.fit_checks(self._batch(rows), np.array([node])):
+                continue
+            in_g = np.flatnonzero(groups == g)
+            fit = np.ones((in_g.size, 1), dtype=bool)
+            for _, mask in state.fit_checks(self._batch(rows[in_g]), at,
+                                            self._room(state, g, at)):
                 fit &= mask
-            ok &= fit[:, 0]
+            ok[in_g] = fit[:, 0]
         if rows is not rows_all:
             ok = np.isin(sigs, uniq[ok])
         return self.unit[rows_all[ok]].tolist()
@@ -385,10 +399,20 @@ class _HintedPool:
                                    else cond & self.open[rows_g].any(axis=0))
             if nodes.size == 0:
                 continue
+            room = self._room(state, g, nodes)
             for start in range(0, rows_g.size, _CHUNK):
                 rows = rows_g[start:start + _CHUNK]
                 ok = self.open[np.ix_(rows, nodes)]
-                for _, mask in state.fit_checks(self._batch(rows), nodes):
+                for _, mask in state.fit_checks(self._batch(rows), nodes, room):
                     ok &= mask
                 out[in_g[start:start + _CHUNK]] = ok.any(axis=1)
         return out
+
+    def _room(self, state: ClusterState, g: int, nodes: np.ndarray) -> Room | None:
+        """Room on ``nodes`` that group ``g``'s pods could get by preemption (the pods of
+        lower priority there), or None when they do not preempt."""
+        pb = self._group_pb[g]
+        if pb is None:
+            return None
+        res, be, dev = state.bound.room(state.bound.below(pb))
+        return res[nodes], be[nodes], dev[nodes]

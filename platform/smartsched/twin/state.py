@@ -30,6 +30,7 @@ from smartsched.model.resources import (
     MILLI_PER_DEVICE,
     NUM_RESOURCES,
 )
+from smartsched.twin.bound import BoundPods
 
 # kube-scheduler's defaults for pods that request no cpu / memory, used by its
 # NodeResourcesFit scoring ("non-zero requests").
@@ -42,6 +43,9 @@ NO_SCHEDULE_EFFECTS: Final = ("NoSchedule", "NoExecute")
 _VERSIONS = itertools.count(1)
 
 _ALL_NODES: Final = slice(None)
+# Room on top of free resources, per node: charged resources [N, R], best-effort pool
+# [N, 2], GPU milli per device [N, D] (``BoundPods.room``).
+Room = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 POWER_OFF: Final = 0
 POWER_BOOTING: Final = 1
@@ -221,6 +225,11 @@ class ClusterState:
         self.gpu_pod_tags = np.zeros((n, self.max_devices + 1), dtype=np.int32)
         # Pods per app per node, for spreading and affinity plugins (kube's snapshot of pods).
         self.app_pods: dict[str, np.ndarray] = {}
+        # Every bound pod as a row (node, priority, what it takes): preemption reads it.
+        self.bound = BoundPods(n, NUM_RESOURCES, self.max_devices)
+        # Pods of each app evicted by preemption and not running again yet (the engine keeps
+        # it): a disruption budget counts them.
+        self.disrupted: dict[str, int] = {}
 
     # ------------------------------------------------------------------ queries
     @property
@@ -281,7 +290,8 @@ class ClusterState:
         return ok
 
     def fit_checks(self, reqs: PodRequest | RequestBatch,
-                   nodes: np.ndarray | slice = _ALL_NODES) -> list[tuple[str, np.ndarray]]:
+                   nodes: np.ndarray | slice = _ALL_NODES,
+                   extra: Room | None = None) -> list[tuple[str, np.ndarray]]:
         """The parts of "fits" of one request ([M] masks) or of K requests ([K, M] or [M]
         masks, to broadcast) on
         the M ``nodes``: ``up``, ``cpu``, ``memory`` (from the best-effort pool for
@@ -290,7 +300,9 @@ class ClusterState:
         passes; scheduling's NodeResourcesFit reports the first failing part of each node,
         and the twin's queue asks it whether waiting pods fit where room was freed. One
         set of comparisons serves both shapes: node arrays broadcast against scalars or
-        against [K, 1] request columns."""
+        against [K, 1] request columns. ``extra``: room the nodes would have on top of
+        their free resources (what evicting some pods gives back, ``BoundPods.room``),
+        one row per node selected by ``nodes``."""
         if isinstance(reqs, PodRequest):
             v = reqs.vector
             cpu, mem, fpga = v[CPU], v[MEM], v[FPGA]
@@ -305,10 +317,18 @@ class ClusterState:
         # Node arrays are [M]; a batch's request columns are [K, 1], so each comparison
         # broadcasts to [K, M] (parts that do not depend on the request stay [M]).
         fr = self.free_res[nodes]
+        gpu_max_free, gpu_full = self.gpu_max_free[nodes], self.gpu_full[nodes]
+        if extra is not None:
+            fr = fr + extra[0]
+            dev_free = self.gpu_free[nodes] + extra[2]
+            gpu_max_free = dev_free.max(axis=1)
+            gpu_full = (dev_free == MILLI_PER_DEVICE).sum(axis=1)
         cpu_ok = fr[:, CPU] >= cpu
         mem_ok = fr[:, MEM] >= mem
         if any_be:
             slack = self.be_allocatable[nodes] - self.be_allocated[nodes]
+            if extra is not None:
+                slack = slack + extra[1]
             cpu_ok = np.where(be, slack[:, 0] >= cpu, cpu_ok)
             mem_ok = np.where(be, slack[:, 1] >= mem, mem_ok)
         out = [("up", self.up[nodes]), ("cpu", cpu_ok), ("memory", mem_ok)]
@@ -319,13 +339,13 @@ class ClusterState:
                 out.append(("gpu model", models[..., self.gpu_model[nodes]]))
             # A share needs one device with gpu_milli free; several GPUs are whole devices.
             if isinstance(num_gpu, np.ndarray):
-                share = self.gpu_max_free[nodes] >= milli
-                whole = self.gpu_full[nodes] >= num_gpu
+                share = gpu_max_free >= milli
+                whole = gpu_full >= num_gpu
                 out.append(("gpu", (num_gpu == 0) | np.where(num_gpu == 1, share, whole)))
             elif num_gpu == 1:
-                out.append(("gpu", self.gpu_max_free[nodes] >= milli))
+                out.append(("gpu", gpu_max_free >= milli))
             else:
-                out.append(("gpu", self.gpu_full[nodes] >= num_gpu))
+                out.append(("gpu", gpu_full >= num_gpu))
         return out
 
     def pick_devices(self, node: int, req: PodRequest) -> tuple[int, ...]:
@@ -390,6 +410,7 @@ class ClusterState:
             self.nonzero_alloc[node] += req.nonzero
         self.pod_count[node] += 1
         self.version[node] = next(_VERSIONS)
+        self.bound.add(node, req, v, devices, self.now)
         if req.num_gpu:
             self.gpu_pod_tags[node, gpu_tag(req)] += 1
         if req.pod.app:
@@ -401,6 +422,7 @@ class ClusterState:
     def release(self, node: int, req: PodRequest, devices: tuple[int, ...]) -> None:
         """Give back exactly what :meth:`allocate` took."""
         v = self.charged(req)
+        self.bound.remove(req, node)
         self.allocated[node] -= v
         self.free_res[node] += v
         if req.best_effort:
@@ -441,6 +463,8 @@ class ClusterState:
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
         other.app_pods = {k: v.copy() for k, v in self.app_pods.items()}
+        other.bound = self.bound.copy()
+        other.disrupted = dict(self.disrupted)
         for name in ("allocated", "usage_allocated", "free_res", "nonzero_alloc", "be_allocated",
                      "be_allocatable", "gpu_free",
                      "gpu_max_free", "gpu_full", "version",

@@ -26,6 +26,7 @@ from smartsched.model.configfile import read_resource, read_yaml
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.presets import GPU_NODE_TAINT
+from smartsched.model.priority import priority_classes, resolve
 from smartsched.workloads.profiles import default_usage
 
 HOUR = 3600.0
@@ -46,6 +47,8 @@ class _Gen:
     def __init__(self, cluster: ClusterSpec, profile: dict[str, Any], hours: float, seed: int):
         self.c = cluster
         self.p = profile
+        self.classes = priority_classes(profile.get("priority_classes"),
+                                        "workload.priority_classes")
         self.horizon = hours * HOUR
         self.rng = np.random.default_rng(seed)
         day = profile.get("day", {})
@@ -99,6 +102,19 @@ class _Gen:
         mu = math.log(mean_hours * HOUR) - SIGMA**2 / 2
         return self.rng.lognormal(mu, SIGMA, n)
 
+    def priority(self, s: dict[str, Any], default: str,
+                 key: str = "priority_class") -> dict[str, Any]:
+        """The ``priority`` and ``preemption_policy`` of a section's pods: its named
+        priority class (``key``, default the class named like the section), or a bare
+        ``priority`` number (older profiles; preemption policy then the default)."""
+        if key == "priority_class" and "priority" in s:
+            if key in s:
+                raise ValidationError(f"workload.{default}.priority",
+                                      "give a priority_class or a priority, not both")
+            return {"priority": int(s["priority"])}
+        pc = resolve(self.classes, str(s.get(key, default)), f"workload.{default}.{key}")
+        return {"priority": pc.value, "preemption_policy": pc.preemption_policy}
+
     def pick(self, choices: list[Any], n: int) -> np.ndarray:
         return np.asarray(choices)[self.rng.integers(0, len(choices), n)]
 
@@ -136,7 +152,7 @@ class _Gen:
                 id=f"online-{i:07d}", cpu_milli=int(req[i]),
                 memory_mib=int(req[i] * float(s["memory_mib_per_core"]) / 1000),
                 pod_class=PodClass.ONLINE, tenant=str(tenants[i]),
-                priority=int(s.get("priority", 1000)), arrival=float(t[i]),
+                **self.priority(s, "online"), arrival=float(t[i]),
                 duration=float(dur[i]), app=f"svc-{apps[i]}",
                 traffic_mbps=float(s.get("traffic_mbps", 0.0)), usage=usage,
             ))
@@ -160,6 +176,8 @@ class _Gen:
         constrained = self.rng.uniform(0, 1, t.size) < float(s.get("model_constraint_share", 0))
         usage = default_usage(PodClass.AI_TRAIN)
         per_node = max(1, self.max_gpu_node)
+        minutes = s.get("checkpoint_minutes")
+        checkpoint = None if minutes is None else float(minutes) * 60.0
         for i in range(t.size):
             total = int(size[i])
             per_pod = min(total, per_node)
@@ -174,9 +192,10 @@ class _Gen:
                     id=f"train-{i:06d}-{m}", cpu_milli=per_pod * int(s["cpu_milli_per_gpu"]),
                     memory_mib=per_pod * int(s["memory_mib_per_gpu"]), num_gpu=per_pod,
                     gpu_milli=1000, pod_class=PodClass.AI_TRAIN, tenant=str(tenants[i]),
-                    priority=int(s.get("priority", 500)), gpu_models=models,
+                    **self.priority(s, "ai-train"), gpu_models=models,
                     tolerations=(GPU_NODE_TAINT,), arrival=float(t[i]), duration=float(dur[i]),
                     gang_id=gang, gang_size=members, usage=usage,
+                    checkpoint_interval_s=checkpoint,
                 ))
 
     def ai_infer(self) -> None:
@@ -200,7 +219,7 @@ class _Gen:
             self.pods.append(Pod(
                 id=f"infer-{i:07d}", cpu_milli=int(cpu[i]), memory_mib=int(mem[i]), num_gpu=1,
                 gpu_milli=int(gm[i]), pod_class=PodClass.AI_INFER, tenant=str(tenants[i]),
-                priority=int(s.get("priority", 800)), gpu_models=models,
+                **self.priority(s, "ai-infer"), gpu_models=models,
                 tolerations=(GPU_NODE_TAINT,), arrival=float(t[i]), duration=float(dur[i]),
                 usage=usage,
             ))
@@ -226,12 +245,14 @@ class _Gen:
         usage = default_usage(PodClass.BATCH)
         dl = float(s.get("deadline_hours", 8.0)) * HOUR
         be = self.rng.uniform(0, 1, t.size) < float(s.get("best_effort_share", 0.0))
+        priority = self.priority(s, "batch")
+        be_priority = self.priority(s, "best-effort", key="best_effort_priority_class")
         for i in range(t.size):
             self.pods.append(Pod(
                 id=f"batch-{i:07d}", cpu_milli=int(req[i]),
                 memory_mib=int(req[i] * float(s["memory_mib_per_core"]) / 1000),
                 pod_class=PodClass.BATCH, tenant=str(tenants[i]),
-                priority=int(s.get("priority", 100)), arrival=float(t[i]),
+                **(be_priority if be[i] else priority), arrival=float(t[i]),
                 duration=float(dur[i]), deadline=float(t[i]) + dl, usage=usage,
                 best_effort=bool(be[i]),
             ))
@@ -254,7 +275,7 @@ class _Gen:
             self.pods.append(Pod(
                 id=f"edge-{i:07d}", cpu_milli=int(req[i]), memory_mib=int(mem[i]),
                 pod_class=PodClass.EDGE_RT, tenant=str(tenants[i]),
-                priority=int(s.get("priority", 1000)), origin_site=str(origin[i]),
+                **self.priority(s, "edge-rt"), origin_site=str(origin[i]),
                 latency_slo_ms=float(s["latency_slo_ms"]), arrival=float(t[i]),
                 duration=float(dur[i]), usage=usage,
             ))

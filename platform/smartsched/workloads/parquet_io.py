@@ -24,7 +24,7 @@ _USAGE_FIELDS = ("kind", "mean", "amplitude", "peak_hour", "burst_factor", "burs
 _POD_SCALARS = (
     "id", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "num_fpga", "tenant", "priority",
     "origin_site", "latency_slo_ms", "arrival", "duration", "deadline", "gang_id", "gang_size",
-    "app", "traffic_mbps", "best_effort",
+    "app", "traffic_mbps", "best_effort", "preemption_policy", "checkpoint_interval_s",
 )
 _POD_LISTS = ("gpu_models", "tolerations", "allowed_regions")
 
