@@ -37,7 +37,7 @@ from smartsched.scheduling.framework import (
     Profile,
     ScorePlugin,
 )
-from smartsched.scheduling.plugins import binders, gpu, k8s, load, preemption, topology
+from smartsched.scheduling.plugins import binders, edge, gpu, k8s, load, preemption, topology
 from smartsched.scheduling.profile_doc import (
     PluginRef,
     ProfileDoc,
@@ -66,6 +66,7 @@ BUILTIN_PLUGINS: tuple[type, ...] = (
     topology.NumaAware,
     load.LoadAware,
     preemption.DefaultPreemption,
+    edge.LatencySLO,
 )
 
 # The extension points a plugin class may implement (framework.py's Protocols).

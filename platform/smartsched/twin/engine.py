@@ -225,6 +225,11 @@ class Engine:
             if decision.devices is not None
             else self.state.pick_devices(node, req)
         )
+        slo = cur.pod.latency_slo_ms
+        if slo is not None and req.origin >= 0:  # before taking the room: was there any?
+            st = self.state
+            near = st.site_latency_ms[req.origin][st.site_id] <= slo
+            self.table.room_within_slo[i] = bool((near & st.resource_fit(req)).any())
         self.state.allocate(node, req, devices)  # raises, unchanged, on over-allocation
         self._current = None
         if in_gang:

@@ -376,7 +376,9 @@ class MetricsRecorder:
             np.inf if tb.pods[i].latency_slo_ms is None else tb.pods[i].latency_slo_ms
             for i in lat
         ])
-        lat_viol = int((tb.latency_ms[lat] > slo).sum())
+        over = tb.latency_ms[lat] > slo
+        lat_viol = int(over.sum())
+        too_far = int((over & tb.room_within_slo[lat]).sum())
         dec = np.array(self.decision_seconds)
         metrics: dict[str, Any] = {
             "gpu_allocation_rate": gpu_rate,
@@ -407,6 +409,10 @@ class MetricsRecorder:
                 "online_pods_contended": len(self.contended_pods),
                 "latency_pods": int(lat.size),
                 "latency_violations": lat_viol,
+                # ... split by cause: a node within the SLO had room (placed too far), or
+                # none had (no room within the SLO).
+                "latency_violations_placed_too_far": too_far,
+                "latency_violations_no_room": lat_viol - too_far,
             },
             "cross_zone_gb_per_h": float(np.mean(self.cross_zone)) if self.cross_zone else 0.0,
             "energy_kwh": self.energy_j / 3.6e6,

@@ -86,6 +86,9 @@ class PodTable:
         self.started_at = np.full(p, np.nan)
         self.finished_at = np.full(p, np.nan)
         self.latency_ms = np.full(p, np.nan)
+        # For latency-bound pods: whether some node within the SLO had room when it was placed
+        # (a violation then is a placement choice, not a lack of capacity).
+        self.room_within_slo = np.zeros(p, dtype=bool)
         self.epoch = np.zeros(p, dtype=np.int32)  # bumped on eviction: stale completions ignored
         # Work left (seconds of running), and how an evicted pod keeps what it did: services
         # (online, inference, edge) carry on where they were (0: nothing to redo), training

@@ -72,6 +72,7 @@ class PodRequest:
     tolerated: np.ndarray  # [T] bool over taint_vocab
     allowed_sites: np.ndarray | None  # [S] bool over site ids
     best_effort: bool = False
+    origin: int = -1  # site id the pod's clients are at (-1: none)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -140,6 +141,10 @@ class ClusterState:
         self.names: list[str] = [x.name for x in nodes]
         self.index: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         self.site_names: list[str] = [s.name for s in spec.sites]
+        self.site_ids: dict[str, int] = {s: i for i, s in enumerate(self.site_names)}
+        # Client latency from each site (as a pod's origin) to a node of each site [S, S].
+        self.site_latency_ms = np.array([[t.latency_ms_from(o) for t in spec.sites]
+                                         for o in spec.sites], dtype=np.float64)
         self.zone_names: list[str] = [z.name for z in spec.zones]
         site_idx = {s: i for i, s in enumerate(self.site_names)}
         zone_idx = {z: i for i, z in enumerate(self.zone_names)}
@@ -274,6 +279,7 @@ class ClusterState:
             tolerated=tolerated,
             allowed_sites=sites,
             best_effort=pod.best_effort,
+            origin=self.site_ids.get(pod.origin_site, -1) if pod.origin_site else -1,
         )
 
     def resource_fit(self, req: PodRequest) -> np.ndarray:
