@@ -56,6 +56,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("GPU frag %", ("gpu_fragmentation_pct",), "{:.1f}"),
     ("online queue p95 s", ("classes", "online", "queueing_delay_s", "p95"), "{:.0f}"),
     ("batch queue p95 s", ("classes", "batch", "queueing_delay_s", "p95"), "{:.0f}"),
+    ("image pull p95 s", ("images", "pull_s", "p95"), "{:.0f}"),
     ("AI start p50 s", ("classes", "ai-train", "start_latency_s", "p50"), "{:.0f}"),
     ("AI start p95 s", ("classes", "ai-train", "start_latency_s", "p95"), "{:.0f}"),
     ("failed pods", ("pods", "failed"), "{:.0f}"),

@@ -96,6 +96,9 @@ class NodeSpec:
     unschedulable: bool = False
     idle_watts: float | None = None  # host without devices; default from size
     max_watts: float | None = None
+    # Container images: disk kept for the image cache, and the registry pull bandwidth.
+    image_disk_mib: int = 200 * 1024
+    pull_mbps: float = 1000.0
 
     def __post_init__(self) -> None:
         f = f"nodes.{self.name}"
@@ -120,6 +123,11 @@ class NodeSpec:
         for t in self.taints:
             if not t or any(c.isspace() for c in t):
                 raise ValidationError(f"{f}.taints", f"malformed taint {t!r}")
+        check_int(f"{f}.image_disk_mib", self.image_disk_mib, 0, 64 * 1024 * 1024)
+        if isinstance(self.pull_mbps, bool) or not isinstance(self.pull_mbps, int | float) \
+                or not 0 < self.pull_mbps <= 1e6:
+            raise ValidationError(f"{f}.pull_mbps",
+                                  f"must be a bandwidth in (0, 1e6] Mbit/s, got {self.pull_mbps!r}")
 
     @property
     def host_idle_watts(self) -> float:

@@ -41,6 +41,8 @@ def write_cluster(spec: ClusterSpec, path: str | Path) -> None:
         "labels": [json.dumps(dict(n.labels)) for n in nodes],
         "taints": [list(n.taints) for n in nodes],
         "unschedulable": [n.unschedulable for n in nodes],
+        "image_disk_mib": [n.image_disk_mib for n in nodes],
+        "pull_mbps": [float(n.pull_mbps) for n in nodes],
     })
     meta = {
         "name": spec.name,

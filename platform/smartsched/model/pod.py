@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Final, TypeVar
 
 from smartsched.model.errors import ValidationError
+from smartsched.model.images import check_image
 from smartsched.model.priority import PREEMPT_LOWER, PREEMPTION_POLICIES
 from smartsched.model.resources import (
     GPU_MODEL_IDS,
@@ -115,6 +116,10 @@ class Pod:
     # Work is saved this often (training checkpoints): an evicted pod resumes from its last
     # checkpoint and loses only what it did since. None: it restarts from the beginning.
     checkpoint_interval_s: float | None = None
+    # The container image and its layers (digest, MiB): pulled onto the node before the
+    # pod starts, unless cached there (model.images). None: no image modelled.
+    image: str | None = None
+    image_layers: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -157,6 +162,7 @@ class Pod:
         if self.preemption_policy not in PREEMPTION_POLICIES:
             raise ValidationError("preemption_policy", f"must be one of {PREEMPTION_POLICIES}, "
                                   f"got {self.preemption_policy!r}")
+        check_image(self.image, self.image_layers)
         if self.checkpoint_interval_s is not None:
             _check_float("checkpoint_interval_s", self.checkpoint_interval_s, 0.0)
             if self.checkpoint_interval_s <= 0:

@@ -292,6 +292,16 @@ def min_max_normalize(raw: np.ndarray, feasible: np.ndarray) -> np.ndarray:
     return (raw - lo) * (MAX_NODE_SCORE / (hi - lo))
 
 
+def lowest_best(raw: np.ndarray, feasible: np.ndarray) -> np.ndarray | float:
+    """0..100 with the lowest ``raw`` over the feasible nodes at 100 and the highest at 0
+    (latency, pull time); every node 100 when they are all equal."""
+    vals = raw[feasible]
+    lo, hi = float(vals.min()), float(vals.max())
+    if hi == lo:
+        return float(MAX_NODE_SCORE)
+    return MAX_NODE_SCORE * (hi - raw) / (hi - lo)
+
+
 def default_normalize(raw: np.ndarray, feasible: np.ndarray, reverse: bool) -> np.ndarray:
     """kube-scheduler's DefaultNormalizeScore: scale by the max (integer), optionally reversed."""
     max_count = int(raw[feasible].max()) if feasible.any() else 0

@@ -37,7 +37,16 @@ from smartsched.scheduling.framework import (
     Profile,
     ScorePlugin,
 )
-from smartsched.scheduling.plugins import binders, edge, gpu, k8s, load, preemption, topology
+from smartsched.scheduling.plugins import (
+    binders,
+    edge,
+    gpu,
+    images,
+    k8s,
+    load,
+    preemption,
+    topology,
+)
 from smartsched.scheduling.profile_doc import (
     PluginRef,
     ProfileDoc,
@@ -67,6 +76,8 @@ BUILTIN_PLUGINS: tuple[type, ...] = (
     load.LoadAware,
     preemption.DefaultPreemption,
     edge.LatencySLO,
+    images.ImageLocality,
+    images.ImagePull,
 )
 
 # The extension points a plugin class may implement (framework.py's Protocols).

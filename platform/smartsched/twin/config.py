@@ -38,6 +38,8 @@ class EngineConfig:
         frag_include_cpu_pods: count CPU-only pods in the fragmentation target workload.
         best_effort_threshold: best-effort pods may request up to this share of a node's
             cpu/memory minus what the other pods use (sampled at ticks).
+        container_start_s: a container's start after its image is on the node (pods
+            with an image only).
     """
 
     mode: str = "replay"
@@ -56,13 +58,15 @@ class EngineConfig:
     frag_coverage: float = 0.95
     frag_include_cpu_pods: bool = False
     best_effort_threshold: float = 0.9
+    container_start_s: float = 2.0
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValidationError("seed", f"must be an integer >= 0, got {self.seed!r}")
         for name in ("horizon_s", "warmup_s", "tick_s", "flush_s", "idle_power_down_s",
                      "power_up_s", "node_mtbf_hours", "repair_s", "inflate",
-                     "fill_frag_every_pct", "frag_coverage", "best_effort_threshold"):
+                     "fill_frag_every_pct", "frag_coverage", "best_effort_threshold",
+                     "container_start_s"):
             v = getattr(self, name)
             if v is None and name in ("horizon_s", "node_mtbf_hours"):
                 continue
@@ -74,6 +78,8 @@ class EngineConfig:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ValidationError(name, f"must be a positive number, got {v!r}")
+        if not 0 <= self.container_start_s < math.inf:
+            raise ValidationError("container_start_s", "must be >= 0")
         if not (isinstance(self.power_up_s, int | float) and 0 <= self.power_up_s < math.inf):
             raise ValidationError("power_up_s", f"must be >= 0, got {self.power_up_s!r}")
         if self.horizon_s is not None and not (0 < self.horizon_s < math.inf):

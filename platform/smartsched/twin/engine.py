@@ -51,6 +51,7 @@ from smartsched.twin.events import (
     EV_FAIL,
     EV_POWER_DOWN,
     EV_POWER_UP,
+    EV_PULLED,
     EV_RECOVER,
     EV_TICK,
     Event,
@@ -154,6 +155,7 @@ class Engine:
         self._pod_index: dict[int, int] | None = None  # id(pod) -> index, built on demand
         # Pods evicted by preemption from an app with a disruption budget, not running yet.
         self._disrupted: set[int] = set()
+        self._pulling: set[int] = set()  # bound pods waiting for their image
         self._budgeted = (POD_CLASS_IDS[PodClass.ONLINE], POD_CLASS_IDS[PodClass.EDGE_RT])
         self._binds = 0
         self._binds_at_final_flush = -1
@@ -359,9 +361,14 @@ class Engine:
         elif k == EV_POWER_UP:
             if self.power.booted(p):
                 for i in sorted(self._node_pods[p]):
-                    if self.table.status[i] == BOUND:
-                        self._start(i)
+                    if self.table.status[i] == BOUND and i not in self._pulling:
+                        self._begin(i)
                 self.power.maybe_idle(p, self.now)
+        elif k == EV_PULLED:
+            i, epoch = p
+            if self.table.epoch[i] == epoch and self.table.status[i] == BOUND:
+                self._pulling.discard(i)
+                self._start(i)
         elif k == EV_FAIL:
             self._fail(p)
         elif k == EV_RECOVER:
@@ -412,10 +419,28 @@ class Engine:
             tb.latency_ms[i] = target.latency_ms_from(origin)
         self._node_pods[node].add(i)
         self.metrics.bound(i)
+        req = self._requests[i]
+        tb.image[i] = req.image if req is not None else -1
         if self.power.bound(node, self.now):
-            self._start(i)
+            self._begin(i)
         else:
             tb.status[i] = BOUND
+
+    def _begin(self, i: int) -> None:
+        """Pod ``i``'s node is up: pull its image (if it has one), then start it."""
+        tb = self.table
+        img = int(tb.image[i])
+        if img < 0:
+            self._start(i)
+            return
+        done, mib, pinned = self.state.images.pull(int(tb.node[i]), img, self.now)
+        at = done + self.config.container_start_s
+        tb.pinned[i] = pinned
+        tb.pull_s[i] = at - self.now
+        tb.pulled_mib[i] += mib
+        tb.status[i] = BOUND
+        self._pulling.add(i)
+        self.events.push(at, EV_PULLED, (i, int(tb.epoch[i])))
 
     def _start(self, i: int) -> None:
         tb = self.table
@@ -434,6 +459,10 @@ class Engine:
     def _unbind(self, i: int) -> None:
         tb = self.table
         node = int(tb.node[i])
+        if tb.pinned[i]:
+            self.state.images.release(node, tb.pinned[i])
+            tb.pinned[i] = ()
+        self._pulling.discard(i)
         self.state.release(node, self._requests[i], tb.devices[i])  # type: ignore[arg-type]
         self._node_pods[node].discard(i)
         self.metrics.released(i)

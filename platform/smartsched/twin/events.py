@@ -16,10 +16,11 @@ from typing import Any, Final
 EV_RECOVER: Final = 0
 EV_COMPLETE: Final = 1
 EV_POWER_UP: Final = 2
-EV_FAIL: Final = 3
-EV_POWER_DOWN: Final = 4
-EV_ARRIVE: Final = 5
-EV_TICK: Final = 6
+EV_PULLED: Final = 3  # a pod's image is on its node: the container starts
+EV_FAIL: Final = 4
+EV_POWER_DOWN: Final = 5
+EV_ARRIVE: Final = 6
+EV_TICK: Final = 7
 
 
 @dataclass(order=True)

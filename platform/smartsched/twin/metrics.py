@@ -358,6 +358,7 @@ class MetricsRecorder:
             q = tb.scheduled_at[sched] - tb.arrival[sched]
             s = tb.started_at[started] - tb.arrival[started]
             waiting = arrived & (tb.status == PENDING)
+            pulled = arrived & np.isfinite(tb.pull_s)
             # Censoring-safe: pods still waiting at the end count the time they waited so far.
             wait_h = (q.sum() + (self.t_last - tb.arrival[waiting]).sum()) / 3600.0
             per_class[cls.value] = {
@@ -368,6 +369,7 @@ class MetricsRecorder:
                 "waiting_pod_hours": float(wait_h),
                 "preemptions": int(self.preemptions_cls[ci]),
                 "lost_pod_hours": float(self.lost_s_cls[ci] / 3600.0),
+                "image_pull_s": _percentiles(tb.pull_s[pulled]),
                 "queueing_delay_s": _percentiles(q),
                 "start_latency_s": _percentiles(s),
             }
@@ -413,6 +415,12 @@ class MetricsRecorder:
                 # none had (no room within the SLO).
                 "latency_violations_placed_too_far": too_far,
                 "latency_violations_no_room": lat_viol - too_far,
+            },
+            "images": {
+                # Seconds from binding to the container's start (pull, then start) of the
+                # pods with an image, and what the pulls downloaded.
+                "pull_s": _percentiles(tb.pull_s[np.isfinite(tb.pull_s) & measured]),
+                "pulled_gib": float(tb.pulled_mib[measured].sum() / 1024.0),
             },
             "cross_zone_gb_per_h": float(np.mean(self.cross_zone)) if self.cross_zone else 0.0,
             "energy_kwh": self.energy_j / 3.6e6,

@@ -96,6 +96,12 @@ class PodTable:
         self.remaining = self.duration.copy()
         self.resume_every = np.array([_resume_every(x) for x in pods], dtype=np.float64)
         self.last_start = np.full(p, np.nan)  # when the current run began (first: started_at)
+        # Image pulls: the image's id in ClusterState.images (-1: none), the layers a pull
+        # pinned on the pod's node, and seconds from binding to the container's start.
+        self.image = np.full(p, -1, dtype=np.int64)
+        self.pinned: list[tuple[int, ...]] = [()] * p
+        self.pull_s = np.full(p, np.nan)
+        self.pulled_mib = np.zeros(p, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.pods)

@@ -31,6 +31,7 @@ from smartsched.model.resources import (
     NUM_RESOURCES,
 )
 from smartsched.twin.bound import BoundPods
+from smartsched.twin.images import ImageCaches
 
 # kube-scheduler's defaults for pods that request no cpu / memory, used by its
 # NodeResourcesFit scoring ("non-zero requests").
@@ -73,6 +74,7 @@ class PodRequest:
     allowed_sites: np.ndarray | None  # [S] bool over site ids
     best_effort: bool = False
     origin: int = -1  # site id the pod's clients are at (-1: none)
+    image: int = -1  # id in ``ClusterState.images`` (-1: no image modelled)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -230,6 +232,8 @@ class ClusterState:
         self.gpu_pod_tags = np.zeros((n, self.max_devices + 1), dtype=np.int32)
         # Pods per app per node, for spreading and affinity plugins (kube's snapshot of pods).
         self.app_pods: dict[str, np.ndarray] = {}
+        # Image layer caches and pulls of every node (twin.images).
+        self.images = ImageCaches(spec)
         # Every bound pod as a row (node, priority, what it takes): preemption reads it.
         self.bound = BoundPods(n, NUM_RESOURCES, self.max_devices)
         # Pods of each app evicted by preemption and not running again yet (the engine keeps
@@ -280,6 +284,7 @@ class ClusterState:
             allowed_sites=sites,
             best_effort=pod.best_effort,
             origin=self.site_ids.get(pod.origin_site, -1) if pod.origin_site else -1,
+            image=self.images.image_id(pod.image, pod.image_layers) if pod.image else -1,
         )
 
     def resource_fit(self, req: PodRequest) -> np.ndarray:
@@ -470,6 +475,7 @@ class ClusterState:
         other.__dict__.update(self.__dict__)
         other.app_pods = {k: v.copy() for k, v in self.app_pods.items()}
         other.bound = self.bound.copy()
+        other.images = self.images.copy()
         other.disrupted = dict(self.disrupted)
         for name in ("allocated", "usage_allocated", "free_res", "nonzero_alloc", "be_allocated",
                      "be_allocatable", "gpu_free",

@@ -27,6 +27,7 @@ from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.presets import GPU_NODE_TAINT
 from smartsched.model.priority import priority_classes, resolve
+from smartsched.workloads.images import assign_images, catalogue
 from smartsched.workloads.profiles import default_usage
 
 HOUR = 3600.0
@@ -302,4 +303,7 @@ def generate_mixed(
                 raise
             raise ValidationError(f"workload.{section}", f"bad value: {e}") from None
     gen.pods.sort(key=lambda p: (p.arrival, p.id))
-    return gen.pods
+    section = gen.p.get("images")
+    if section is None:
+        return gen.pods
+    return assign_images(gen.pods, catalogue(section), seed)

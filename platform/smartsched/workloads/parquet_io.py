@@ -25,8 +25,16 @@ _POD_SCALARS = (
     "id", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "num_fpga", "tenant", "priority",
     "origin_site", "latency_slo_ms", "arrival", "duration", "deadline", "gang_id", "gang_size",
     "app", "traffic_mbps", "best_effort", "preemption_policy", "checkpoint_interval_s",
+    "image",
 )
 _POD_LISTS = ("gpu_models", "tolerations", "allowed_regions")
+
+
+def _layer(text: str) -> tuple[str, int]:
+    digest, sep, mib = str(text).rpartition("@")
+    if not sep or not mib.isdigit():
+        raise ValidationError("image_layers", f"expected digest@MiB, got {text!r}")
+    return digest, int(mib)
 
 
 def write_pods(pods: Sequence[Pod], path: str | Path) -> None:
@@ -36,6 +44,7 @@ def write_pods(pods: Sequence[Pod], path: str | Path) -> None:
     for k in _POD_LISTS:
         cols[k] = [list(getattr(p, k)) for p in pods]
     cols["node_selector"] = [[f"{a}={b}" for a, b in p.node_selector] for p in pods]
+    cols["image_layers"] = [[f"{d}@{mib}" for d, mib in p.image_layers] for p in pods]
     for f in _USAGE_FIELDS:
         cols[f"usage_{f}"] = [
             getattr(p.usage, f).value if f == "kind" else getattr(p.usage, f) for p in pods
@@ -63,6 +72,7 @@ def read_pods(path: str | Path) -> list[Pod]:
             kw["node_selector"] = tuple(
                 tuple(s.split("=", 1)) for s in (r.get("node_selector") or ())
             )
+            kw["image_layers"] = tuple(_layer(s) for s in (r.get("image_layers") or ()))
             if "pod_class" in r:
                 kw["pod_class"] = r["pod_class"]
             usage = {f: r[f"usage_{f}"] for f in _USAGE_FIELDS if r.get(f"usage_{f}") is not None}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from smartsched.scheduling.framework import MAX_NODE_SCORE, CycleContext
+from smartsched.scheduling.framework import CycleContext, lowest_best
 from smartsched.scheduling.status import Code, QueueingHint, Status
 
 
@@ -56,10 +56,4 @@ class LatencySLO:
 
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray | float:
         lat = self.latency(ctx)
-        if lat is None:
-            return 0.0
-        vals = lat[feasible]
-        lo, hi = float(vals.min()), float(vals.max())
-        if hi == lo:
-            return float(MAX_NODE_SCORE)
-        return MAX_NODE_SCORE * (hi - lat) / (hi - lo)
+        return 0.0 if lat is None else lowest_best(lat, feasible)
