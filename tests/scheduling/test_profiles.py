@@ -230,6 +230,15 @@ CASES: list[tuple[str, str, int, Rule | None]] = [
     ("online-batch", "batch", 1, most_allocated),
     ("online-batch", "ai-infer", 1, least_fragmentation),
     ("random", "batch", 1, None),  # any feasible node, uniformly
+    # The composite: online by load (LoadAware scores, no filter), GPU pods by accelerator
+    # tier then least leftover (every GPU node here has 8 GPUs: one tier), batch packed.
+    ("composite-online", "online", 1, least_used),
+    ("composite-accelerators", "ai-infer", 1, least_leftover),
+    ("composite-accelerators", "ai-train", 2, least_leftover),
+    ("composite-batch", "batch", 1, most_allocated),
+    ("composite", "online", 1, least_used),
+    ("composite", "ai-train", 2, least_leftover),
+    ("composite", "batch", 1, most_allocated),
 ]
 
 

@@ -59,6 +59,8 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("image pull p95 s", ("images", "pull_s", "p95"), "{:.0f}"),
     ("AI start p50 s", ("classes", "ai-train", "start_latency_s", "p50"), "{:.0f}"),
     ("AI start p95 s", ("classes", "ai-train", "start_latency_s", "p95"), "{:.0f}"),
+    ("AI start p95 s (waiting incl.)", ("classes", "ai-train", "start_latency_all_s", "p95"),
+     "{:.0f}"),
     ("failed pods", ("pods", "failed"), "{:.0f}"),
     ("waiting pod-h", ("pods", "waiting_pod_hours"), "{:.0f}"),
     ("preemptions", ("pods", "preemptions"), "{:.0f}"),

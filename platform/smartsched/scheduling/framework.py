@@ -19,6 +19,7 @@ exception.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -36,6 +37,7 @@ from smartsched.scheduling.status import (
     Status,
 )
 from smartsched.twin.decision import Decision, NodeCondition, Rejection, RetryHint
+from smartsched.twin.reservations import Reservation
 from smartsched.twin.state import ClusterState, PodRequest
 
 MAX_NODE_SCORE = 100
@@ -95,8 +97,8 @@ class PostFilterPlugin(Protocol):
 
     def post_filter(self, state: ClusterState, request: PodRequest,
                     eligible: np.ndarray) -> Any:
-        """A ``Nomination`` (node and victims) or None. ``eligible``: nodes where every
-        check other than room passes."""
+        """A ``Nomination`` (node and victims), a ``Reservation`` (for a gang that cannot
+        start), or None. ``eligible``: nodes where every check other than room passes."""
         ...
 
 
@@ -181,11 +183,17 @@ class ProfileScheduler:
         ok, ctx = self.feasible(state, request)
         idx = np.flatnonzero(ok)
         if idx.size == 0:
+            reserve = None
             for post in self.profile.post_filters:
-                nomination = post.post_filter(state, request, self.room_only(ctx))
-                if nomination is not None:
-                    return Decision(nomination.node, victims=tuple(nomination.victims))
-            return self.rejection(ctx)
+                out = post.post_filter(state, request, self.room_only(ctx))
+                if isinstance(out, Reservation):  # a gang that cannot start holds room
+                    reserve = out
+                elif out is not None:  # a nomination: evict its victims, take its node
+                    return Decision(out.node, victims=tuple(out.victims))
+            rejected = self.rejection(ctx)
+            if reserve is not None:
+                return dataclasses.replace(rejected, reserve=reserve)
+            return rejected
         if idx.size == 1 or not self.profile.scorers:
             total = np.zeros(state.num_nodes)
         else:

@@ -38,8 +38,10 @@ from smartsched.scheduling.framework import (
     ScorePlugin,
 )
 from smartsched.scheduling.plugins import (
+    accelerators,
     binders,
     edge,
+    gangs,
     gpu,
     images,
     k8s,
@@ -78,6 +80,9 @@ BUILTIN_PLUGINS: tuple[type, ...] = (
     edge.LatencySLO,
     images.ImageLocality,
     images.ImagePull,
+    gangs.GangReservation,
+    gangs.Reservations,
+    accelerators.AcceleratorFit,
 )
 
 # The extension points a plugin class may implement (framework.py's Protocols).

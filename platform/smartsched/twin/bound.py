@@ -53,6 +53,7 @@ class BoundPods:
             "app": np.full(cap, -1, dtype=np.int64),
             "cls": np.zeros(cap, dtype=np.int8),
             "since": np.zeros(cap, dtype=np.float64),
+            "until": np.full(cap, np.inf, dtype=np.float64),
         }
         for name, arr in new.items():
             if old is not None:
@@ -66,8 +67,9 @@ class BoundPods:
         return int(self.used.sum())
 
     def add(self, node: int, req: Any, charged: np.ndarray, devices: tuple[int, ...],
-            now: float) -> None:
-        """Record ``req``'s pod on ``node`` (taking ``charged`` and ``devices``) at ``now``."""
+            now: float, until: float = np.inf) -> None:
+        """Record ``req``'s pod on ``node`` (taking ``charged`` and ``devices``) at ``now``,
+        expected to leave at ``until`` (inf: unknown)."""
         if not self._free:
             self._grow(2 * self.used.size)
         r = self._free.pop()
@@ -88,6 +90,14 @@ class BoundPods:
         self.app[r] = self._app_ids.setdefault(pod.app, len(self._app_ids)) if pod.app else -1
         self.cls[r] = POD_CLASS_IDS[pod.pod_class]
         self.since[r] = now
+        self.until[r] = until
+
+    def expect_until(self, req: Any, node: int, until: float) -> None:
+        """``req``'s pod on ``node`` is now expected to leave at ``until`` (it started)."""
+        rows = self.row_of.get(id(req))
+        if rows:
+            r = next((x for x in rows if self.node[x] == node), rows[0])
+            self.until[r] = until
 
     def remove(self, req: Any, node: int) -> None:
         rows = self.row_of[id(req)]
@@ -135,7 +145,7 @@ class BoundPods:
         other = object.__new__(BoundPods)
         other.__dict__.update(self.__dict__)
         for name in ("used", "node", "priority", "charged", "be_req", "devices", "gang", "app",
-                     "cls", "since"):
+                     "cls", "since", "until"):
             setattr(other, name, getattr(self, name).copy())
         other.row_of = {k: list(v) for k, v in self.row_of.items()}
         other.pods = list(self.pods)

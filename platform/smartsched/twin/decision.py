@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from smartsched.model.pod import Pod
+from smartsched.twin.reservations import Reservation
 from smartsched.twin.state import ClusterState, PodRequest
 
 
@@ -84,7 +85,8 @@ class Decision:
     ``retry`` when to try again); ``devices`` None lets the twin's default
     binder pick devices; ``defer`` keeps a deferrable pod waiting although it
     might fit. ``victims``: bound pods to evict first (preemption); the pod
-    then takes ``node``.
+    then takes ``node``. ``reserve``: with a rejected gang member, the room the
+    gang should hold until it can start (``twin.reservations``).
     """
 
     node: int | None
@@ -93,6 +95,7 @@ class Decision:
     rejections: tuple[Rejection, ...] = ()
     retry: RetryHint | None = None
     victims: tuple[Pod, ...] = ()
+    reserve: Reservation | None = None
 
     @property
     def reasons(self) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ from smartsched.twin.decision import (
 from smartsched.twin.events import (
     EV_ARRIVE,
     EV_COMPLETE,
+    EV_DUE,
     EV_FAIL,
     EV_POWER_DOWN,
     EV_POWER_UP,
@@ -211,7 +212,12 @@ class Engine:
             elif decision.defer:
                 self.queue.defer(self.queue.unit_of(i))
             else:
-                self.queue.park(self.queue.unit_of(i), decision.retry)
+                unit = self.queue.unit_of(i)
+                self.queue.park(unit, decision.retry)
+                if decision.reserve is not None and unit < 0:  # the gang holds room until due
+                    self.state.reservations.add(decision.reserve)
+                    if decision.reserve.due > self.now:  # due now: room frees wake it
+                        self.events.push(decision.reserve.due, EV_DUE, unit)
             return
         node = int(decision.node)
         req = cur.request
@@ -219,8 +225,6 @@ class Engine:
             raise InfeasibleDecisionError(f"node index {node} out of range")
         freed: set[int] = set()
         if decision.victims:
-            if in_gang:
-                raise InfeasibleDecisionError("a gang member cannot preempt (gangs reserve)")
             freed = self._preempt(decision.victims, i)
         devices = (
             tuple(int(d) for d in decision.devices)
@@ -232,7 +236,8 @@ class Engine:
             st = self.state
             near = st.site_latency_ms[req.origin][st.site_id] <= slo
             self.table.room_within_slo[i] = bool((near & st.resource_fit(req)).any())
-        self.state.allocate(node, req, devices)  # raises, unchanged, on over-allocation
+        # Raises, unchanged, on over-allocation; ``until`` is when it is expected to leave.
+        self.state.allocate(node, req, devices, until=self._expected_end(i, self.now))
         self._current = None
         if in_gang:
             self._gang_todo.pop(0)
@@ -240,6 +245,9 @@ class Engine:
             if self._gang_todo:
                 return
             placed, self._gang_placed = self._gang_placed, []
+            gang = cur.pod.gang_id
+            if gang is not None:
+                self.state.reservations.remove(gang)  # started: its promise is kept
             for p, nd, dv in placed:
                 self._bind(p, nd, dv)
             self._fill_decided([p for p, _, _ in placed])
@@ -369,6 +377,9 @@ class Engine:
             if self.table.epoch[i] == epoch and self.table.status[i] == BOUND:
                 self._pulling.discard(i)
                 self._start(i)
+        elif k == EV_DUE:
+            if self.queue.is_parked(p):  # the gang still waits: its room should be there now
+                self.queue.requeue([p])
         elif k == EV_FAIL:
             self._fail(p)
         elif k == EV_RECOVER:
@@ -452,9 +463,19 @@ class Engine:
             self._disrupted.discard(i)
             app = tb.pods[i].app
             self.state.disrupted[app] -= 1  # type: ignore[index]
+        # Started: it ends after its remaining run (gang reservations plan on this).
+        self.state.bound.expect_until(self._requests[i], int(tb.node[i]),
+                                      self._expected_end(i, self.now))
         if self.config.mode == "replay" and np.isfinite(tb.remaining[i]):
             self.events.push(self.now + float(tb.remaining[i]), EV_COMPLETE,
                              (i, int(tb.epoch[i])))
+
+    def _expected_end(self, i: int, start: float) -> float:
+        """When pod ``i`` is expected to leave if it runs from ``start`` (inf: it does not
+        end, as in fill mode, or its length is unknown)."""
+        if self.config.mode != "replay":
+            return np.inf
+        return start + float(self.table.remaining[i])
 
     def _unbind(self, i: int) -> None:
         tb = self.table
@@ -473,6 +494,7 @@ class Engine:
         if not st.up[node]:
             return
         st.up[node] = False
+        st.reservations.drop_node(node)
         evicted = []
         for i in sorted(self._node_pods[node]):
             self._evict(i)

@@ -17,10 +17,11 @@ EV_RECOVER: Final = 0
 EV_COMPLETE: Final = 1
 EV_POWER_UP: Final = 2
 EV_PULLED: Final = 3  # a pod's image is on its node: the container starts
-EV_FAIL: Final = 4
-EV_POWER_DOWN: Final = 5
-EV_ARRIVE: Final = 6
-EV_TICK: Final = 7
+EV_DUE: Final = 4  # a gang's reservation is due: offer the gang again
+EV_FAIL: Final = 5
+EV_POWER_DOWN: Final = 6
+EV_ARRIVE: Final = 7
+EV_TICK: Final = 8
 
 
 @dataclass(order=True)

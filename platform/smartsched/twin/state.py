@@ -32,6 +32,7 @@ from smartsched.model.resources import (
 )
 from smartsched.twin.bound import BoundPods
 from smartsched.twin.images import ImageCaches
+from smartsched.twin.reservations import Reservations
 
 # kube-scheduler's defaults for pods that request no cpu / memory, used by its
 # NodeResourcesFit scoring ("non-zero requests").
@@ -232,6 +233,8 @@ class ClusterState:
         self.gpu_pod_tags = np.zeros((n, self.max_devices + 1), dtype=np.int32)
         # Pods per app per node, for spreading and affinity plugins (kube's snapshot of pods).
         self.app_pods: dict[str, np.ndarray] = {}
+        # Room promised to waiting gangs (twin.reservations).
+        self.reservations = Reservations(n, NUM_RESOURCES)
         # Image layer caches and pulls of every node (twin.images).
         self.images = ImageCaches(spec)
         # Every bound pod as a row (node, priority, what it takes): preemption reads it.
@@ -378,8 +381,10 @@ class ClusterState:
         return tuple(int(d) for d in np.sort(order[: req.num_gpu]))
 
     # --------------------------------------------------------------- mutations
-    def allocate(self, node: int, req: PodRequest, devices: tuple[int, ...]) -> None:
-        """Take ``req`` on ``node`` and ``devices``; refuse anything that would over-allocate."""
+    def allocate(self, node: int, req: PodRequest, devices: tuple[int, ...],
+                 until: float = np.inf) -> None:
+        """Take ``req`` on ``node`` and ``devices``; refuse anything that would over-allocate.
+        ``until``: when the pod is expected to leave (gang reservations plan on it)."""
         if not 0 <= node < self.num_nodes:
             raise InfeasibleDecisionError(f"node index {node} out of range")
         if not self.up[node]:
@@ -421,7 +426,7 @@ class ClusterState:
             self.nonzero_alloc[node] += req.nonzero
         self.pod_count[node] += 1
         self.version[node] = next(_VERSIONS)
-        self.bound.add(node, req, v, devices, self.now)
+        self.bound.add(node, req, v, devices, self.now, until)
         if req.num_gpu:
             self.gpu_pod_tags[node, gpu_tag(req)] += 1
         if req.pod.app:
@@ -476,6 +481,7 @@ class ClusterState:
         other.app_pods = {k: v.copy() for k, v in self.app_pods.items()}
         other.bound = self.bound.copy()
         other.images = self.images.copy()
+        other.reservations = self.reservations.copy()
         other.disrupted = dict(self.disrupted)
         for name in ("allocated", "usage_allocated", "free_res", "nonzero_alloc", "be_allocated",
                      "be_allocatable", "gpu_free",

@@ -8,7 +8,8 @@ kubernetes/pkg/scheduler/framework/preemption and plugins/defaultpreemption):
    taints, region, cordon, GPU model, load), and the pod fits once every pod
    of strictly lower priority on it is gone (``ClusterState.fit_checks`` with
    that room added). A pod whose ``preemption_policy`` is ``Never`` preempts
-   nobody; gang members do not preempt (a gang reserves room instead).
+   nobody; a gang member preempts only on the nodes reserved for its gang,
+   once that reservation is due (scheduling.plugins.gangs).
 2. Up to ``max(min_candidate_nodes_percentage % of nodes,
    min_candidate_nodes_absolute)`` of them, from a seeded offset as upstream
    does, each get their victims chosen: all lower-priority pods removed, then
@@ -93,8 +94,16 @@ class DefaultPreemption:
         """A node and its victims for ``req``, or None. ``eligible``: nodes where every
         check other than room passes (the framework computes it from the filters)."""
         pod = req.pod
-        if pod.preemption_policy == NEVER or pod.gang_size > 1:
+        if pod.preemption_policy == NEVER:
             return None
+        if pod.gang_size > 1:
+            # A gang preempts only on the nodes reserved for it, once the reservation is due.
+            held = state.reservations.by_gang.get(pod.gang_id or "")
+            if held is None or held.due > state.now:
+                return None
+            mine = np.zeros(state.num_nodes, dtype=bool)
+            mine[list(held.nodes)] = True
+            eligible = eligible & mine
         bound = state.bound
         lower = bound.below(pod.priority)
         if lower.size == 0 or not eligible.any():

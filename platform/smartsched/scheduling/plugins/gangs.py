@@ -1,0 +1,152 @@
+"""Gang reservation and backfill (the semantics of Slurm backfill, Volcano and Kueue).
+
+Owns two plugins:
+
+GangReservation (PostFilter): a gang member that fits nowhere gets a
+reservation for its gang -- the ``gang_size`` nodes where a member's room
+comes free soonest, judged from when the pods bound there are expected to
+leave (``BoundPods.until``: bind time plus the pod's remaining run), on nodes
+where every check other than room passes and no other gang holds room. The
+reservation is due when the last of those nodes has room:
+
+  t(node) = earliest t with  free + sum(charged of pods leaving by t) >= member
+            and whole free GPUs (devices emptied by t) >= member's GPUs
+  due     = the gang_size-th smallest t(node)
+
+A reservation stands until it is due; a gang still waiting after that gets a
+new one. Members of a gang whose reservation is due may preempt lower-priority
+pods on its nodes (the room was promised; see DefaultPreemption).
+
+Reservations (Filter): other pods may use a reserved node only if that does
+not delay the gang -- they are expected to end before it is due, or they
+rank below the gang (it may preempt them when due), or the node keeps the
+reserved room beside them (free - pod >= reserved, whole GPUs likewise). The
+gang's own members always pass. Its verdict changes with time and with other
+pods' lengths, so it gives no queueing hint (pods it refuses are retried on
+every event that frees room, and at the periodic flush).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from smartsched.model.resources import MILLI_PER_DEVICE
+from smartsched.scheduling.framework import CycleContext
+from smartsched.scheduling.status import Code, Status
+from smartsched.twin.reservations import Reservation
+from smartsched.twin.state import ClusterState, PodRequest
+
+
+class NoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GangReservationArgs(BaseModel):
+    """``max_reservations``: how many waiting gangs hold room at once (Slurm's backfill
+    depth). The queue tries gangs in priority then arrival order, so the first that
+    cannot start get them; one reservation per gang that waits would wall off the
+    accelerators from everything else."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_reservations: int = Field(default=1, ge=1, le=64)
+
+
+def member_gpus(req: PodRequest) -> int:
+    """Whole GPUs one member takes (a GPU share reserves none)."""
+    return req.num_gpu if req.gpu_milli >= MILLI_PER_DEVICE else 0
+
+
+def earliest_room(state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
+    """[len(nodes)] when each node could host ``req`` (now if it fits now; inf if never,
+    as far as the pods bound there are expected to leave)."""
+    b = state.bound
+    now = state.now
+    need = ClusterState.charged(req)
+    gpus = member_gpus(req)
+    out = np.full(nodes.size, np.inf)
+    rows_by_node: dict[int, list[int]] = {}
+    live = np.flatnonzero(b.used & np.isin(b.node, nodes))
+    for r, n in zip(live.tolist(), b.node[live].tolist(), strict=True):
+        rows_by_node.setdefault(n, []).append(r)
+    for k, n in enumerate(nodes.tolist()):
+        free = state.free_res[n].copy()
+        dev = state.gpu_free[n].astype(np.int64)
+        exists = state.gpu_exists[n]
+        ok = (free >= need).all() and int(((dev == MILLI_PER_DEVICE) & exists).sum()) >= gpus
+        if ok:
+            out[k] = now
+            continue
+        rows = rows_by_node.get(n, [])
+        rows.sort(key=lambda r: b.until[r])
+        for r in rows:
+            t = float(b.until[r])
+            if not np.isfinite(t):
+                break
+            free = free + b.charged[r]
+            dev = dev + b.devices[r]
+            if (free >= need).all() and int(((dev == MILLI_PER_DEVICE) & exists).sum()) >= gpus:
+                out[k] = max(t, now)
+                break
+    return out
+
+
+class GangReservation:
+    """PostFilter for gang members: reserve the nodes that free up soonest."""
+
+    name = "GangReservation"
+    Args = GangReservationArgs
+
+    def __init__(self, args: GangReservationArgs | None = None) -> None:
+        self.args = args or GangReservationArgs()
+
+    def post_filter(self, state: ClusterState, req: PodRequest,
+                    eligible: np.ndarray) -> Reservation | None:
+        pod = req.pod
+        if pod.gang_id is None or pod.gang_size <= 1:
+            return None
+        held = state.reservations.by_gang.get(pod.gang_id)
+        if held is not None and held.due > state.now:
+            return None  # the gang's reservation stands
+        res = state.reservations
+        others = len(res) - (pod.gang_id in res.by_gang)
+        if others >= self.args.max_reservations:
+            return None  # the backfill depth is taken by gangs ahead of it
+        free_of_others = (res.owner < 0) | (res.owner == res.gang_id(pod.gang_id))
+        nodes = np.flatnonzero(eligible & free_of_others & state.up)
+        if nodes.size < pod.gang_size:
+            return None
+        t = earliest_room(state, req, nodes)
+        order = np.lexsort((nodes, t))[: pod.gang_size]
+        if not np.isfinite(t[order]).all():
+            return None
+        return Reservation(pod.gang_id, pod.priority, tuple(int(n) for n in nodes[order]),
+                           ClusterState.charged(req), member_gpus(req),
+                           float(t[order].max()))
+
+
+class Reservations:
+    """Filter: keep reserved room for the gang it was promised to (backfill rule)."""
+
+    name = "Reservations"
+    Args = NoArgs
+
+    def __init__(self, args: NoArgs | None = None) -> None:
+        pass
+
+    def filter(self, ctx: CycleContext) -> Status:
+        st, req = ctx.state, ctx.request
+        res = st.reservations
+        if not len(res):
+            return Status.single(self.name, "node(s) reserved for a waiting gang",
+                                 Code.UNSCHEDULABLE, np.ones(st.num_nodes, dtype=bool))
+        pod = req.pod
+        reserved = res.owner >= 0
+        own = res.owner == res.gang_id(pod.gang_id) if pod.gang_id is not None else False
+        ends_before = (pod.duration is not None) & (st.now + (pod.duration or 0.0) <= res.due)
+        below = pod.priority < res.priority
+        beside = ((st.free_res - ClusterState.charged(req)) >= res.reserved).all(axis=1) & (
+            st.gpu_full - (req.num_gpu if req.num_gpu else 0) >= res.gpus)
+        ok = ~reserved | own | ends_before | below | beside
+        return Status.single(self.name, "node(s) reserved for a waiting gang",
+                             Code.UNSCHEDULABLE, ok)

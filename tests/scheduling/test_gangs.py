@@ -1,0 +1,183 @@
+"""Gang reservation and backfill: when a gang's room frees, that other pods keep off it unless
+they would not delay the gang, and that reservations never break the twin's books."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from smartsched.model.errors import ValidationError
+from smartsched.model.pod import Pod, PodClass
+from smartsched.scheduling.framework import ProfileScheduler
+from smartsched.scheduling.plugins.gangs import earliest_room
+from smartsched.scheduling.registry import profile_from_dict
+from smartsched.twin.engine import Engine, EngineConfig
+from smartsched.twin.podtable import DONE, PENDING, RUNNING
+from smartsched.twin.state import ClusterState
+from tests.builders import cluster, node, pod
+
+BASE = ["NodeUnschedulable", "NodeResourcesFit", "TaintToleration"]
+
+
+def _sched(reserve: bool = True, backfill: bool = True, **args: Any) -> ProfileScheduler:
+    doc: dict[str, Any] = {
+        "name": "gangs", "filters": BASE + (["Reservations"] if backfill else []),
+        "score": [{"name": "NodeResourcesFit", "args": {"strategy": "MostAllocated"}}],
+        "post_filter": ([{"name": "GangReservation", "args": args}] if reserve else []),
+        "tie_break": "first",
+    }
+    return ProfileScheduler(profile_from_dict(doc), seed=0)
+
+
+def _gpu_pod(pid: str, gpus: int, arrival: float, duration: float, **kw: Any) -> Pod:
+    kw.setdefault("priority", 500)
+    return pod(pid, cpu=1000, num_gpu=gpus, gpu_milli=1000, arrival=arrival,
+               duration=duration, pod_class=PodClass.AI_TRAIN, **kw)
+
+
+def test_earliest_room_reads_when_bound_pods_leave() -> None:
+    st_ = ClusterState(cluster(node("a", cpu=32000, gpus=8), node("b", cpu=32000, gpus=8),
+                               node("c", cpu=32000, gpus=8)))
+    for n, pid, until in ((0, "a1", 100.0), (0, "a2", 300.0), (2, "c1", np.inf)):
+        req = st_.compile(_gpu_pod(pid, 4, 0.0, min(until, 1e6)))
+        st_.allocate(n, req, st_.pick_devices(n, req), until=until)
+    member = st_.compile(_gpu_pod("m", 8, 0.0, 50.0, gang_id="g", gang_size=2))
+    t = earliest_room(st_, member, np.arange(3))
+    # a: whole at 300 (both pods gone); b: now; c: its pod never says when it ends.
+    assert t.tolist() == [300.0, 0.0, np.inf]
+    small = st_.compile(_gpu_pod("s", 4, 0.0, 50.0))
+    assert earliest_room(st_, small, np.arange(3)).tolist() == [100.0, 0.0, 0.0]
+
+
+def _run(pods: list[Pod], sched: ProfileScheduler, **cfg: Any) -> Engine:
+    e = Engine(cluster(node("a", cpu=32000, gpus=8), node("b", cpu=32000, gpus=8)), pods,
+               EngineConfig(power_management=False, container_start_s=0.0, **cfg))
+    while (req := e.next_decision()) is not None:
+        e.apply(sched.decide(e.state, req.request))
+    return e
+
+
+def _scenario() -> list[Pod]:
+    # Both 4-GPU blockers pack onto a (MostAllocated), which is whole again at 2000 s; b is
+    # empty. The 2 x 8-GPU gang arrives at 10 s and can start at 2000 s on a and b. A long
+    # 4-GPU pod (20 s, 5000 s) would take b and hold the gang until 5020 s; a short one
+    # (30 s, 500 s) ends well before 2000 s and may backfill.
+    return [
+        _gpu_pod("blocker-1", 4, 0.0, 1000.0),
+        _gpu_pod("blocker-2", 4, 0.0, 2000.0),
+        _gpu_pod("gang-0", 8, 10.0, 600.0, gang_id="g", gang_size=2),
+        _gpu_pod("gang-1", 8, 10.0, 600.0, gang_id="g", gang_size=2),
+        _gpu_pod("long", 4, 20.0, 5000.0),
+        _gpu_pod("short", 4, 30.0, 500.0),
+    ]
+
+
+def _started(e: Engine) -> dict[str, float]:
+    return {p.id: float(e.table.started_at[i]) for i, p in enumerate(e.table.pods)}
+
+
+def test_a_reservation_keeps_room_for_the_gang_and_lets_short_pods_backfill() -> None:
+    e = _run(_scenario(), _sched())
+    t = _started(e)
+    assert (e.table.status == DONE).all()
+    assert t["gang-0"] == t["gang-1"] == 2000.0  # due as soon as both nodes are whole
+    assert t["short"] == 30.0  # ends by 530 s: it delays nobody
+    assert t["long"] >= 2600.0  # waited for the gang to finish
+    assert len(e.state.reservations) == 0  # the gang started: its promise is kept
+
+
+def test_without_the_backfill_rule_the_long_pod_delays_the_gang() -> None:
+    # The same day without the Reservations filter: the reservation is made but nothing
+    # honours it, so the gang waits for the long pod. This is what the filter prevents.
+    t = _started(_run(_scenario(), _sched(backfill=False)))
+    assert t["long"] == 20.0 and t["gang-0"] >= 5020.0
+
+
+def test_lower_priority_pods_may_use_reserved_room_the_gang_then_preempts() -> None:
+    pods = _scenario()
+    pods[4] = _gpu_pod("long", 4, 20.0, 5000.0, priority=100)
+    doc = {
+        "name": "gangs", "filters": [*BASE, "Reservations"],
+        "score": [{"name": "NodeResourcesFit", "args": {"strategy": "MostAllocated"}}],
+        "post_filter": ["DefaultPreemption", "GangReservation"], "tie_break": "first",
+    }
+    e = _run(pods, ProfileScheduler(profile_from_dict(doc), seed=0))
+    t = _started(e)
+    assert t["long"] == 20.0  # below the gang: it may use the room
+    assert t["gang-0"] == t["gang-1"] == 2000.0  # and is preempted when the gang is due
+    assert e.run_report()["pods"]["preemptions"] == 1
+
+
+def test_the_backfill_depth_limits_how_many_gangs_hold_room() -> None:
+    st_ = ClusterState(cluster(*(node(f"n{k}", cpu=32000, gpus=8) for k in range(4))))
+    for n in range(4):
+        req = st_.compile(_gpu_pod(f"b{n}", 4, 0.0, 100.0 * (n + 1)))
+        st_.allocate(n, req, st_.pick_devices(n, req), until=100.0 * (n + 1))
+    sched = _sched(max_reservations=1)
+    first = sched.decide(st_, st_.compile(_gpu_pod("g0", 8, 0.0, 9.0, gang_id="g", gang_size=2)))
+    assert first.node is None and first.reserve is not None
+    assert first.reserve.nodes == (0, 1) and first.reserve.due == 200.0
+    st_.reservations.add(first.reserve)
+    other = st_.compile(_gpu_pod("h0", 8, 0.0, 9.0, gang_id="h", gang_size=2))
+    assert sched.decide(st_, other).reserve is None  # the depth is taken
+    assert _sched(max_reservations=2).decide(st_, other).reserve.nodes == (2, 3)
+
+
+def test_bad_reservation_settings_name_the_field() -> None:
+    with pytest.raises(ValidationError) as e:
+        _sched(max_reservations=0)
+    assert e.value.field == "gangs.post_filter[0].args.max_reservations"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 3]),
+                          st.sampled_from([100, 500, 1000]), st.floats(0, 3000),
+                          st.floats(50, 2000)),
+                min_size=2, max_size=20),
+       st.integers(0, 2**16))
+def test_reservations_preemption_and_failures_keep_the_books(jobs, seed) -> None:
+    spec = cluster(*(node(f"n{k}", cpu=32000, gpus=8) for k in range(3)),
+                   node("cpu", cpu=16000))
+    pods: list[Pod] = []
+    for j, (gpus, size, prio, arr, dur) in enumerate(jobs):
+        for m in range(size):
+            extra = {"gang_id": f"g{j}", "gang_size": size} if size > 1 else {}
+            pods.append(Pod(id=f"j{j}-{m}", cpu_milli=1000, memory_mib=1024, num_gpu=gpus,
+                            gpu_milli=1000, priority=prio, arrival=arr, duration=dur,
+                            pod_class=PodClass.AI_TRAIN, checkpoint_interval_s=300.0,
+                            **extra))
+    doc = {"name": "gangs", "filters": [*BASE, "Reservations"],
+           "score": [{"name": "NodeResourcesFit", "args": {"strategy": "MostAllocated"}}],
+           "post_filter": ["DefaultPreemption",
+                           {"name": "GangReservation", "args": {"max_reservations": 2}}],
+           "tie_break": "first"}
+    s = ProfileScheduler(profile_from_dict(doc), seed=seed)
+    e = Engine(spec, pods, EngineConfig(seed=seed, power_management=False,
+                                        node_mtbf_hours=0.5, repair_s=300.0))
+    st_ = e.state
+    while (req := e.next_decision()) is not None:
+        d = s.decide(st_, req.request)
+        e.apply(d)
+        for v in d.victims:
+            k = next(i for i, p in enumerate(e.table.pods) if p.id == v.id)
+            assert e.table.status[k] == PENDING
+        assert (st_.allocated <= st_.capacity).all() and (st_.allocated >= 0).all()
+        assert (st_.gpu_free >= 0).all() and (st_.gpu_free <= 1000).all()
+        used = np.where(st_.gpu_exists, 1000, 0).sum(1) - st_.gpu_free.sum(1)
+        assert np.array_equal(used, st_.allocated[:, 2])
+        res = st_.reservations
+        held = [n for r in res.by_gang.values() for n in r.nodes]
+        assert len(held) == len(set(held))  # one reservation per node
+        assert np.array_equal(np.flatnonzero(res.owner >= 0), np.sort(held))
+        assert st_.up[held].all()  # a node that failed holds nobody's room
+        assert len(res) <= 2
+    # Every gang that started started whole (no partial gang runs).
+    tb = e.table
+    for j in range(len(jobs)):
+        idx = [i for i, p in enumerate(tb.pods) if p.id.startswith(f"j{j}-")]
+        running = [tb.status[i] == RUNNING for i in idx]
+        assert all(running) or not any(running)
