@@ -252,9 +252,12 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None) -> 
 @click.option("--prometheus", default=None,
               help="Read nodes' actual usage from this Prometheus (e.g. http://prometheus:9090) "
                    "at every pass, for load-aware profiles and telemetry-observing policies.")
+@click.option("--preemption/--no-preemption", default=False, show_default=True,
+              help="Evict lower-priority pods (Eviction API) when the profile preempts "
+                   "(DefaultPreemption); the pod binds once they have terminated.")
 def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, interval: float,
                   lease_namespace: str, identity: str | None, once: bool,
-                  metrics_port: int | None, prometheus: str | None) -> None:
+                  metrics_port: int | None, prometheus: str | None, preemption: bool) -> None:
     """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
     import socket
 
@@ -262,7 +265,8 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
     from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
 
     core, coord = kube_clients(kubeconfig)
-    loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus)
+    loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus,
+                         preemption=preemption)
     if metrics_port:
         from prometheus_client import start_http_server
 

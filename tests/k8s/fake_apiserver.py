@@ -1,7 +1,9 @@
 """A local HTTP server with the API subset the scheduler uses, objects in the real JSON form.
 
 Serves list (with resourceVersion) of nodes and pods, one pod, pods/binding
-(409 when the pod is already bound), events, and coordination.k8s.io/v1 leases
+(409 when the pod is already bound), pods/eviction (graceful: the pod
+terminates until ``finish_terminating``; 429 for ``protected`` pods, as a
+PodDisruptionBudget would answer), events, and coordination.k8s.io/v1 leases
 (409 on a stale resourceVersion), so tests drive the official ``kubernetes``
 client against it.
 """
@@ -56,6 +58,8 @@ class FakeAPIServer:
         self.changed = threading.Condition(self.lock)
         self.leases: dict[tuple[str, str], dict] = {}
         self.bindings: list[tuple[str, str]] = []  # (pod key, node), successful ones
+        self.evictions: list[str] = []  # pod keys evicted through the Eviction API
+        self.protected: set[tuple[str, str]] = set()  # pods a disruption budget keeps
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -119,6 +123,14 @@ class FakeAPIServer:
             pod.setdefault("status", {"phase": "Pending"})
             self.pods[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = pod
             self._record("ADDED", pod)
+
+    def finish_terminating(self) -> None:
+        """Evicted pods end their grace period: they are gone (watchers see DELETED)."""
+        with self.lock:
+            for key, pod in list(self.pods.items()):
+                if pod["metadata"].get("deletionTimestamp"):
+                    del self.pods[key]
+                    self._record("DELETED", pod)
 
     def compact(self) -> None:
         """Forget history: watches from an older resourceVersion now get 410 Gone."""
@@ -199,6 +211,21 @@ class FakeAPIServer:
                 pod["spec"]["nodeName"] = node
                 self._record("MODIFIED", pod)
                 self.bindings.append((f"{m[1]}/{m[2]}", node))
+                return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success",
+                             "code": 201, "metadata": {}}
+            if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction", path):
+                pod = self.pods.get((m[1], m[2]))
+                if pod is None:
+                    return 404, _status(404, "NotFound", "no such pod")
+                if (m[1], m[2]) in self.protected:  # as a PodDisruptionBudget would refuse
+                    return 429, _status(429, "TooManyRequests",
+                                        "Cannot evict pod as it would violate the pod's "
+                                        "disruption budget.")
+                # Graceful: the pod is terminating (still on its node) until
+                # ``finish_terminating``.
+                pod["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+                self._record("MODIFIED", pod)
+                self.evictions.append(f"{m[1]}/{m[2]}")
                 return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success",
                              "code": 201, "metadata": {}}
             if m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/events", path):

@@ -206,3 +206,53 @@ def test_a_bad_prometheus_url_is_named() -> None:
 
     with pytest.raises(ValidationError, match="prometheus"):
         SchedulerLoop(object(), "smartsched", "load-aware", prometheus_url="prometheus:9090")
+
+
+def _cpu_pod(name: str, cpu: str, priority: int, node: str | None = None,
+             scheduler: str = "smartsched") -> dict:
+    spec: dict = {"schedulerName": scheduler, "priority": priority, "containers": [
+        {"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "prod"},
+            "spec": spec, "status": {"phase": "Running" if node else "Pending"}}
+
+
+def _preemption_case(objects) -> tuple[list[dict], list[dict]]:
+    nodes, _ = objects  # two nodes with 64 cores each
+    names = [n["metadata"]["name"] for n in nodes]
+    pods = [_cpu_pod("batch-a", "60", 0, names[0], "default-scheduler"),
+            _cpu_pod("batch-b", "60", 0, names[1], "default-scheduler"),
+            _cpu_pod("web", "40", 1000)]
+    return nodes, pods
+
+
+def test_preemption_evicts_then_binds_once_the_victim_is_gone(objects) -> None:
+    nodes, pods = _preemption_case(objects)
+    with FakeAPIServer(nodes, pods) as api:
+        core, _ = _client(api.url)
+        loop = SchedulerLoop(core, "smartsched", "k8s-default", preemption=True)
+        first = loop.run_once()
+        assert first.bound == {} and list(first.preempting) == ["prod/web"]
+        node, victims = first.preempting["prod/web"]
+        assert len(victims) == 1 and api.evictions == victims  # one victim, not both
+        assert any(e["reason"] == "Preempting" for e in api.events)
+        # Still terminating: the pod waits and evicts nobody else.
+        second = loop.run_once()
+        assert second.bound == {} and "to terminate" in second.failed["prod/web"]
+        assert len(api.evictions) == 1
+        api.finish_terminating()
+        third = loop.run_once()
+        assert third.bound == {"prod/web": node}
+
+
+def test_preemption_is_off_by_default_and_a_budget_stops_it(objects) -> None:
+    nodes, pods = _preemption_case(objects)
+    with FakeAPIServer(nodes, pods) as api:
+        core, _ = _client(api.url)
+        off = SchedulerLoop(core, "smartsched", "k8s-default").run_once()
+        assert "preemption is off" in off.failed["prod/web"] and api.evictions == []
+        api.protected = {("prod", "batch-a"), ("prod", "batch-b")}
+        res = SchedulerLoop(core, "smartsched", "k8s-default", preemption=True).run_once()
+        assert "was refused (429" in res.failed["prod/web"] and res.bound == {}
+        assert api.evictions == []

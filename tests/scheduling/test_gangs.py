@@ -139,9 +139,9 @@ def test_bad_reservation_settings_name_the_field() -> None:
                           st.floats(50, 2000)),
                 min_size=2, max_size=20),
        st.integers(0, 2**16))
-def test_reservations_preemption_and_failures_keep_the_books(jobs, seed) -> None:
+def test_reservations_preemption_migrations_and_failures_keep_the_books(jobs, seed) -> None:
     spec = cluster(*(node(f"n{k}", cpu=32000, gpus=8) for k in range(3)),
-                   node("cpu", cpu=16000))
+                   node("t4", cpu=32000, gpus=4, model="T4"), node("cpu", cpu=16000))
     pods: list[Pod] = []
     for j, (gpus, size, prio, arr, dur) in enumerate(jobs):
         for m in range(size):
@@ -154,10 +154,13 @@ def test_reservations_preemption_and_failures_keep_the_books(jobs, seed) -> None
            "score": [{"name": "NodeResourcesFit", "args": {"strategy": "MostAllocated"}}],
            "post_filter": ["DefaultPreemption",
                            {"name": "GangReservation", "args": {"max_reservations": 2}}],
+           "deschedule": [{"name": "GpuDefrag",
+                           "args": {"interval_s": 60, "movable": ["ai-train"]}}],
            "tie_break": "first"}
     s = ProfileScheduler(profile_from_dict(doc), seed=seed)
     e = Engine(spec, pods, EngineConfig(seed=seed, power_management=False,
-                                        node_mtbf_hours=0.5, repair_s=300.0))
+                                        node_mtbf_hours=0.5, repair_s=300.0, tick_s=60.0))
+    e.descheduler = s  # what build_run attaches for a profile with a pass
     st_ = e.state
     while (req := e.next_decision()) is not None:
         d = s.decide(st_, req.request)
@@ -175,6 +178,9 @@ def test_reservations_preemption_and_failures_keep_the_books(jobs, seed) -> None
         assert np.array_equal(np.flatnonzero(res.owner >= 0), np.sort(held))
         assert st_.up[held].all()  # a node that failed holds nobody's room
         assert len(res) <= 2
+        # Bound rows: running or bound pods, plus gang members placed tentatively.
+        placed = int(((e.table.status == RUNNING) | (e.table.status == 2)).sum())
+        assert len(st_.bound) == placed + len(e._gang_placed)
     # Every gang that started started whole (no partial gang runs).
     tb = e.table
     for j in range(len(jobs)):

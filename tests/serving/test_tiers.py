@@ -235,3 +235,50 @@ def test_site_pulls_usage_from_prometheus_and_load_aware_avoids_the_busy_node(ho
         assert later["errors"] and all("http 503" in e for e in later["errors"])
     finally:
         prom.close()
+
+
+def _one_node_site(tmp_path, preemption: bool) -> SitePlacer:
+    from smartsched.serving.journal import Journal
+    from tests.builders import cluster, node
+
+    spec = cluster(node("only", cpu=4000, mem=65536))
+    return SitePlacer(spec, "k8s-default", journal=Journal(tmp_path / "s.jsonl"),
+                      preemption=preemption)
+
+
+def test_the_service_preempts_lower_priority_reservations_only_when_enabled(tmp_path) -> None:
+    from smartsched.serving.journal import Journal
+
+    site = _one_node_site(tmp_path, preemption=True)
+    low = site.place([_pod("low", cpu=3000, priority=100)], ttl_s=500, request_id="r-low")[0]
+    mid = site.place([_pod("mid", cpu=1000, priority=900)], ttl_s=500)[0]
+    assert low.placed and mid.placed
+    high = site.place([_pod("high", cpu=2000, priority=1000)], ttl_s=500)[0]
+    # The 100 goes (the minimal victim), not the 900; the answer names it.
+    assert high.placed and high.preempted == ((low.reservation_id, ("plow",)),)
+    assert set(site.reservations) == {mid.reservation_id, high.reservation_id}
+    assert site.state.allocated[0, 0] == 3000
+    # A retry of the preempted request is placed anew, not answered "placed" from the cache.
+    again = site.place([_pod("low", cpu=3000, priority=100)], ttl_s=500, request_id="r-low")[0]
+    assert not again.placed
+    # Equal or higher priority is never a victim (900 left: mid is 900, high 1000).
+    peer = site.place([_pod("peer", cpu=2000, priority=900)], ttl_s=500)[0]
+    assert not peer.placed and peer.preempted == ()
+    # The journal agrees: after a restart the preempted reservation is gone.
+    b = SitePlacer(site.spec, "k8s-default", journal=Journal(tmp_path / "s.jsonl"))
+    assert set(b.reservations) == {mid.reservation_id, high.reservation_id}
+
+
+def test_without_preemption_or_for_a_gang_the_service_refuses_and_keeps_everything(
+        tmp_path) -> None:
+    off = _one_node_site(tmp_path / "off", preemption=False)
+    low = off.place([_pod("low", cpu=4000, priority=100)], ttl_s=500)[0]
+    high = off.place([_pod("high", cpu=2000, priority=1000)], ttl_s=500)[0]
+    assert not high.placed and "service.preemption: false" in high.reason
+    assert set(off.reservations) == {low.reservation_id}
+    on = _one_node_site(tmp_path / "on", preemption=True)
+    low = on.place([_pod("low", cpu=4000, priority=100)], ttl_s=500)[0]
+    gang = [_pod(f"m{k}", cpu=1000, priority=1000, gang_id="g", gang_size=2) for k in range(2)]
+    out = on.place(gang, ttl_s=500)
+    assert not any(r.placed for r in out)  # a gang reserves in the twin; it never preempts
+    assert set(on.reservations) == {low.reservation_id}

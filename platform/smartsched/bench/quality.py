@@ -64,6 +64,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("failed pods", ("pods", "failed"), "{:.0f}"),
     ("waiting pod-h", ("pods", "waiting_pod_hours"), "{:.0f}"),
     ("preemptions", ("pods", "preemptions"), "{:.0f}"),
+    ("migrations", ("pods", "migrations"), "{:.0f}"),
     ("lost pod-h", ("pods", "lost_pod_hours"), "{:.1f}"),
     ("nodes on", ("powered_on_nodes_avg",), "{:.1f}"),
     ("online contended %", ("slo", "online_contended_time_pct"), "{:.2f}"),

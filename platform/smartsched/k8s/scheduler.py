@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,8 @@ class PassResult:
     bound: dict[str, str] = field(default_factory=dict)  # pod key -> node
     failed: dict[str, str] = field(default_factory=dict)  # pod key -> reason
     conflicts: list[str] = field(default_factory=list)
+    # pod key -> (node nominated, victims evicted through the Eviction API)
+    preempting: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
 
 
 def _now() -> dt.datetime:
@@ -72,11 +74,18 @@ class SchedulerMetrics:
 class SchedulerLoop:
     def __init__(self, core: Any, scheduler_name: str = "smartsched",
                  profile: str = "k8s-default", seed: int = 0,
-                 prometheus_url: str | None = None) -> None:
+                 prometheus_url: str | None = None, preemption: bool = False) -> None:
         """``prometheus_url``: read each node's actual usage (and, for a policy that observes
         it, the reduced telemetry) from this Prometheus at every pass; without it the
-        snapshot knows requests only and load-aware plugins see idle nodes."""
+        snapshot knows requests only and load-aware plugins see idle nodes.
+        ``preemption``: when the profile nominates victims (DefaultPreemption), evict them
+        through the Eviction API and bind in a later pass; off, such pods stay pending
+        with the reason."""
         self.core = core
+        self.preemption = preemption
+        # pod key -> (nominated node, its victims) until it binds
+        self._nominated: dict[str, tuple[str, set[str]]] = {}
+        self._terminating: set[str] = set()
         self.last_rv: str | None = None
         self.metrics = SchedulerMetrics()
         self.name = scheduler_name
@@ -122,6 +131,10 @@ class SchedulerLoop:
         self.last_rv = pod_list.metadata.resource_version if pod_list.metadata else None
         pods = [to_plain(p) for p in pod_list.items]
         others = [p for p in pods if not self._mine(p)]
+        self._terminating = {
+            f"{(p.get('metadata') or {}).get('namespace') or 'default'}/"
+            f"{(p.get('metadata') or {}).get('name')}"
+            for p in others if (p.get("metadata") or {}).get("deletionTimestamp")}
         self.metrics.queue.set(len(pods) - len(others))
         mine = sorted((p for p in pods if self._mine(p)), key=lambda p: (
             -int((p.get("spec") or {}).get("priority") or 0),
@@ -212,9 +225,14 @@ class SchedulerLoop:
         for (_, pod), k in zip(members, keys, strict=True):
             req = trial.compile(pod)
             d = self.sched.decide(trial, req)
-            if d.victims:  # eviction through the API is not built: say so, bind nothing
-                d = Decision.reject(f"evicting {len(d.victims)} lower-priority pod(s) would make "
-                                    "room, but this scheduler does not preempt yet")
+            if d.victims:
+                if len(members) == 1 and self.preemption:
+                    self._preempt(members[0][0], k, snap.state.names[d.node], d.victims, res)
+                    return
+                d = Decision.reject(
+                    f"evicting {len(d.victims)} lower-priority pod(s) would make room, but "
+                    + ("a pod group does not preempt" if self.preemption
+                       else "preemption is off (--preemption)"))
             if d.node is None:
                 why = unschedulable_message(trial.num_nodes, d.rejections)
                 if d.rejected_by():
@@ -235,6 +253,44 @@ class SchedulerLoop:
                 req = snap.state.compile(pod)
                 snap.state.allocate(node, req, devices)
                 res.bound[k] = name
+                self._nominated.pop(k, None)
+
+    def _preempt(self, obj: dict[str, Any], key: str, node: str, victims: Sequence[Any],
+                 res: PassResult) -> None:
+        """kube-scheduler's preemption: evict the victims through the Eviction API (so
+        PodDisruptionBudgets are honoured by the API server), nominate the node, bind
+        nothing now; a later pass binds once the victims have terminated. A pod whose
+        earlier victims are still terminating does not evict more (upstream's
+        PodEligibleToPreemptOthers)."""
+        from kubernetes import client
+        from kubernetes.client.rest import ApiException
+
+        waiting = self._nominated.get(key)
+        if waiting is not None and waiting[1] & self._terminating:
+            why = (f"waiting for {len(waiting[1] & self._terminating)} preempted pod(s) on "
+                   f"{waiting[0]} to terminate")
+            res.failed[key] = why
+            return
+        evicted: list[str] = []
+        for v in victims:
+            ns, _, name = v.id.partition("/")
+            body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns))
+            try:
+                self.core.create_namespaced_pod_eviction(name, ns, body)
+                evicted.append(v.id)
+            except ApiException as e:
+                if e.status == 404:  # gone already: its room is coming anyway
+                    evicted.append(v.id)
+                    continue
+                why = (f"preemption on {node} stopped: evicting {v.id} was refused "
+                       f"({e.status} {e.reason}, e.g. a PodDisruptionBudget)")
+                res.failed[key] = why
+                self._event(obj, "FailedScheduling", why)
+                return
+        self._nominated[key] = (node, set(evicted))
+        res.preempting[key] = (node, evicted)
+        self._event(obj, "Preempting", f"evicted {len(evicted)} lower-priority pod(s) on "
+                    f"{node}: {', '.join(evicted)}; nominated {node}")
 
     def _bind(self, obj: dict[str, Any], node: str, res: PassResult, key: str) -> bool:
         from kubernetes import client

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from smartsched.model.pod import Pod
-from smartsched.twin.decision import Decision
+from smartsched.twin.decision import Decision, Migration
 from smartsched.twin.state import ClusterState, PodRequest
 
 if TYPE_CHECKING:
@@ -41,6 +41,19 @@ class WorkloadAware(Protocol):
     pods): the run builder calls ``prepare`` with the workload's pods first."""
 
     def prepare(self, pods: Sequence[Pod]) -> None: ...
+
+
+@runtime_checkable
+class Deschedules(Protocol):
+    """A scheduler with a periodic descheduling pass: every ``deschedule_interval_s``
+    (None: never) the twin offers it the pods waiting, in queue order, and moves the bound
+    pods it names (``Migration``)."""
+
+    @property
+    def deschedule_interval_s(self) -> float | None: ...
+
+    def deschedule(self, state: ClusterState,
+                   waiting: Sequence[PodRequest]) -> tuple[Migration, ...]: ...
 
 
 @runtime_checkable
@@ -176,3 +189,20 @@ class SplitScheduler:
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         return self._route(request).decide(state, request)
+
+    @property
+    def deschedule_interval_s(self) -> float | None:
+        """The shortest pass interval of any route (the routes share one cluster)."""
+        found = [s.deschedule_interval_s for s in self._distinct()
+                 if isinstance(s, Deschedules) and s.deschedule_interval_s is not None]
+        return min(found) if found else None
+
+    def deschedule(self, state: ClusterState,
+                   waiting: Sequence[PodRequest]) -> tuple[Migration, ...]:
+        """The first route whose pass moves anything decides this pass."""
+        for s in self._distinct():
+            if isinstance(s, Deschedules) and s.deschedule_interval_s is not None:
+                moves = s.deschedule(state, waiting)
+                if moves:
+                    return moves
+        return ()

@@ -36,7 +36,7 @@ from smartsched.scheduling.status import (
     QueueingHint,
     Status,
 )
-from smartsched.twin.decision import Decision, NodeCondition, Rejection, RetryHint
+from smartsched.twin.decision import Decision, Migration, NodeCondition, Rejection, RetryHint
 from smartsched.twin.reservations import Reservation
 from smartsched.twin.state import ClusterState, PodRequest
 
@@ -103,6 +103,21 @@ class PostFilterPlugin(Protocol):
 
 
 @runtime_checkable
+class DeschedulePlugin(Protocol):
+    """Descheduling extension point (kubernetes-sigs/descheduler's strategies, run by the
+    twin every ``interval_s``): bound pods to move so that waiting pods can start."""
+
+    name: str
+    interval_s: float
+
+    def plan(self, sched: ProfileScheduler, state: ClusterState,
+             waiting: Sequence[PodRequest]) -> tuple[Migration, ...]:
+        """Moves for this pass (none: nothing worth moving). ``waiting``: pending pods in
+        queue order; ``sched`` runs the profile's filters for them."""
+        ...
+
+
+@runtime_checkable
 class BindPlugin(Protocol):
     """Bind extension point: which devices on the chosen node the pod gets."""
 
@@ -130,9 +145,12 @@ class Profile:
     forecaster: str | None = None
     # Tried in order when no node passes the filters (DefaultPreemption).
     post_filters: tuple[PostFilterPlugin, ...] = ()
+    # Periodic passes that move bound pods (GpuDefrag).
+    deschedulers: tuple[DeschedulePlugin, ...] = ()
 
     def plugins(self) -> list[object]:
-        out: list[object] = [*self.filters, *(p for p, _ in self.scorers), *self.post_filters]
+        out: list[object] = [*self.filters, *(p for p, _ in self.scorers), *self.post_filters,
+                             *self.deschedulers]
         if self.binder is not None and all(self.binder is not p for p in out):
             out.append(self.binder)
         return out
@@ -165,6 +183,20 @@ class ProfileScheduler:
     def twin_needs(self) -> TwinNeeds:
         """The profile's forecaster, if it plans on predicted usage."""
         return TwinNeeds(forecaster=self.profile.forecaster)
+
+    @property
+    def deschedule_interval_s(self) -> float | None:
+        """How often the twin runs this profile's descheduling pass (None: no pass)."""
+        return min((d.interval_s for d in self.profile.deschedulers), default=None)
+
+    def deschedule(self, state: ClusterState,
+                   waiting: Sequence[PodRequest]) -> tuple[Migration, ...]:
+        """The first descheduling plugin with moves decides this pass."""
+        for d in self.profile.deschedulers:
+            moves = d.plan(self, state, waiting)
+            if moves:
+                return moves
+        return ()
 
     def feasible(self, state: ClusterState, request: PodRequest) -> tuple[np.ndarray, CycleContext]:
         """Run the filters: the mask of nodes that pass them all, and the cycle (with each

@@ -87,6 +87,7 @@ class ProfileDoc(BaseModel):
     score: list[ScoreRef] = Field(default_factory=list)
     binder: PluginRef | None = None
     post_filter: list[PluginRef] = Field(default_factory=list)
+    deschedule: list[PluginRef] = Field(default_factory=list)
     tie_break: Literal["random", "first", "rank"] = "random"
     forecaster: str | None = Field(None, min_length=1)
 

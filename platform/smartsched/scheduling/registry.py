@@ -32,6 +32,7 @@ from smartsched.model.configfile import first_error, read_yaml, read_yaml_text, 
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.scheduling.framework import (
     BindPlugin,
+    DeschedulePlugin,
     FilterPlugin,
     PostFilterPlugin,
     Profile,
@@ -40,6 +41,7 @@ from smartsched.scheduling.framework import (
 from smartsched.scheduling.plugins import (
     accelerators,
     binders,
+    defrag,
     edge,
     gangs,
     gpu,
@@ -83,10 +85,11 @@ BUILTIN_PLUGINS: tuple[type, ...] = (
     gangs.GangReservation,
     gangs.Reservations,
     accelerators.AcceleratorFit,
+    defrag.GpuDefrag,
 )
 
 # The extension points a plugin class may implement (framework.py's Protocols).
-_EXTENSION_METHODS = ("filter", "score", "devices", "post_filter")
+_EXTENSION_METHODS = ("filter", "score", "devices", "post_filter", "plan")
 
 _PLUGINS: dict[str, type] = {}
 
@@ -170,15 +173,23 @@ def build_profile(doc: ProfileDoc) -> Profile:
         binder = same[0] if same else make_plugin(doc.binder, f"{name}.binder")
         if not isinstance(binder, BindPlugin):
             raise ValidationError(f"{name}.binder", f"{binder.name} is not a bind plugin")
-    post = []
-    for i, ref in enumerate(doc.post_filter):
-        p = make_plugin(ref, f"{name}.post_filter[{i}]")
-        if not isinstance(p, PostFilterPlugin):
-            raise ValidationError(f"{name}.post_filter[{i}]",
-                                  f"{p.name} is not a post-filter plugin")
-        post.append(p)
+    post = _plugins_of(doc.post_filter, f"{name}.post_filter", PostFilterPlugin,
+                       "a post-filter plugin")
+    passes = _plugins_of(doc.deschedule, f"{name}.deschedule", DeschedulePlugin,
+                         "a descheduling plugin")
     return Profile(name, tuple(filters), tuple(scorers), binder, doc.tie_break, doc.forecaster,
-                   tuple(post))
+                   tuple(post), tuple(passes))
+
+
+def _plugins_of(refs: list[Any], where: str, point: type, what: str) -> tuple[Any, ...]:
+    """Build ``refs`` for one extension point, each checked to implement it."""
+    out = []
+    for i, ref in enumerate(refs):
+        p = make_plugin(ref, f"{where}[{i}]")
+        if not isinstance(p, point):
+            raise ValidationError(f"{where}[{i}]", f"{p.name} is not {what}")
+        out.append(p)
+    return tuple(out)
 
 
 def profile_from_dict(doc: Any, source: str = "profile") -> Profile:

@@ -25,6 +25,7 @@ import numpy as np
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.pod import Pod
 from smartsched.scheduling.base import (
+    Deschedules,
     NeedsTwin,
     Scheduler,
     TwinNeeds,
@@ -150,6 +151,8 @@ def build_run(
     attach_hooks(engine, wanted.merge(needs or TwinNeeds(), "needs"))
     if isinstance(sched, WorkloadAware):
         sched.prepare(engine.source_pods)
+    if isinstance(sched, Deschedules) and sched.deschedule_interval_s is not None:
+        engine.descheduler = sched  # its periodic pass runs at the twin's ticks
     settings = {
         "scheduler": scheduler if isinstance(scheduler, str) else sched.name,
         "mode": mode,

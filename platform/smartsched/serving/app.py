@@ -63,7 +63,8 @@ class SiteDeployment:
         # so that changing it later is an in-place update, not a new replica.
         self.tier = SiteTier(h, site, cfg.profile_of(site, tier),
                              parent=call_parent if parent is not None else None, seed=cfg.seed,
-                             journal_dir=cfg.journal_dir, usage=cfg.prometheus)
+                             journal_dir=cfg.journal_dir, usage=cfg.prometheus,
+                             preemption=cfg.preemption)
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Live policy reload: ``{profile: <name|rl:PATH>}`` swaps the profile in place."""

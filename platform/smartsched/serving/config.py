@@ -63,6 +63,11 @@ class ServiceConfig(BaseModel):
     journal_dir: str | None = None
     seed: int = Field(0, ge=0)
     prometheus: UsageFromPrometheus | None = None
+    # Let a pod whose profile preempts (DefaultPreemption) take room held by reservations
+    # of lower-priority pods: those reservations are released and named in the answer
+    # (``preempted``), so their owners can evict the pods. Off by default: priority comes
+    # from the request, so any client with the token could evict the others.
+    preemption: bool = False
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"

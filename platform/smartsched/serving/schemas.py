@@ -89,6 +89,14 @@ class StageReason(BaseModel):
     plugins: list[str] = Field(default_factory=list)
 
 
+class Preempted(BaseModel):
+    """A reservation released so that a higher-priority pod could be placed: its owner
+    should evict these pods (the service no longer holds their room)."""
+
+    reservation_id: str
+    pod_ids: list[str]
+
+
 class Placement(BaseModel):
     pod_id: str
     placed: bool
@@ -102,6 +110,7 @@ class Placement(BaseModel):
     reservation_id: str | None = None
     expires_at: float | None = None
     reasons: list[StageReason] = Field(default_factory=list)
+    preempted: list[Preempted] = Field(default_factory=list)
 
 
 class PlacementResponse(BaseModel):

@@ -75,6 +75,8 @@ class SiteResult:
     reason: str = ""
     plugins: tuple[str, ...] = ()  # the filter plugins that rejected it (not placed)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Reservations released to place it (preemption): (reservation id, its pod ids).
+    preempted: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def site_subspec(spec: ClusterSpec, sites: Sequence[str]) -> ClusterSpec:
@@ -96,7 +98,7 @@ class SitePlacer:
 
     def __init__(self, spec: ClusterSpec, profile: str, *, seed: int = 0,
                  clock: Callable[[], float] = time.time, journal: Journal | None = None,
-                 ) -> None:
+                 preemption: bool = False) -> None:
         self.spec = spec
         self.state = ClusterState(spec)
         self.clock = clock
@@ -110,6 +112,7 @@ class SitePlacer:
         self._since_prepare: int | None = None
         self.decisions = 0
         self.journal = journal
+        self.preemption = preemption
         self.registered: dict[str, NodeSpec] = {}  # nodes added or changed through the API
         if journal is not None:
             self._recover(journal)
@@ -171,8 +174,9 @@ class SitePlacer:
         bookings: list[Booking] = []
         failure = ""
         plugins: tuple[str, ...] = ()
+        preempted: tuple[tuple[str, tuple[str, ...]], ...] = ()
         for pod in members:
-            booking, why, plugins = self._place_one(pod)
+            booking, why, plugins, preempted = self._place_one(pod, alone=len(members) == 1)
             if booking is None:
                 failure = f"{pod.id}: {why}"
                 break
@@ -194,10 +198,13 @@ class SitePlacer:
         return [SiteResult(b.pod.id, True, node=self.state.names[b.node],
                            zone=zone_names[int(self.state.zone_id[b.node])],
                            devices=tuple(int(d) for d in b.devices), reservation_id=rid,
-                           expires_at=expires_at) for b in bookings]
+                           expires_at=expires_at, preempted=preempted) for b in bookings]
 
-    def _place_one(self, pod: Pod) -> tuple[Booking | None, str, tuple[str, ...]]:
-        """A booking, or why not (kube's message) and which filter plugins refused it."""
+    def _place_one(self, pod: Pod, alone: bool = True
+                   ) -> tuple[Booking | None, str, tuple[str, ...],
+                              tuple[tuple[str, tuple[str, ...]], ...]]:
+        """A booking, or why not (kube's message) and which filter plugins refused it; and
+        the reservations released to make room (preemption), with their pods."""
         req = self.state.compile(pod)
         decision = self.scheduler.decide(self.state, req)
         self.decisions += 1
@@ -205,18 +212,58 @@ class SitePlacer:
             why = unschedulable_message(self.state.num_nodes, decision.rejections)
             if decision.defer:
                 why = "the profile deferred it"
-            return None, why, decision.rejected_by()
-        if decision.victims:  # the service holds reservations, not pods it may evict
-            return None, (f"fits only by preempting {len(decision.victims)} lower-priority "
-                          "pod(s); the placement service does not preempt"), ()
+            return None, why, decision.rejected_by(), ()
+        preempted: tuple[tuple[str, tuple[str, ...]], ...] = ()
+        if decision.victims:
+            n = len(decision.victims)
+            if not self.preemption:
+                return None, (f"fits only by preempting {n} lower-priority pod(s); this "
+                              "service does not preempt (service.preemption: false)"), (), ()
+            if not alone:
+                return None, (f"fits only by preempting {n} lower-priority pod(s); a gang "
+                              "does not preempt in the service"), (), ()
+            rids = self._reservations_of(decision.victims)
+            if rids is None:
+                return None, "refused: a victim is not held by a reservation here", (), ()
+            trial = self.state.fork()  # check the whole move before releasing anything
+            for rid in rids:
+                for b in self.reservations[rid].bookings:
+                    trial.release(b.node, b.request, b.devices)
+            try:
+                trial.allocate(decision.node, req, tuple(
+                    decision.devices if decision.devices is not None
+                    else trial.pick_devices(decision.node, req)))
+            except InfeasibleDecisionError as e:
+                return None, f"refused by the state: {e}", (), ()
+            released = []
+            for rid in rids:
+                r = self.release(rid)
+                if r.request_id is not None:  # a retry must not see it as placed
+                    self.answers.pop(r.request_id, None)
+                released.append((rid, tuple(b.pod.id for b in r.bookings)))
+            preempted = tuple(released)
         devices = decision.devices
         if devices is None:
             devices = self.state.pick_devices(decision.node, req)
         try:
             self.state.allocate(decision.node, req, tuple(devices))
         except InfeasibleDecisionError as e:  # a profile bug must not corrupt state
-            return None, f"refused by the state: {e}", ()
-        return Booking(pod, decision.node, tuple(devices), req), "", ()
+            return None, f"refused by the state: {e}", (), ()
+        return Booking(pod, decision.node, tuple(devices), req), "", (), preempted
+
+    def _reservations_of(self, victims: Sequence[Pod]) -> list[str] | None:
+        """The reservations holding ``victims`` (each whole: a gang goes together), or None
+        if one of them is held by none."""
+        holder = {id(b.request.pod): rid for rid, r in self.reservations.items()
+                  for b in r.bookings}
+        rids: list[str] = []
+        for v in victims:
+            rid = holder.get(id(v))
+            if rid is None:
+                return None
+            if rid not in rids:
+                rids.append(rid)
+        return rids
 
     # ------------------------------------------------------------ reservations
     def confirm(self, rid: str) -> Reservation:

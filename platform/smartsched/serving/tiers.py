@@ -52,7 +52,7 @@ class SiteTier:
     def __init__(self, hierarchy: Hierarchy, site: str, profile: str, *,
                  parent: SiteCaller | None = None, seed: int = 0,
                  clock: Callable[[], float] = time.time, journal_dir: str | None = None,
-                 usage: Any = None) -> None:
+                 usage: Any = None, preemption: bool = False) -> None:
         """``usage``: a ``serving.config.UsageFromPrometheus`` (or None): node usage is
         then pulled from Prometheus in the background of requests."""
         self.h = hierarchy
@@ -67,7 +67,7 @@ class SiteTier:
 
             journal = Journal(Path(journal_dir) / f"{site}.jsonl")
         self.placer = SitePlacer(site_subspec(hierarchy.spec, [site]), profile, seed=seed,
-                                 clock=clock, journal=journal)
+                                 clock=clock, journal=journal, preemption=preemption)
         self.parent = parent
         self.usage_cfg = usage
         self._usage_src: Any = None
@@ -121,6 +121,8 @@ class SiteTier:
             "profile": self.placer.profile if r.placed else None,
             "reservation_id": f"{self.site}{RID_SEP}{r.reservation_id}" if r.placed else None,
             "expires_at": r.expires_at,
+            "preempted": [{"reservation_id": f"{self.site}{RID_SEP}{rid}", "pod_ids": list(ids)}
+                          for rid, ids in r.preempted],
             "reasons": [*stages, _stage(self.tier, self.site,
                                         "placed" if r.placed else "full", r.reason or
                                         f"placed by {self.placer.profile}", r.plugins)],

@@ -113,6 +113,16 @@ class Decision:
         return tuple(dict.fromkeys(r.plugin for r in self.rejections if r.plugin))
 
 
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """Move bound ``pod`` to ``node`` (a descheduling pass): it is evicted, restarts there
+    at once (image pull and container start again; what it ran since its last checkpoint
+    is lost, as for any eviction) and counts as a migration, not a preemption."""
+
+    pod: Pod
+    node: int
+
+
 def can_defer(pod: Pod, now: float) -> bool:
     """Whether ``pod`` may still be deferred at ``now``: it has a deadline and, if it
     started now, would finish before it. Shared by the RL env and the rl: scheduler."""

@@ -41,6 +41,7 @@ from smartsched.twin.decision import (
     Code,
     Decision,
     DecisionRequest,
+    Migration,
     Rejection,
     RetryHint,
     can_defer,
@@ -99,6 +100,16 @@ class UsagePredictor(Protocol):
         ...
 
 
+class DeschedulerHook(Protocol):
+    """A scheduler's periodic descheduling pass (scheduling.base.Deschedules)."""
+
+    @property
+    def deschedule_interval_s(self) -> float | None: ...
+
+    def deschedule(self, state: ClusterState,
+                   waiting: Sequence[PodRequest]) -> tuple[Migration, ...]: ...
+
+
 class TelemetryHook(Protocol):
     """Reduces the wide telemetry to node features (twin.telemetry.reduction)."""
 
@@ -118,6 +129,8 @@ class Engine:
         # imports their packages): called at every metric tick, after the usage sample.
         self.usage_predictor: UsagePredictor | None = None
         self.telemetry_features: TelemetryHook | None = None
+        self.descheduler: DeschedulerHook | None = None
+        self._last_deschedule = 0.0
         spec.validate_pods(pods)
         self.state = ClusterState(spec)
         self.state.best_effort_threshold = config.best_effort_threshold
@@ -411,6 +424,11 @@ class Engine:
         if self.telemetry_features is not None:
             self.state.telemetry_features = self.telemetry_features.update(self)
         self.queue.usage_sampled()
+        if self.descheduler is not None:
+            every = self.descheduler.deschedule_interval_s
+            if every is not None and self.now - self._last_deschedule >= every:
+                self._last_deschedule = self.now
+                self._deschedule()
         nxt = self.now + cfg.tick_s
         if self.events.non_tick > 0 or (cfg.horizon_s is not None and nxt <= cfg.horizon_s):
             self.events.push(nxt, EV_TICK, None)
@@ -544,6 +562,48 @@ class Engine:
         self._evict_partial_gangs()  # a victim's gang mates left behind go too
         self.queue.requeue(units)
         return freed
+
+    def _deschedule(self) -> None:
+        """Offer the descheduler the waiting pods in queue order; carry out its moves."""
+        tb = self.table
+        pending = np.flatnonzero(tb.status == PENDING)
+        if pending.size == 0:
+            return
+        order = pending[np.lexsort((pending, tb.arrival[pending], -tb.priority[pending]))]
+        moves = self.descheduler.deschedule(  # type: ignore[union-attr]
+            self.state, [self._request(int(i)) for i in order])
+        if moves:
+            self.migrate(moves)
+
+    def migrate(self, moves: Sequence[Migration]) -> None:
+        """Move bound pods (a descheduling pass): each is evicted (what it loses counts as
+        for any eviction) and bound to its new node at once, where it pulls its image and
+        starts again. A move whose node has no room by now leaves the pod in the queue.
+        Gang members are not moved (a gang moves whole or not at all)."""
+        tb = self.table
+        if self._pod_index is None:
+            self._pod_index = {id(p): k for k, p in enumerate(tb.pods)}
+        for mv in moves:
+            k = self._pod_index.get(id(mv.pod))
+            if k is None or tb.status[k] not in (RUNNING, BOUND):
+                raise InfeasibleDecisionError(f"{mv.pod.id} is not a bound pod of this twin")
+            if self.queue.unit_of(k) < 0:
+                raise InfeasibleDecisionError(f"{mv.pod.id} is a gang member: gangs move whole")
+            node, src = int(mv.node), int(tb.node[k])
+            if not 0 <= node < self.state.num_nodes:
+                raise InfeasibleDecisionError(f"node index {node} out of range")
+            if node == src:
+                continue
+            req = self._request(k)
+            self._evict(k)
+            self.metrics.migrated(k)
+            if self.state.resource_fit(req)[node]:
+                devices = self.state.pick_devices(node, req)
+                self.state.allocate(node, req, devices, until=self._expected_end(k, self.now))
+                self._bind(k, node, devices)
+            else:
+                self.queue.requeue([self.queue.unit_of(k)])
+            self.queue.room_freed(src)
 
     def _evict(self, i: int) -> None:
         """Take pod ``i`` off its node and back to the queue; its pending completion is void.

@@ -130,6 +130,7 @@ class MetricsRecorder:
         # checkpoint), per class; counted after the warm-up.
         self.preemptions_cls = np.zeros(len(POD_CLASS_IDS), dtype=np.int64)
         self.lost_s_cls = np.zeros(len(POD_CLASS_IDS))
+        self.migrations_cls = np.zeros(len(POD_CLASS_IDS), dtype=np.int64)  # descheduling
         self.decision_seconds: list[float] = []
 
     # ----------------------------------------------------------- event hooks
@@ -189,6 +190,11 @@ class MetricsRecorder:
         """A pod was evicted to make room for a higher-priority one."""
         if self.t_last >= self.measure_from:
             self.preemptions_cls[self.table.cls[pod]] += 1
+
+    def migrated(self, pod: int) -> None:
+        """A pod was moved by a descheduling pass (evicted and bound elsewhere)."""
+        if self.t_last >= self.measure_from:
+            self.migrations_cls[self.table.cls[pod]] += 1
 
     def lost_work(self, pod: int, seconds: float) -> None:
         """An evicted pod lost ``seconds`` of running it will do again."""
@@ -370,6 +376,7 @@ class MetricsRecorder:
                 "pending_at_end": int(waiting.sum()),
                 "waiting_pod_hours": float(wait_h),
                 "preemptions": int(self.preemptions_cls[ci]),
+                "migrations": int(self.migrations_cls[ci]),
                 "lost_pod_hours": float(self.lost_s_cls[ci] / 3600.0),
                 "image_pull_s": _percentiles(tb.pull_s[pulled]),
                 "queueing_delay_s": _percentiles(q),
@@ -449,6 +456,7 @@ class MetricsRecorder:
                                                for c in per_class.values())),
                 "evictions": self.evictions,
                 "preemptions": int(self.preemptions_cls.sum()),
+                "migrations": int(self.migrations_cls.sum()),
                 "lost_pod_hours": float(self.lost_s_cls.sum() / 3600.0),
             },
             "rejections_by_reason": dict(sorted(self.rejections.items())),
