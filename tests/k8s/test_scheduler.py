@@ -256,3 +256,17 @@ def test_preemption_is_off_by_default_and_a_budget_stops_it(objects) -> None:
         res = SchedulerLoop(core, "smartsched", "k8s-default", preemption=True).run_once()
         assert "was refused (429" in res.failed["prod/web"] and res.bound == {}
         assert api.evictions == []
+
+
+def test_two_preemptors_never_evict_the_same_pod_twice(objects) -> None:
+    nodes, pods = _preemption_case(objects)
+    pods.append(_cpu_pod("web-2", "40", 1000))
+    with FakeAPIServer(nodes, pods) as api:
+        core, _ = _client(api.url)
+        loop = SchedulerLoop(core, "smartsched", "k8s-default", preemption=True)
+        bound: dict[str, str] = {}
+        for _ in range(4):
+            bound.update(loop.run_once().bound)
+            api.finish_terminating()
+        assert set(bound) == {"prod/web", "prod/web-2"}
+        assert len(api.evictions) == len(set(api.evictions)) == 2

@@ -120,3 +120,25 @@ def test_bad_settings_name_the_field(args: dict, field: str) -> None:
 def test_a_filter_is_not_a_descheduler() -> None:
     with pytest.raises(ValidationError, match="not a descheduling plugin"):
         profile_from_dict({**_doc(None), "deschedule": ["NodeAffinity"]})
+
+
+@pytest.mark.parametrize(("small_gpus", "moves"), [(2, 0), (3, 6)])
+def test_never_moves_onto_a_node_it_clears_and_only_when_the_gang_then_fits(
+        small_gpus: int, moves: int) -> None:
+    # big (8 GPUs) holds five half-GPU shares, one per device; mid (4) holds one. A gang of
+    # 2 x 4 whole GPUs needs both cleared. Their shares may only go to small: with 2 GPUs it
+    # takes 3 more shares, too few, so nothing moves (mid is never a destination for big's
+    # shares, though it has fewer GPUs: it is being cleared); with 3 GPUs all six move.
+    from smartsched.twin.state import ClusterState
+
+    spec = cluster(node("big", cpu=32000, gpus=8), node("mid", cpu=32000, gpus=4, model="T4"),
+                   node("small", cpu=32000, gpus=small_gpus, model="T4"))
+    st = ClusterState(spec)
+    for k, (n, dev) in enumerate([(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 0)]):
+        st.allocate(n, st.compile(_share(f"s{k}")), (dev,))
+    sched = ProfileScheduler(profile_from_dict(_doc({})))
+    member = st.compile(pod("g0", cpu=1000, num_gpu=4, gpu_milli=1000, gang_id="g",
+                            gang_size=2, pod_class=PodClass.AI_TRAIN))
+    plan = sched.deschedule(st, [member])
+    assert len(plan) == moves
+    assert all(spec.nodes[m.node].name == "small" for m in plan)

@@ -181,9 +181,55 @@ def test_reservations_preemption_migrations_and_failures_keep_the_books(jobs, se
         # Bound rows: running or bound pods, plus gang members placed tentatively.
         placed = int(((e.table.status == RUNNING) | (e.table.status == 2)).sum())
         assert len(st_.bound) == placed + len(e._gang_placed)
-    # Every gang that started started whole (no partial gang runs).
-    tb = e.table
-    for j in range(len(jobs)):
-        idx = [i for i, p in enumerate(tb.pods) if p.id.startswith(f"j{j}-")]
-        running = [tb.status[i] == RUNNING for i in idx]
-        assert all(running) or not any(running)
+        # A gang runs whole or not at all (no member bound while another waits).
+        for j in range(len(jobs)):
+            idx = [i for i, p in enumerate(e.table.pods) if p.id.startswith(f"j{j}-")]
+            on = [e.table.status[i] in (RUNNING, 2) for i in idx]
+            assert all(on) or not any(on)
+
+
+def test_members_placed_tentatively_do_not_delay_their_own_reservation() -> None:
+    # a is free, b is busy until 1000 s. The gang (2 x 8 GPUs, 5000 s) places member 0 on a
+    # tentatively, member 1 fits nowhere: the reservation is due at 1000 s (when b is
+    # whole), not at 5010 s (when member 0's tentative run would end). A 3000 s pod arriving
+    # at 20 s must not backfill onto a.
+    pods = [_gpu_pod("busy", 8, 0.0, 1000.0), *(
+        _gpu_pod(f"gang-{m}", 8, 10.0, 5000.0, gang_id="g", gang_size=2) for m in range(2)),
+        _gpu_pod("long", 8, 20.0, 3000.0)]
+    t = _started(_run(pods, _sched()))
+    assert t["gang-0"] == t["gang-1"] == 1000.0 and t["long"] >= 6000.0
+
+
+def test_a_higher_priority_gang_displaces_a_lower_reservation() -> None:
+    st_ = ClusterState(cluster(*(node(f"n{k}", cpu=32000, gpus=8) for k in range(4))))
+    for n in range(4):
+        req = st_.compile(_gpu_pod(f"b{n}", 4, 0.0, 100.0 * (n + 1), priority=1000))
+        st_.allocate(n, req, st_.pick_devices(n, req), until=100.0 * (n + 1))
+    sched = _sched(max_reservations=1)
+    low = sched.decide(st_, st_.compile(_gpu_pod("l0", 8, 0.0, 9.0, gang_id="low",
+                                                 gang_size=2, priority=100)))
+    st_.reservations.add(low.reserve)
+    same = sched.decide(st_, st_.compile(_gpu_pod("s0", 8, 0.0, 9.0, gang_id="same",
+                                                  gang_size=2, priority=100)))
+    assert same.reserve is None  # equal priority: it came later, it waits for the slot
+    high = sched.decide(st_, st_.compile(_gpu_pod("h0", 8, 0.0, 9.0, gang_id="high",
+                                                  gang_size=2, priority=500)))
+    assert high.reserve is not None and high.reserve.displaces == ("low",)
+    assert high.reserve.nodes == (0, 1)  # the soonest nodes, the displaced gang's included
+    st_.reservations.add(high.reserve)
+    assert set(st_.reservations.by_gang) == {"high"}
+
+
+def test_a_due_reservation_not_renewed_is_dropped() -> None:
+    # The gang reserves a and b, due at 1000 s. A lower-priority service with no end takes
+    # a at 20 s (below the gang, it may), and this profile cannot preempt it: at 1000 s the
+    # gang still cannot start and gets no new reservation. The old one must not keep b from
+    # a pod of the gang's priority that arrives at 1100 s.
+    pods = [_gpu_pod("busy", 8, 0.0, 1000.0),
+            *(_gpu_pod(f"gang-{m}", 8, 10.0, 500.0, gang_id="g", gang_size=2) for m in range(2)),
+            _gpu_pod("service", 8, 20.0, None, priority=100),
+            _gpu_pod("later", 8, 1100.0, 100.0)]
+    e = _run(pods, _sched())
+    t = _started(e)
+    assert t["service"] == 20.0 and t["later"] == 1100.0
+    assert not np.isfinite(t["gang-0"]) and len(e.state.reservations) == 0

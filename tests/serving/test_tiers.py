@@ -269,6 +269,16 @@ def test_the_service_preempts_lower_priority_reservations_only_when_enabled(tmp_
     assert set(b.reservations) == {mid.reservation_id, high.reservation_id}
 
 
+def test_a_request_never_preempts_its_own_placements(tmp_path) -> None:
+    site = _one_node_site(tmp_path, preemption=True)
+    out = site.place([_pod("low", cpu=3000, priority=100), _pod("high", cpu=2000,
+                                                                priority=1000)],
+                     ttl_s=500, request_id="r1")
+    assert out[0].placed and not out[1].placed and "this same request" in out[1].reason
+    assert set(site.reservations) == {out[0].reservation_id}
+    assert site.place([], ttl_s=500, request_id="r1") == out  # the cached answer is true
+
+
 def test_without_preemption_or_for_a_gang_the_service_refuses_and_keeps_everything(
         tmp_path) -> None:
     off = _one_node_site(tmp_path / "off", preemption=False)

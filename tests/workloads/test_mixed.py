@@ -55,3 +55,28 @@ def test_pressure_at_peak_and_idle_at_night() -> None:
     online = [p for p in pods if p.pod_class is PodClass.ONLINE]
     cpu = _demand_by_hour(online, lambda p: p.cpu_milli)
     assert cpu[5] < 0.7 * cpu[20]  # small-hours trough well below the evening peak
+
+
+def test_priority_classes_resolve_and_bad_ones_name_the_field() -> None:
+    import copy
+
+    import pytest
+
+    from smartsched.model.errors import ValidationError
+    from smartsched.workloads.mixed import load_profile
+
+    spec = load_cluster("small")
+    pods = generate_mixed(spec, hours=2, seed=0)
+    by_class = {p.pod_class: p.priority for p in pods}
+    assert by_class[PodClass.ONLINE] > by_class[PodClass.AI_INFER] > \
+        by_class[PodClass.AI_TRAIN] > by_class[PodClass.BATCH]
+    bad = copy.deepcopy(load_profile())
+    bad["ai-train"]["priority_class"] = "gold"
+    with pytest.raises(ValidationError) as e:
+        generate_mixed(spec, hours=2, seed=0, profile=bad)
+    assert e.value.field == "workload.ai-train.priority_class" and "gold" in e.value.message
+    bad = copy.deepcopy(load_profile())
+    bad["priority_classes"] = {"batch": {"value": 10, "preemption_policy": "Sometimes"}}
+    with pytest.raises(ValidationError) as e:
+        generate_mixed(spec, hours=2, seed=0, profile=bad)
+    assert e.value.field == "workload.priority_classes.batch.preemption_policy"

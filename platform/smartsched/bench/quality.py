@@ -18,7 +18,7 @@ from typing import Any
 DEFAULT_SCHEDULERS = (
     "first-fit", "random", "k8s-default", "k8s-default-v1.20", "binpack", "dotprod",
     "gpu-clustering", "gpu-packing", "bestfit", "fgd", "numa-aware", "load-aware",
-    "online-batch",
+    "online-batch", "composite",
 )
 
 

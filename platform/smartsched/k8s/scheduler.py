@@ -273,17 +273,23 @@ class SchedulerLoop:
             return
         evicted: list[str] = []
         for v in victims:
+            if v.id in self._terminating:  # already going (another pod's victim): wait
+                evicted.append(v.id)
+                continue
             ns, _, name = v.id.partition("/")
             body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns))
             try:
                 self.core.create_namespaced_pod_eviction(name, ns, body)
                 evicted.append(v.id)
+                self._terminating.add(v.id)  # later pods of this pass must not pick it
             except ApiException as e:
                 if e.status == 404:  # gone already: its room is coming anyway
                     evicted.append(v.id)
                     continue
                 why = (f"preemption on {node} stopped: evicting {v.id} was refused "
                        f"({e.status} {e.reason}, e.g. a PodDisruptionBudget)")
+                if evicted:  # those already evicted are going: wait for them, evict no more
+                    self._nominated[key] = (node, set(evicted))
                 res.failed[key] = why
                 self._event(obj, "FailedScheduling", why)
                 return

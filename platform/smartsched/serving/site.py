@@ -113,6 +113,7 @@ class SitePlacer:
         self.decisions = 0
         self.journal = journal
         self.preemption = preemption
+        self._made_now: set[str] = set()
         self.registered: dict[str, NodeSpec] = {}  # nodes added or changed through the API
         if journal is not None:
             self._recover(journal)
@@ -156,6 +157,7 @@ class SitePlacer:
         self.state.now = now - self.t0
         self._maybe_prepare(pods)
         results: list[SiteResult] = []
+        self._made_now: set[str] = set()  # reservations of this request: never victims
         groups: dict[str, list[Pod]] = {}
         for p in pods:
             groups.setdefault(p.gang_id or f"\0{p.id}", []).append(p)
@@ -192,6 +194,7 @@ class SitePlacer:
         rid = uuid.uuid4().hex
         res = Reservation(rid, bookings, expires_at, request_id=request_id)
         self.reservations[rid] = res
+        self._made_now.add(rid)
         self._track(res)
         self._log(self._reserve_event(res))
         zone_names = self.state.zone_names
@@ -225,6 +228,9 @@ class SitePlacer:
             rids = self._reservations_of(decision.victims)
             if rids is None:
                 return None, "refused: a victim is not held by a reservation here", (), ()
+            if set(rids) & self._made_now:
+                return None, (f"fits only by preempting {n} pod(s) of this same request; "
+                              "it does not preempt its own placements"), (), ()
             trial = self.state.fork()  # check the whole move before releasing anything
             for rid in rids:
                 for b in self.reservations[rid].bookings:

@@ -111,6 +111,10 @@ class BoundPods:
         self.requests[r] = None
         self._free.append(r)
 
+    def gang_index(self, gang: str | None) -> int | None:
+        """The integer standing for ``gang`` in ``self.gang`` (None: no row ever had it)."""
+        return None if gang is None else self._gang_ids.get(gang)
+
     def rows_on(self, node: int) -> np.ndarray:
         return np.flatnonzero(self.used & (self.node == node))
 

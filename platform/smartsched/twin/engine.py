@@ -74,6 +74,7 @@ from smartsched.twin.podtable import (
 )
 from smartsched.twin.powerstate import PowerLifecycle
 from smartsched.twin.queue import SchedulingQueue
+from smartsched.twin.reservations import Reservation
 from smartsched.twin.sampling import RunningUse, sample_usage
 from smartsched.twin.state import ClusterState, PodRequest
 
@@ -212,6 +213,7 @@ class Engine:
         i = cur.pod_index
         in_gang = bool(self._gang_todo)
         if decision.node is None or decision.defer:
+            self._check_reserve(cur.pod.gang_id, decision.reserve)  # before anything changes
             self._current = None
             self.metrics.rejected((Rejection("deferred"),) if decision.defer
                                   else decision.rejections)
@@ -227,10 +229,8 @@ class Engine:
             else:
                 unit = self.queue.unit_of(i)
                 self.queue.park(unit, decision.retry)
-                if decision.reserve is not None and unit < 0:  # the gang holds room until due
-                    self.state.reservations.add(decision.reserve)
-                    if decision.reserve.due > self.now:  # due now: room frees wake it
-                        self.events.push(decision.reserve.due, EV_DUE, unit)
+                if unit < 0:
+                    self._hold_room(cur.pod.gang_id, decision.reserve, unit)
             return
         node = int(decision.node)
         req = cur.request
@@ -563,12 +563,36 @@ class Engine:
         self.queue.requeue(units)
         return freed
 
+    def _check_reserve(self, gang: str | None, reserve: Reservation | None) -> None:
+        """A reservation must be for the rejected gang, on nodes of this cluster."""
+        if reserve is None:
+            return
+        n = self.state.num_nodes
+        if gang is None or reserve.gang != gang or not all(0 <= x < n for x in reserve.nodes):
+            raise InfeasibleDecisionError(
+                f"a reservation must be for the rejected gang {gang!r} on nodes 0..{n - 1}")
+
+    def _hold_room(self, gang: str | None, reserve: Reservation | None, unit: int) -> None:
+        """After a gang's rejection: hold the room its scheduler reserved (until due), or
+        drop the reservation it no longer renews once due (nodes are not held for a gang
+        that cannot use them)."""
+        res = self.state.reservations
+        if reserve is None:
+            held = res.by_gang.get(gang or "")
+            if held is not None and held.due <= self.now:
+                res.remove(held.gang)
+            return
+        res.add(reserve)
+        if reserve.due > self.now:  # due now: room freed wakes the gang
+            self.events.push(reserve.due, EV_DUE, unit)
+
     def _deschedule(self) -> None:
         """Offer the descheduler the waiting pods in queue order; carry out its moves."""
         tb = self.table
         pending = np.flatnonzero(tb.status == PENDING)
         if pending.size == 0:
             return
+        self.state.now = self.now  # filters read the time (reservations' due)
         order = pending[np.lexsort((pending, tb.arrival[pending], -tb.priority[pending]))]
         moves = self.descheduler.deschedule(  # type: ignore[union-attr]
             self.state, [self._request(int(i)) for i in order])

@@ -28,6 +28,7 @@ class Reservation:
     request: np.ndarray  # [R] charged request of one member
     gpus: int  # whole GPUs one member takes (0: none or a share)
     due: float
+    displaces: tuple[str, ...] = ()  # lower-priority gangs whose reservations it replaces
 
 
 class Reservations:
@@ -55,10 +56,14 @@ class Reservations:
         """Hold ``r`` (replacing the gang's earlier one); nodes held by another gang are
         not taken from it."""
         self.remove(r.gang)
+        for g in r.displaces:
+            self.remove(g)
         gid = self.gang_id(r.gang)
         nodes = tuple(n for n in r.nodes if self.owner[n] < 0)
         if len(nodes) < len(r.nodes):
             r = Reservation(r.gang, r.priority, nodes, r.request, r.gpus, r.due)
+        else:
+            r = Reservation(r.gang, r.priority, r.nodes, r.request, r.gpus, r.due)
         self.by_gang[r.gang] = r
         for n in nodes:
             self.reserved[n] = r.request

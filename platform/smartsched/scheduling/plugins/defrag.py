@@ -18,8 +18,10 @@ pending pods in queue order; for the first ones that ask for whole GPUs
    fewer GPUs than the one it leaves (so fragments consolidate on the small
    accelerator tier, never onto another big node), passing the profile's
    filters for that pod, with room on a fork of the state where earlier moves
-   of the pass already happened; the fullest such node (fewest free GPUs) wins;
-4. the pass moves pods only if it clears every node the pod still lacks, and
+   of the pass already happened, and not a candidate being cleared; the
+   fullest such node (fewest free GPUs) wins;
+4. the pass moves pods only if afterwards the whole gang fits (checked with the
+   profile's filters on the fork), and
    at most ``max_moves`` pods: a half-cleared gang gains nothing and each move
    costs a restart (image pull, container start, work since the last
    checkpoint).
@@ -114,28 +116,30 @@ class GpuDefrag:
         nodes = nodes[np.lexsort((nodes, gpu_moved[nodes], count[nodes]))]
         fork = state.fork()
         moves: list[Migration] = []
-        cleared = 0
+        cleared = np.zeros(state.num_nodes, dtype=bool)  # never a destination this pass
+        cleared[nodes] = True
         for n in nodes.tolist():
             on_node = rows[b.node[rows] == n]
             if len(moves) + on_node.size > self.args.max_moves:
                 continue
             trial = fork.fork()
-            planned = self._destinations(sched, trial, on_node, n)
+            planned = self._destinations(sched, trial, on_node, n, ~cleared)
             if planned is None:
                 continue
             fork = trial
             moves.extend(planned)
-            cleared += 1
-            if cleared == lacking:
+            # Done once the pod's whole gang fits on the state these moves leave.
+            if int(sched.feasible(fork, req)[0].sum()) >= max(req.pod.gang_size, 1):
                 return tuple(moves)
         return ()
 
     @staticmethod
     def _destinations(sched: ProfileScheduler, fork: ClusterState, rows: np.ndarray,
-                      source: int) -> list[Migration] | None:
-        """Move ``rows`` off ``source`` on ``fork`` (mutating it); None if one cannot go."""
+                      source: int, allowed: np.ndarray) -> list[Migration] | None:
+        """Move ``rows`` off ``source`` on ``fork`` (mutating it) to ``allowed`` nodes with
+        fewer GPUs; None if one cannot go."""
         bound = fork.bound
-        smaller = fork.gpu_count < fork.gpu_count[source]
+        smaller = (fork.gpu_count < fork.gpu_count[source]) & allowed
         out: list[Migration] = []
         for r in rows.tolist():
             req = bound.requests[r]

@@ -14,8 +14,14 @@ reservation is due when the last of those nodes has room:
   due     = the gang_size-th smallest t(node)
 
 A reservation stands until it is due; a gang still waiting after that gets a
-new one. Members of a gang whose reservation is due may preempt lower-priority
-pods on its nodes (the room was promised; see DefaultPreemption).
+new one, or loses it (the twin drops a due reservation that is not renewed, so
+nodes are not held for a gang that cannot use them). At most
+``max_reservations`` gangs hold room; a gang of higher priority displaces the
+lowest-priority holder, one of equal or lower priority waits for a slot.
+Members of a gang whose reservation is due may preempt lower-priority pods on
+its nodes (the room was promised; see DefaultPreemption). Members of the gang
+placed tentatively before one was rejected count as gone (they are rolled
+back with it).
 
 Reservations (Filter): other pods may use a reserved node only if that does
 not delay the gang -- they are expected to end before it is due, or they
@@ -67,11 +73,17 @@ def earliest_room(state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np
     out = np.full(nodes.size, np.inf)
     rows_by_node: dict[int, list[int]] = {}
     live = np.flatnonzero(b.used & np.isin(b.node, nodes))
+    # Members of this gang placed tentatively before one was rejected are rolled back
+    # with it: their room counts as free now.
+    own = b.gang_index(req.pod.gang_id)
+    mine = live[b.gang[live] == own] if own is not None else live[:0]
+    live = np.setdiff1d(live, mine)
+    back, _, back_dev = b.room(mine)
     for r, n in zip(live.tolist(), b.node[live].tolist(), strict=True):
         rows_by_node.setdefault(n, []).append(r)
     for k, n in enumerate(nodes.tolist()):
-        free = state.free_res[n].copy()
-        dev = state.gpu_free[n].astype(np.int64)
+        free = state.free_res[n] + back[n]
+        dev = state.gpu_free[n].astype(np.int64) + back_dev[n]
         exists = state.gpu_exists[n]
         ok = (free >= need).all() and int(((dev == MILLI_PER_DEVICE) & exists).sum()) >= gpus
         if ok:
@@ -109,10 +121,22 @@ class GangReservation:
         if held is not None and held.due > state.now:
             return None  # the gang's reservation stands
         res = state.reservations
-        others = len(res) - (pod.gang_id in res.by_gang)
-        if others >= self.args.max_reservations:
-            return None  # the backfill depth is taken by gangs ahead of it
-        free_of_others = (res.owner < 0) | (res.owner == res.gang_id(pod.gang_id))
+        others = [r for g, r in res.by_gang.items() if g != pod.gang_id]
+        excess = len(others) + 1 - self.args.max_reservations
+        displaced: list[str] = []
+        if excess > 0:
+            # The depth is taken: only a gang of higher priority takes a slot, from the
+            # lowest-priority holders (the queue offers gangs in priority order, so a
+            # holder of equal priority came first and keeps it).
+            lower = sorted((r for r in others if r.priority < pod.priority),
+                           key=lambda r: (r.priority, -r.due))
+            if len(lower) < excess:
+                return None
+            displaced = [r.gang for r in lower[:excess]]
+        gone = np.zeros(state.num_nodes, dtype=bool)
+        for g in displaced:
+            gone[list(res.by_gang[g].nodes)] = True
+        free_of_others = (res.owner < 0) | (res.owner == res.gang_id(pod.gang_id)) | gone
         nodes = np.flatnonzero(eligible & free_of_others & state.up)
         if nodes.size < pod.gang_size:
             return None
@@ -122,7 +146,7 @@ class GangReservation:
             return None
         return Reservation(pod.gang_id, pod.priority, tuple(int(n) for n in nodes[order]),
                            ClusterState.charged(req), member_gpus(req),
-                           float(t[order].max()))
+                           float(t[order].max()), displaces=tuple(displaced))
 
 
 class Reservations:
