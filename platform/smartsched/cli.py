@@ -219,11 +219,17 @@ def k8s() -> None:
 
 @k8s.command("extender")
 @click.option("--profile", default="k8s-default", show_default=True)
-@click.option("--host", default="0.0.0.0", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Loopback by default: kube-scheduler's extender calls carry no credential, "
+                   "so run it beside kube-scheduler (same pod or host); widen only behind a "
+                   "network policy.")
 @click.option("--port", default=8888, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--nodes", "nodes_file", default=None, type=click.Path(dir_okay=False, exists=True),
               help="NodeList (JSON or YAML) for nodeCacheCapable: true.")
-def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None) -> None:
+@click.option("--max-body-bytes", default=64 * 1024 * 1024, show_default=True,
+              type=click.IntRange(1024, 1024**3), help="Larger requests get 413 unread.")
+def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
+                 max_body_bytes: int) -> None:
     """Serve kube-scheduler's extender protocol (POST /filter, /prioritize)."""
     import uvicorn
 
@@ -234,7 +240,7 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None) -> 
     if nodes_file:
         snap = ext.set_cache(read_node_list(nodes_file))
         click.echo(f"node cache: {len(snap.spec.nodes)} nodes, {len(snap.skipped)} skipped")
-    uvicorn.run(make_app(ext), host=host, port=port, log_level="warning")
+    uvicorn.run(make_app(ext, max_body_bytes), host=host, port=port, log_level="warning")
 
 
 @k8s.command("scheduler")

@@ -27,13 +27,19 @@ def _docs(path: Path) -> list[dict]:
 def test_core_manifests_validate_against_the_openapi_schemas() -> None:
     kv = pytest.importorskip("kubernetes_validate")
     docs = _docs(INFRA / "k8s" / "extender" / "extender.yaml")
-    assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "Deployment", "Service"}
+    assert {d["kind"] for d in docs} == {"Namespace", "ServiceAccount", "Deployment", "Service",
+                                         "NetworkPolicy"}
     for d in docs:
         kv.validate(d, K8S_VERSION, strict=True)  # raises on an unknown or mistyped field
     dep = next(d for d in docs if d["kind"] == "Deployment")
     pod = dep["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False  # no API access needed
     assert pod["containers"][0]["command"][:3] == ["smartsched", "k8s", "extender"]
+    # Off loopback only behind a policy that admits kube-scheduler's namespace alone.
+    policy = next(d for d in docs if d["kind"] == "NetworkPolicy")
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "kube-system"}}}]
     bad = {**dep, "spec": {**dep["spec"], "replicas": "two"}}
     with pytest.raises(kv.ValidationError):
         kv.validate(bad, K8S_VERSION, strict=True)

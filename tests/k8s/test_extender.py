@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -26,15 +29,13 @@ def fixtures(data_dir: Path) -> dict:
     return {"nodes": [*nodes, small], "pods": pods}
 
 
-@pytest.fixture(scope="module")
-def server(fixtures: dict):
+@contextlib.contextmanager
+def _serving(app: Any) -> Iterator[str]:
+    """``app`` on a loopback port in a thread, ready; its URL."""
     import uvicorn
 
-    ext = Extender("k8s-default")
-    ext.set_cache(fixtures["nodes"])
     port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(make_app(ext), host="127.0.0.1", port=port,
-                                        log_level="warning"))
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     t = threading.Thread(target=srv.run, daemon=True)
     t.start()
     url = f"http://127.0.0.1:{port}"
@@ -44,9 +45,19 @@ def server(fixtures: dict):
                 break
         except requests.ConnectionError:
             time.sleep(0.05)
-    yield url
-    srv.should_exit = True
-    t.join(timeout=5)
+    try:
+        yield url
+    finally:
+        srv.should_exit = True
+        t.join(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def server(fixtures: dict):
+    ext = Extender("k8s-default")
+    ext.set_cache(fixtures["nodes"])
+    with _serving(make_app(ext)) as url:
+        yield url
 
 
 def test_filter_with_whole_nodes(server: str, fixtures: dict) -> None:
@@ -98,3 +109,90 @@ def test_nodes_no_eviction_can_open_are_reported_unresolvable(server: str,
     assert res["FailedNodes"] == {"small-node": "Insufficient cpu"}
     assert res["FailedAndUnresolvableNodes"] == {
         "pai-node-00": "node(s) didn't match Pod's node affinity/selector"}
+
+
+# ------------------------------------------------------------------ probes: never a 5xx
+_PROBE_VALUES = [None, 3, -1, 1.5, "x", "", [], {}, [[]], [{}], {"a": 1}, True, "1e400000",
+                 "-5", float("nan")]
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:2]):
+            yield from _paths(v, (*prefix, i))
+
+
+@pytest.mark.parametrize("profile", ["k8s-default", "fgd"])
+def test_every_field_replaced_by_junk_is_a_clear_400_or_an_answer(fixtures: dict,
+                                                                   profile: str) -> None:
+    """Each field of a valid ExtenderArgs (whole nodes, and node names) replaced by values of
+    the wrong type, absurd or negative quantities: the extender answers or raises
+    BadRequest (HTTP 400), never another exception (HTTP 500)."""
+    from smartsched.k8s.extender import BadRequest
+
+    ext = Extender(profile)
+    ext.set_cache(fixtures["nodes"])
+    pod = fixtures["pods"]["gpu-pod-02"]
+    bases = [{"Pod": pod, "Nodes": {"kind": "NodeList", "items": fixtures["nodes"][:2]}},
+             {"Pod": pod, "NodeNames": [n["metadata"]["name"] for n in fixtures["nodes"]]}]
+    cases = 0
+    for base in bases:
+        for path in [p for p in _paths(base) if p]:
+            for junk in _PROBE_VALUES:
+                args = copy.deepcopy(base)
+                target = args
+                for key in path[:-1]:
+                    target = target[key]
+                target[path[-1]] = junk
+                for verb in (ext.filter, ext.prioritize):
+                    cases += 1
+                    try:
+                        verb(args)
+                    except BadRequest as e:
+                        assert str(e)
+    assert cases > 1000
+
+
+def test_quantities_that_are_absurd_or_negative_are_refused_fast(server: str,
+                                                                 fixtures: dict) -> None:
+    for q in ("1e400000", "-4", "99999999999999999999Ei"):
+        pod = copy.deepcopy(fixtures["pods"]["gpu-pod-02"])
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = q
+        r = requests.post(f"{server}/filter", json={"Pod": pod, "NodeNames": ["pai-node-00"]},
+                          timeout=10)
+        assert r.status_code == 400 and "cpu" in r.json()["Error"]
+        assert q not in r.json()["Error"] or len(q) < 32  # never echoes long input
+
+
+def test_bodies_over_the_limit_get_413_declared_or_chunked() -> None:
+    with _serving(make_app(Extender("k8s-default"), max_body_bytes=2048)) as url:
+        big = b'{"Pod": {"metadata": {"name": "' + b"x" * 4096 + b'"}}}'
+        r = requests.post(f"{url}/filter", data=big, timeout=10)
+        assert r.status_code == 413 and "x" * 16 not in r.text
+
+        def chunks():
+            for _ in range(8):
+                yield b" " * 1024
+
+        assert requests.post(f"{url}/filter", data=chunks(), timeout=10).status_code == 413
+        assert requests.get(f"{url}/healthz", timeout=10).ok
+
+
+def test_json_nested_too_deeply_is_a_400(server: str) -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    r = requests.post(f"{server}/filter", data=deep, timeout=30)
+    assert r.status_code == 400 and "nested too deeply" in r.json()["Error"]
+
+
+def test_a_workload_aware_profile_answers_prioritize(fixtures: dict) -> None:
+    # FGD plans on the workload it expects; the extender gives it the pods it has seen.
+    ext = Extender("fgd")
+    ext.set_cache(fixtures["nodes"])
+    args = {"Pod": fixtures["pods"]["gpu-pod-01"],
+            "NodeNames": [n["metadata"]["name"] for n in fixtures["nodes"]]}
+    scores = ext.prioritize(args)
+    assert len(scores) == len(fixtures["nodes"]) and max(s["Score"] for s in scores) == 10

@@ -74,6 +74,9 @@ def test_idempotent_retry_and_expiry(service: str, auth: dict) -> None:
     a = _place(service, auth, pod, request_id=rid, ttl_s=4.0).json()
     b = _place(service, auth, pod, request_id=rid, ttl_s=4.0).json()
     assert a == b and a["placements"][0]["placed"]
+    other = _place(service, auth, _pod(cpu_milli=6000, allowed_regions=["region-a"]),
+                   request_id=rid, ttl_s=4.0)
+    assert other.status_code == 409 and "different body" in other.text
     res_id = a["placements"][0]["reservation_id"]
     summary = requests.get(f"{service}/v1/clusters/region-a/summary", timeout=10).json()
     time.sleep(4.5)
@@ -128,6 +131,34 @@ def test_malformed_oversized_and_unknown(service: str, auth: dict) -> None:
     assert requests.get(f"{service}/v1/clusters/mars/summary", timeout=10).status_code == 404
     r = requests.delete(f"{service}/v1/reservations/mec-0~nope", headers=auth, timeout=10)
     assert r.status_code == 404
+
+
+@pytest.mark.parametrize("raw", [
+    '{"pod": {"id": "x", "cpu_milli": NaN}}',
+    '{"pod": {"id": "x", "cpu_milli": 1, "duration_s": Infinity}}',
+    '{"pod": {"id": "x", "cpu_milli": 1, "latency_slo_ms": -Infinity}}',
+    '{"pod": {"id": "\\ud800", "cpu_milli": 1, "app": "\\udfff"}}',
+    '{"pod": {"id": "x", "cpu_milli": 1, "\\ud800": 1}}',
+    '{"pods": [{"id": "x", "cpu_milli": NaN}]}',
+])
+def test_values_json_cannot_echo_are_a_422_that_names_the_field(service: str, auth: dict,
+                                                                raw: str) -> None:
+    url = f"{service}/v1/placements" + (":batch" if raw.startswith('{"pods"') else "")
+    r = requests.post(url, data=raw.encode(), timeout=10,
+                      headers={**auth, "Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert detail and all("input" not in d for d in detail)  # the input is never echoed
+
+
+def test_a_client_without_the_token_is_refused_before_its_body_is_read(service: str) -> None:
+    # Not even valid JSON: the answer is about the token, not the body.
+    r = requests.post(f"{service}/v1/placements:batch", data=b"{" * 1000, timeout=10,
+                      headers={"Content-Type": "application/json"})
+    assert r.status_code == 401
+    r = requests.put(f"{service}/v1/nodes", data=b"[", timeout=10,
+                     headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 403
 
 
 def test_metrics_and_openapi(service: str, auth: dict) -> None:

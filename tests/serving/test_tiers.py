@@ -125,6 +125,20 @@ def test_cloud_retry_returns_the_same_answer(medium: Hierarchy) -> None:
     assert sum(len(s.placer.reservations) for s in sites.values()) == 1
 
 
+def test_a_request_id_reused_with_another_body_is_a_conflict(medium: Hierarchy) -> None:
+    from smartsched.serving.tiers import IdempotencyConflict
+
+    cloud, sites = _cloud(medium)
+    asyncio.run(cloud.place([_pod("z")], 60, "key"))
+    asyncio.run(cloud.place([_pod("z", arrival=99.0)], 60, "key"))  # a retry, received later
+    for other in ([_pod("z", cpu=2000)], [_pod("y")], [_pod("z"), _pod("y")]):
+        with pytest.raises(IdempotencyConflict, match="different body"):
+            asyncio.run(cloud.place(other, 60, "key"))
+    with pytest.raises(IdempotencyConflict):
+        asyncio.run(cloud.place([_pod("z")], 61, "key"))  # the TTL is part of the request
+    assert sum(len(s.placer.reservations) for s in sites.values()) == 1
+
+
 def test_journal_recovers_reservations_after_restart(medium: Hierarchy, tmp_path) -> None:
     from smartsched.serving.journal import Journal
 

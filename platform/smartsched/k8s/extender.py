@@ -19,6 +19,7 @@ candidates get 0). A malformed payload is a ``BadRequest`` with a message.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,13 +27,17 @@ import numpy as np
 from fastapi import FastAPI, Request  # module level: FastAPI resolves route annotations here
 from fastapi.responses import JSONResponse
 
-from smartsched.k8s.snapshot import Snapshot, build_snapshot, pod_model
+from smartsched.k8s.snapshot import Snapshot, build_snapshot, object_name, pod_model
 from smartsched.model.errors import SmartSchedError
-from smartsched.scheduling.base import make_scheduler
+from smartsched.scheduling.base import WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.status import Code
 
 MAX_EXTENDER_PRIORITY = 10
+# kube-scheduler sends whole NodeLists with nodeCacheCapable: false (~10 KiB a node), so the
+# default admits ~6,000 nodes; anything larger is refused before it is parsed.
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+REPREPARE_EVERY = 200  # pods between refreshes of a workload-aware profile's view (FGD)
 
 
 class BadRequest(SmartSchedError):
@@ -46,11 +51,25 @@ class Extender:
             raise SmartSchedError(f"the extender needs a filter/score profile, not {profile!r}")
         self.sched = sched
         self.cache: Snapshot | None = None
+        # A workload-aware profile (FGD) plans on the pods it expects: the recent ones.
+        self._recent: deque[Any] = deque(maxlen=2000)
+        self._since_prepare: int | None = None
 
     def set_cache(self, nodes: Iterable[Any], pods: Iterable[Any] = ()) -> Snapshot:
         """The node cache used when kube-scheduler sends node names only."""
         self.cache = build_snapshot(nodes, pods)
+        self._recent.extend(self.cache.pending)
         return self.cache
+
+    def _seen(self, pod: Any) -> None:
+        """Count ``pod`` into the workload a workload-aware profile plans on."""
+        if not isinstance(self.sched, WorkloadAware):
+            return
+        self._recent.append(pod)
+        if self._since_prepare is None or self._since_prepare >= REPREPARE_EVERY:
+            self.sched.prepare(list(self._recent))
+            self._since_prepare = 0
+        self._since_prepare += 1
 
     # ---------------------------------------------------------------- parsing
     def _parse(self, args: Any) -> tuple[Any, Snapshot, list[str], bool, dict[str, str]]:
@@ -91,6 +110,7 @@ class Extender:
         raise BadRequest("ExtenderArgs: needs Nodes or NodeNames")
 
     def _feasible(self, pod: Any, snap: Snapshot, names: list[str]) -> tuple[Any, ...]:
+        self._seen(pod)
         st = snap.state
         req = st.compile(pod)
         ok, ctx = self.sched.feasible(st, req)
@@ -119,8 +139,7 @@ class Extender:
             out["NodeNames"] = passing
         else:
             keep = set(passing)
-            items = [n for n in args["Nodes"]["items"]
-                     if (n.get("metadata") or {}).get("name") in keep]
+            items = [n for n in args["Nodes"]["items"] if object_name(n) in keep]
             out["Nodes"] = {**{k: v for k, v in args["Nodes"].items() if k != "items"},
                             "items": items}
         return out
@@ -145,19 +164,43 @@ class Extender:
         return out
 
 
-def make_app(extender: Extender) -> Any:
-    """The HTTP server kube-scheduler calls (``urlPrefix`` + ``/filter``, ``/prioritize``)."""
+class TooLarge(SmartSchedError):
+    """The body is over the limit (answered with HTTP 413, before it is parsed)."""
+
+
+def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Any:
+    """The HTTP server kube-scheduler calls (``urlPrefix`` + ``/filter``, ``/prioritize``).
+    Bodies over ``max_body_bytes`` (declared or, chunked, as they arrive) get 413; errors
+    never echo the input."""
     app = FastAPI(title="SmartSched scheduler extender")
 
     async def body(request: Request) -> Any:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_body_bytes:
+            raise TooLarge(f"request body over {max_body_bytes} bytes")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_body_bytes:
+                raise TooLarge(f"request body over {max_body_bytes} bytes")
+            chunks.append(chunk)
         try:
-            return json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise BadRequest(f"not valid JSON: {e}") from None
+            return json.loads(b"".join(chunks))
+        except json.JSONDecodeError as e:
+            raise BadRequest(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+                             ) from None
+        except UnicodeDecodeError:
+            raise BadRequest("not valid JSON: not UTF-8") from None
+        except RecursionError:
+            raise BadRequest("not valid JSON: nested too deeply") from None
 
     @app.exception_handler(BadRequest)
     async def _bad(_: Request, e: BadRequest) -> JSONResponse:
         return JSONResponse({"Error": str(e)}, status_code=400)
+
+    @app.exception_handler(TooLarge)
+    async def _large(_: Request, e: TooLarge) -> JSONResponse:
+        return JSONResponse({"Error": str(e)}, status_code=413)
 
     @app.post("/filter")
     async def filter_(request: Request) -> Any:

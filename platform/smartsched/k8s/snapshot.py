@@ -49,13 +49,45 @@ CLASS_LABEL = "smartsched.io/class"
 MIB = 1 << 20
 
 
+# Larger than any real quantity (bytes of memory included): beyond it a value is absurd, and
+# turning a huge Decimal such as "1e400000" into an int would take seconds.
+MAX_QUANTITY = Decimal(10) ** 18
+
+
 def _q(value: Any, what: str) -> Decimal:
+    """A resource quantity ("500m", "4Gi", 2); ValueError naming ``what`` if it is not one,
+    is negative, or is absurdly large."""
     from kubernetes.utils.quantity import parse_quantity
 
+    if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal) or (
+            isinstance(value, str) and len(value) > 64):
+        raise ValueError(f"{what}: not a quantity: {str(value)[:32]!r}")
     try:
-        return parse_quantity(value)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"{what}: bad quantity {value!r} ({e})") from None
+        q = parse_quantity(value)
+    except (ValueError, TypeError, ArithmeticError) as e:
+        raise ValueError(f"{what}: bad quantity {str(value)[:32]!r} ({e})") from None
+    if not q.is_finite() or q < 0 or q > MAX_QUANTITY:
+        raise ValueError(f"{what}: {str(value)[:32]!r} is negative or absurdly large")
+    return q
+
+
+def _mapping(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    """``obj[key]`` as a mapping (absent or null: empty); ValueError naming ``where``."""
+    v = obj.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise ValueError(f"{where}: must be an object, got {type(v).__name__}")
+    return v
+
+
+def _list_of_mappings(obj: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
+    v = obj.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(x, Mapping) for x in v):
+        raise ValueError(f"{where}: must be a list of objects")
+    return v
 
 
 def gpu_model(raw: str | None) -> str | None:
@@ -90,14 +122,34 @@ class Snapshot:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, reason
 
 
+def object_name(obj: Any) -> str:
+    """``metadata.name`` of an API object, or "?" when it has none (never raises)."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    return name if isinstance(name, str) and name else "?"
+
+
 def node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
-    """(NodeSpec, region) of a Node object; raises ValueError naming the field."""
-    meta = obj.get("metadata") or {}
+    """(NodeSpec, region) of a Node object; raises ValueError naming the field (any object
+    it cannot read is a ValueError too)."""
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"node: must be an object, got {type(obj).__name__}")
+    try:
+        return _node_spec(obj)
+    except ValueError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ArithmeticError,
+            RecursionError) as e:
+        raise ValueError(f"node: malformed object ({type(e).__name__})") from None
+
+
+def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
+    meta = _mapping(obj, "metadata", "metadata")
     name = meta.get("name")
-    if not name:
-        raise ValueError("metadata.name: missing")
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    status = obj.get("status") or {}
+    if not name or not isinstance(name, str):
+        raise ValueError("metadata.name: missing or not a string")
+    labels = {str(k): str(v) for k, v in _mapping(meta, "labels", "metadata.labels").items()}
+    status = _mapping(obj, "status", "status")
     alloc = status.get("allocatable") or status.get("capacity")
     if not alloc:
         raise ValueError("status.allocatable: missing")
@@ -135,29 +187,48 @@ def node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
 def _requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
     """Effective requests: sum over containers, at least the largest init container."""
     total: dict[str, Decimal] = {}
-    for c in spec.get("containers") or []:
-        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+    for c in _list_of_mappings(spec, "containers", "spec.containers"):
+        res = _mapping(c, "resources", "spec.containers.resources")
+        for k, v in _mapping(res, "requests", "spec.containers.resources.requests").items():
             total[k] = total.get(k, Decimal(0)) + _q(v, f"spec.containers.resources.{k}")
-        for k, v in ((c.get("resources") or {}).get("limits") or {}).items():
+        for k, v in _mapping(res, "limits", "spec.containers.resources.limits").items():
             if k == "nvidia.com/gpu" and k not in total:  # extended resources: limit = request
                 total[k] = _q(v, f"spec.containers.resources.limits.{k}")
-    for c in spec.get("initContainers") or []:
-        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+    for c in _list_of_mappings(spec, "initContainers", "spec.initContainers"):
+        res = _mapping(c, "resources", "spec.initContainers.resources")
+        for k, v in _mapping(res, "requests", "spec.initContainers.resources.requests").items():
             total[k] = max(total.get(k, Decimal(0)), _q(v, f"spec.initContainers.{k}"))
     return total
 
 
 def pod_model(obj: Mapping[str, Any], arrival: float = 0.0,
               gang_sizes: Mapping[str, int] | None = None) -> Pod:
-    """The model's Pod for a Pod object; raises ValueError naming the field."""
-    meta = obj.get("metadata") or {}
+    """The model's Pod for a Pod object; raises ValueError naming the field (any object it
+    cannot read is a ValueError too, never another exception: callers answer 400 / skip)."""
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"pod: must be an object, got {type(obj).__name__}")
+    try:
+        return _pod_model(obj, arrival, gang_sizes)
+    except ValueError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ArithmeticError,
+            RecursionError) as e:  # a shape the typed reads above do not cover
+        raise ValueError(f"pod: malformed object ({type(e).__name__})") from None
+
+
+def _pod_model(obj: Mapping[str, Any], arrival: float,
+               gang_sizes: Mapping[str, int] | None) -> Pod:
+    meta = _mapping(obj, "metadata", "metadata")
     name = meta.get("name")
-    if not name:
-        raise ValueError("metadata.name: missing")
+    if not name or not isinstance(name, str):
+        raise ValueError("metadata.name: missing or not a string")
     ns = meta.get("namespace") or "default"
-    ann = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    spec = obj.get("spec") or {}
+    if not isinstance(ns, str):
+        raise ValueError("metadata.namespace: not a string")
+    ann = {str(k): str(v) for k, v in _mapping(meta, "annotations",
+                                               "metadata.annotations").items()}
+    labels = {str(k): str(v) for k, v in _mapping(meta, "labels", "metadata.labels").items()}
+    spec = _mapping(obj, "spec", "spec")
     req = _requests(spec)
     cpu = int(req.get("cpu", Decimal(0)) * 1000)
     mem = int(req.get("memory", Decimal(0)) / MIB)
@@ -215,11 +286,11 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> Snapshot:
     specs: list[NodeSpec] = []
     regions: dict[str, None] = {}
     for raw in nodes:
-        obj = to_plain(raw)
+        obj = to_plain(raw) if isinstance(raw, Mapping) or hasattr(raw, "to_dict") else raw
         try:
             node, region = node_spec(obj)
         except (ValueError, SmartSchedError) as e:
-            name = (obj.get("metadata") or {}).get("name", "?")
+            name = object_name(obj)
             skipped.append(("Node", str(name), str(e)))
             log.warning("skipping node %s: %s", name, e)
             continue

@@ -22,18 +22,34 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from smartsched.model.errors import SmartSchedError
 from smartsched.model.pod import Pod, PodClass
 from smartsched.serving.hierarchy import Hierarchy, RankWeights
 from smartsched.serving.site import IDEMPOTENCY_KEEP, SitePlacer, SiteResult, site_subspec
 
 RID_SEP = "~"  # reservation id = "<site>~<hex>": the ingress routes by it
 
+
+
+class IdempotencyConflict(SmartSchedError):
+    """A request id reused with a different body (HTTP 409)."""
+
+
+def request_fingerprint(pods: Sequence[Pod], ttl_s: float) -> str:
+    """A digest of what a placement request asks: every pod field the client gives (not
+    ``arrival``, which the service stamps on receipt), and the TTL."""
+    from smartsched.serving.journal import pod_to_dict
+
+    asked = [{k: v for k, v in pod_to_dict(p).items() if k != "arrival"} for p in pods]
+    doc = json.dumps([asked, ttl_s], sort_keys=True, default=str)
+    return hashlib.sha256(doc.encode()).hexdigest()
 
 class SiteCaller(Protocol):
     def __call__(self, pods: list[Pod], ttl_s: float,
@@ -197,13 +213,24 @@ class CloudTier:
         self.weights = weights or RankWeights()
         self.clock = clock
         self.t0 = clock()
-        self.answers: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        # request id -> (fingerprint of the request's body, the answer)
+        self.answers: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
 
     async def place(self, pods: Sequence[Pod], ttl_s: float,
                     request_id: str | None) -> list[dict[str, Any]]:
+        """Place ``pods``; a retry with the same ``request_id`` and the same body gets the
+        first answer again, the same ``request_id`` with another body is refused
+        (``IdempotencyConflict``: the key binds the request's content, as in the IETF
+        Idempotency-Key draft)."""
+        body = request_fingerprint(pods, ttl_s)
         if request_id is not None and request_id in self.answers:
             self.answers.move_to_end(request_id)
-            return self.answers[request_id]
+            first, answer = self.answers[request_id]
+            if first != body:
+                raise IdempotencyConflict(
+                    f"request_id {request_id[:64]!r} was already used with a different body; "
+                    "use a new request_id for a new request")
+            return answer
         groups: dict[str, list[Pod]] = {}
         for p in pods:
             groups.setdefault(p.gang_id or f"\0{p.id}", []).append(p)
@@ -228,7 +255,7 @@ class CloudTier:
             out.update({r["pod_id"]: r for r in res})
         results = [out[p.id] for p in pods]
         if request_id is not None:
-            self.answers[request_id] = results
+            self.answers[request_id] = (body, results)
             while len(self.answers) > IDEMPOTENCY_KEEP:
                 self.answers.popitem(last=False)
         return results
