@@ -277,6 +277,15 @@ def test_put_nodes_registers_and_places(service: str, auth: dict) -> None:
         assert field in str(r.json()["detail"][0]["loc"])
     assert requests.put(f"{service}/v1/nodes", json={"nodes": [node]},
                         timeout=30).status_code == 401
+    # Shrinking the node under its reservation is refused with a 409 naming the node, and
+    # the answer carries no internals (a Ray traceback: files, pid, node IP, actor id).
+    small = {**node, "cpu_milli": 500}
+    r = requests.put(f"{service}/v1/nodes", json={"nodes": [small]}, headers=auth, timeout=30)
+    assert r.status_code == 409 and "mec-1-fast-0" in r.text, r.text
+    for leak in ("Traceback", 'File "', "pid=", "ip=", "actor", ".py"):
+        assert leak not in r.text, r.text
+    requests.delete(f"{service}/v1/reservations/{p['reservation_id']}", headers=auth,
+                    timeout=10)
 
 
 def test_redeploy_with_another_profile_keeps_reservations(service: str, auth: dict,

@@ -95,6 +95,13 @@ class SiteDeployment:
         return self.tier.upsert_nodes(nodes, usage)
 
 
+def _cause(e: BaseException) -> BaseException:
+    """The exception a remote call raised, unwrapped from Ray's RayTaskError (whose message
+    holds the remote traceback and process details); ``e`` itself otherwise."""
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, BaseException) else e
+
+
 def _printable(x: Any) -> str:
     """``x`` as text JSON can carry (lone surrogates escaped), at most 200 characters."""
     return str(x)[:200].encode("utf-8", "backslashreplace").decode("utf-8")
@@ -159,17 +166,22 @@ def make_fastapi() -> FastAPI:
                   for err in e.errors()[:32]]
         return JSONResponse({"detail": detail}, status_code=422)
 
+    # An error raised in a region or edge replica reaches here wrapped by Ray (its message
+    # then carries the remote traceback, pid, node IP and actor id): answer from the
+    # original exception only.
     @app.exception_handler(UnknownReferenceError)
     async def _unknown(_: Request, e: UnknownReferenceError) -> JSONResponse:
-        return _error(404, e.field, e.message)
+        c = _cause(e)
+        return _error(404, getattr(c, "field", "request"), getattr(c, "message", str(c)))
 
     @app.exception_handler(ValidationError)
     async def _invalid(_: Request, e: ValidationError) -> JSONResponse:
-        return _error(422, e.field, e.message)
+        c = _cause(e)
+        return _error(422, getattr(c, "field", "request"), getattr(c, "message", str(c)))
 
     @app.exception_handler(SmartSchedError)
     async def _other(_: Request, e: SmartSchedError) -> JSONResponse:
-        return _error(409, "request", str(e))
+        return _error(409, "request", str(_cause(e)))
 
     return app
 
