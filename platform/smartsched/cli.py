@@ -55,7 +55,7 @@ def _write_json(path: str | None, doc: Any) -> None:
 @click.option("--mode", type=click.Choice(["replay", "fill"]), default="replay", show_default=True)
 @click.option("--inflate", type=float, default=1.3, show_default=True,
               help="fill mode: GPU demand as a multiple of cluster GPU capacity.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--hours", type=float, default=None,
               help="Simulated hours (default: 24 for generators, the whole trace for files).")
 @click.option("--warmup-hours", type=float, default=0.0, show_default=True,
@@ -95,7 +95,7 @@ def simulate(
 @click.option("--out", type=click.Path(file_okay=False), default="reports/demo", show_default=True)
 @click.option("--cluster", default="small", show_default=True)
 @click.option("--hours", type=float, default=24.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--warmup-hours", type=float, default=6.0, show_default=True)
 @click.option("--schedulers", default=None,
               help="Comma-separated (default: k8s-default, fgd and the shipped policy "
@@ -304,7 +304,7 @@ def _forecast_data(data: str) -> str:
               help="Long-format CSV/Parquet (series_id, timestamp, values) or google2011.")
 @click.option("--out", default="models/forecast", show_default=True)
 @click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--lookback", default=72, show_default=True, type=click.IntRange(2, 10_000))
 @click.option("--horizon", default=3, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--hidden", default=96, show_default=True, type=click.IntRange(4, 4096))
@@ -346,7 +346,7 @@ def forecast_evaluate(model: str | None, data: str, plot: str | None,
 @click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--lookback", default=72, show_default=True, type=click.IntRange(2, 10_000))
 @click.option("--hidden", default=96, show_default=True, type=click.IntRange(4, 4096))
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def forecast_crossfit(data: str, folds: int, epochs: int, lookback: int, hidden: int, seed: int,
                       json_path: str | None) -> None:
@@ -379,7 +379,7 @@ def telemetry() -> None:
               help="Workload span; the twin restarts with the next seed after it.")
 @click.option("--warm-hours", default=1.0, show_default=True,
               help="Simulated before serving, so the cluster is not empty.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=9500, show_default=True, type=click.IntRange(0, 65535),
               help="0 picks a free port.")

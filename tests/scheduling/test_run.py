@@ -82,3 +82,16 @@ def test_settings_describe_the_run() -> None:
         "warmup_hours": 1.0, "start_hours": None,
     }
     assert run.engine.config.horizon_s == 3 * 3600.0
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    ({"seed": -1}, "seed"), ({"seed": 2**32}, "seed"), ({"seed": 1.5}, "seed"),
+    ({"warmup_hours": -2}, "warmup_hours"), ({"hours": float("nan")}, "hours"),
+    ({"hours": 0}, "hours"), ({"start_hours": -1}, "start_hours"),
+])
+def test_out_of_range_run_numbers_name_their_field(kw: dict, field: str) -> None:
+    from smartsched.model.errors import ValidationError
+
+    with pytest.raises(ValidationError) as e:
+        build_run("small", "mixed", "k8s-default", **kw)
+    assert e.value.field == field

@@ -123,3 +123,21 @@ def test_node_list_bad_model(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as e:
         load_openb_nodes(f, zone="z")
     assert e.value.row == 0 and "gpu_model" in e.value.field
+
+
+def test_a_trace_with_no_pods_or_a_name_twice_is_refused(data_dir: Path, tmp_path: Path) -> None:
+    from smartsched.model.presets import load_cluster
+    from smartsched.workloads.resolve import load_workload
+
+    lines = (data_dir / OPENB / "openb_pod_list_default.csv").read_text().splitlines()
+    spec = load_cluster("openb-gpu")
+    header_only = tmp_path / "header.csv"
+    header_only.write_text(lines[0] + "\n")
+    with pytest.raises(ValidationError) as e:
+        load_workload(str(header_only), spec, 24.0, 0)
+    assert e.value.field == "workload" and "no pods" in e.value.message
+    twice = tmp_path / "twice.csv"
+    twice.write_text("\n".join([*lines[:3], lines[2]]) + "\n")
+    with pytest.raises(ValidationError) as e:
+        load_workload(str(twice), spec, 24.0, 0)
+    assert e.value.field == "name" and e.value.row == 2

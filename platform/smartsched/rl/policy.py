@@ -62,9 +62,15 @@ class RLScheduler:
 
         self.dir = resolve_policy_dir(path)
         meta_path = self.dir / POLICY_META
-        self.meta: dict[str, Any] = (
-            json.loads(meta_path.read_text()) if meta_path.exists() else {"env": {}}
-        )
+        try:
+            self.meta: dict[str, Any] = (
+                json.loads(meta_path.read_text()) if meta_path.exists() else {"env": {}}
+            )
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValidationError("scheduler", f"{meta_path}: not a readable policy "
+                                  f"description ({type(e).__name__})") from None
+        if not isinstance(self.meta, dict) or not isinstance(self.meta.get("env", {}), dict):
+            raise ValidationError("scheduler", f"{meta_path}: not a policy description")
         # Exports before the carbon component carry no list and observe the first five.
         legacy = list(COMPONENTS[:5]) if meta_path.exists() else list(COMPONENTS)
         trained = self.meta.get("reward_components", legacy)
@@ -74,7 +80,12 @@ class RLScheduler:
                 f"this version has {list(COMPONENTS)}: retrain it with `smartsched train`")
         env = self.meta.get("env", {})
         self.name = f"rl:{path}"
-        self.module = RLModule.from_checkpoint(str(self.dir))
+        try:
+            self.module = RLModule.from_checkpoint(str(self.dir))
+        except Exception as e:  # a damaged checkpoint: name it, no traceback
+            raise ValidationError("scheduler", f"cannot load the policy checkpoint at "
+                                  f"{self.dir} ({type(e).__name__}): re-export or retrain "
+                                  "it") from None
         self.module.eval()
         # One decision is a batch of one: a single thread is faster than a pool.
         torch.set_num_threads(1)

@@ -118,6 +118,8 @@ def build_run(
     """
     from smartsched.model.presets import load_cluster
 
+    _check_run_numbers(seed, hours, warmup_hours, start_hours)
+
     spec = load_cluster(cluster) if isinstance(cluster, str) else cluster
     is_generator = isinstance(workload, str) and workload.split(":", 1)[0] == "mixed"
     gen_hours = hours if hours is not None else DEFAULT_GENERATOR_HOURS
@@ -166,6 +168,27 @@ def build_run(
         "start_hours": start_hours,
     }
     return Run(spec, engine, sched, settings)
+
+
+def _check_run_numbers(seed: Any, hours: Any, warmup_hours: Any, start_hours: Any) -> None:
+    """Each of the run's numbers in range, or a ValidationError naming it (a negative seed
+    reached numpy as a traceback; a negative warm-up was blamed on ``hours``)."""
+    import math
+    import numbers
+
+    from smartsched.model.errors import ValidationError
+
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32:
+        raise ValidationError("seed", f"must be an integer in [0, 2^32), got {seed!r}")
+    for name, value, required in (("hours", hours, False), ("warmup_hours", warmup_hours, True),
+                                  ("start_hours", start_hours, False)):
+        if value is None and not required:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+                math.isfinite(value) and 0 <= value <= 24 * 366):
+            raise ValidationError(name, f"must be within [0, 8784] hours, got {value!r}")
+    if hours is not None and hours <= 0:
+        raise ValidationError("hours", f"must be positive, got {hours!r}")
 
 
 def attach_hooks(engine: Engine, needs: TwinNeeds) -> None:

@@ -22,7 +22,7 @@ def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> l
         path = openb_pod_path(spec.split(":", 1)[1])
         if not path.is_file():
             raise UnknownReferenceError("workload", f"no openb variant file {path}")
-        return load_openb_pods(path)
+        return _checked(load_openb_pods(path), path)
     if spec == "mixed" or spec.startswith("mixed:"):
         from smartsched.workloads.mixed import generate_mixed, load_profile
 
@@ -32,12 +32,26 @@ def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> l
     if path.suffix == ".csv" and path.is_file():
         from smartsched.workloads.openb import load_openb_pods
 
-        return load_openb_pods(path)
+        return _checked(load_openb_pods(path), path)
     if path.suffix == ".parquet" and path.is_file():
         from smartsched.workloads.parquet_io import read_pods
 
-        return read_pods(path)
+        return _checked(read_pods(path), path)
     raise ValidationError(
         "workload",
         f"{spec!r} is not openb:<variant>, mixed[:profile.yaml], or an existing .csv/.parquet file",
     )
+
+
+def _checked(pods: list[Pod], path: Path) -> list[Pod]:
+    """A trace's pods, refused when it holds none (a header only) or names a pod twice
+    (the service, the reports and gang grouping key pods by name)."""
+    if not pods:
+        raise ValidationError("workload", f"{path} holds no pods (a header only?)")
+    seen: dict[str, int] = {}
+    for row, p in enumerate(pods):
+        first = seen.setdefault(p.id, row)
+        if first != row:
+            raise ValidationError("name", f"pod {p.id!r} appears twice (rows {first} and {row})",
+                                  row=row, source=str(path))
+    return pods
