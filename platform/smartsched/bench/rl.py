@@ -23,11 +23,10 @@ import numpy as np
 
 def _module_for(env: Any, policy: str | None) -> Any:
     if policy:
-        from ray.rllib.core.rl_module.rl_module import RLModule
-
+        from smartsched.rl.artifact import read_module
         from smartsched.rl.policy import resolve_policy_dir
 
-        return RLModule.from_checkpoint(str(resolve_policy_dir(policy)))
+        return read_module(resolve_policy_dir(policy))
     from smartsched.rl.module import NodeScorerModule
 
     return NodeScorerModule(observation_space=env.observation_space,

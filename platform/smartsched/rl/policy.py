@@ -28,6 +28,7 @@ import numpy as np
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.objectives.reward import COMPONENTS, RewardWeights
+from smartsched.rl.artifact import SPEC_FILE, read_module
 from smartsched.rl.observation import POD_COLUMNS, Observer, node_columns
 from smartsched.scheduling.base import TwinNeeds
 from smartsched.scheduling.framework import ProfileScheduler
@@ -45,7 +46,7 @@ MODULE_SUBPATH = Path("learner_group") / "learner" / "rl_module" / "default_poli
 def resolve_policy_dir(path: str | Path) -> Path:
     p = Path(path).expanduser().resolve()  # RLlib's loader wants an absolute path
     for cand in (p, p / "policy", p / MODULE_SUBPATH):
-        if (cand / "module_state.pkl").exists() or (cand / "module_state").exists():
+        if any((cand / f).exists() for f in (SPEC_FILE, "module_state.pkl", "module_state")):
             return cand
     raise UnknownReferenceError(
         "scheduler", f"no trained policy at {p} (expected an exported policy/ folder, a "
@@ -58,7 +59,6 @@ class RLScheduler:
     def __init__(self, path: str | Path, seed: int = 0, weights: str | None = None,
                  dynamic: bool = False, defer: bool | None = None) -> None:
         import torch
-        from ray.rllib.core.rl_module.rl_module import RLModule
 
         self.dir = resolve_policy_dir(path)
         meta_path = self.dir / POLICY_META
@@ -81,7 +81,9 @@ class RLScheduler:
         env = self.meta.get("env", {})
         self.name = f"rl:{path}"
         try:
-            self.module = RLModule.from_checkpoint(str(self.dir))
+            self.module = read_module(self.dir)  # an export reads no pickle
+        except ValidationError:
+            raise
         except Exception as e:  # a damaged checkpoint: name it, no traceback
             raise ValidationError("scheduler", f"cannot load the policy checkpoint at "
                                   f"{self.dir} ({type(e).__name__}): re-export or retrain "

@@ -149,6 +149,9 @@ def export_policy(checkpoint: Path, out: Path, cfg: TrainConfig, iteration: int)
             "node_columns": list(node_columns(bool(env.get("forecaster")), k)),
             "pod_columns": list(POD_COLUMNS)}
     (tmp / POLICY_META).write_text(json.dumps(meta, indent=2) + "\n")
+    from smartsched.rl.artifact import write_module
+
+    write_module(tmp)  # spec as JSON, weights as tensors: the export holds no pickle
     if dest.exists():
         shutil.rmtree(dest)
     tmp.rename(dest)  # readers never see a half-written policy

@@ -1,0 +1,99 @@
+"""Policy artifacts that load no code: the module's spec as JSON, its weights as tensors.
+
+Owns the on-disk form of an exported policy's network. RLlib's checkpoint
+(``class_and_ctor_args.pkl``, ``module_state.pkl``) is pickle: loading one runs
+whatever it holds. An exported policy instead carries ``module_spec.json``
+(the module class, from an allow-list, and its observation / action spaces and
+model config as plain data) and ``module_weights.pt`` (a tensor state dict,
+read with ``torch.load(weights_only=True)``, which refuses anything but
+tensors and containers). ``write_module`` converts a checkpoint the trainer
+just wrote (trusted: this process made it); ``load_module`` is what every
+reader uses.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from smartsched.model.errors import ValidationError
+
+SPEC_FILE = "module_spec.json"
+WEIGHTS_FILE = "module_weights.pt"
+PICKLE_FILES = ("class_and_ctor_args.pkl", "module_state.pkl")
+
+
+def _module_classes() -> dict[str, type]:
+    from smartsched.rl.module import NodeScorerModule
+
+    return {"NodeScorerModule": NodeScorerModule}  # the allow-list
+
+
+def _box(space: Any) -> dict[str, Any]:
+    lo, hi = np.unique(space.low), np.unique(space.high)
+    if lo.size != 1 or hi.size != 1:
+        raise ValueError("only boxes with uniform bounds are exported")
+    return {"low": float(lo[0]), "high": float(hi[0]), "shape": list(space.shape),
+            "dtype": str(space.dtype)}
+
+
+def write_module(folder: Path) -> None:
+    """Replace the RLlib checkpoint in ``folder`` (written by this process) with the
+    code-free spec and weights."""
+    import torch
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    module = RLModule.from_checkpoint(str(Path(folder).resolve()))
+    name = type(module).__name__
+    if name not in _module_classes():
+        raise ValueError(f"{name} is not an exportable module class")
+    spec = {"class": name,
+            "observation_space": {k: _box(v) for k, v in module.observation_space.spaces.items()},
+            "action_space": {"n": int(module.action_space.n)},
+            "model_config": dict(module.model_config)}
+    (folder / SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
+    state = {k: torch.as_tensor(np.asarray(v)) for k, v in module.get_state().items()}
+    torch.save(state, folder / WEIGHTS_FILE)
+    for f in PICKLE_FILES:
+        (folder / f).unlink(missing_ok=True)
+
+
+def load_module(folder: Path) -> Any:
+    """The module of an exported policy, built from its spec and weights; a damaged or
+    foreign artifact is a ValidationError naming the scheduler."""
+    import gymnasium as gym
+    import torch
+
+    try:
+        spec = json.loads((folder / SPEC_FILE).read_text())
+        cls = _module_classes().get(spec["class"])
+        if cls is None:
+            raise ValidationError("scheduler", f"{folder}: module class {spec['class']!r} "
+                                  "is not one SmartSched builds")
+        obs = gym.spaces.Dict({k: gym.spaces.Box(b["low"], b["high"], tuple(b["shape"]),
+                                                 np.dtype(b["dtype"]))
+                               for k, b in spec["observation_space"].items()})
+        module = cls(observation_space=obs,
+                     action_space=gym.spaces.Discrete(int(spec["action_space"]["n"])),
+                     inference_only=False, model_config=dict(spec["model_config"]))
+        state = torch.load(folder / WEIGHTS_FILE, weights_only=True, map_location="cpu")
+        module.set_state(state)
+    except ValidationError:
+        raise
+    except Exception as e:  # any damage: name it, no traceback
+        raise ValidationError("scheduler", f"cannot load the policy module at {folder} "
+                              f"({type(e).__name__}): re-export or retrain it") from None
+    return module
+
+
+def read_module(folder: Path) -> Any:
+    """The module in ``folder``: from the code-free export when it has one (never reading
+    pickle), else from an RLlib checkpoint of one's own training run."""
+    if (folder / SPEC_FILE).exists():
+        return load_module(folder)
+    from ray.rllib.core.rl_module.rl_module import RLModule
+
+    return RLModule.from_checkpoint(str(Path(folder).resolve()))
