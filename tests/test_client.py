@@ -64,3 +64,48 @@ def test_the_place_command_rejects_bad_files_before_sending(tmp_path: Path) -> N
         f.write_text(text)
         r = CliRunner().invoke(main, ["place", "--url", url, str(f)])
         assert r.exit_code == 2 and r.output.startswith(line), r.output
+
+
+def test_the_client_retries_unavailable_but_not_server_faults() -> None:
+    """503 (restarting, overloaded) is worth a retry; a 500 would only fail again, and
+    each retry would add load to a service already in trouble."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from smartsched.client import PlacementClient, PlacementError
+
+    answers: list[int] = []
+    seen: list[tuple[str, str | None]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.path, self.headers.get("Authorization")))
+            status = answers.pop(0)
+            body = json.dumps({"detail": [{"loc": ["x"], "msg": "no"}]} if status >= 400
+                              else {"site": "a", "profile": "fgd"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = PlacementClient(f"http://127.0.0.1:{server.server_port}", "client-token",
+                                 operator_token="operator-token")
+        answers[:] = [500]
+        with pytest.raises(PlacementError) as e:
+            client.set_profile("a", "fgd")
+        assert e.value.status == 500 and len(seen) == 1
+        answers[:] = [503, 502, 200]
+        assert client.set_profile("a", "fgd")["profile"] == "fgd"
+        assert len(seen) == 4
+        # Reloads carry the operator token, not the client's.
+        assert {auth for _, auth in seen} == {"Bearer operator-token"}
+    finally:
+        server.shutdown()

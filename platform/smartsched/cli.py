@@ -154,37 +154,55 @@ def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
 
 @main.group(invoke_without_command=True)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
-              default="serve_apps/placement.yaml", show_default=True)
+              default=None, help="Serve config YAML [default: serve_apps/placement.yaml when "
+              "it is here, else the built-in defaults]")
 @click.option("--cluster", default=None, help="Override the config's cluster.")
 @click.option("--region-profile", default=None, help="Profile of every region (or rl:PATH).")
 @click.option("--edge-profile", default=None, help="Profile of every MEC edge site.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--state-dir", default="runs/serve", show_default=True,
-              help="Token, journal and Ray's files.")
+              help="This instance's tokens, journal and Ray files (created private).")
+@click.option("--models-dir", default="models", show_default=True,
+              help="Where live reloads may load policies and profile files from "
+                   "(ignored when missing: reloads then take packaged profile names only).")
+@click.option("--ray-address", default=None,
+              help="Use this Ray cluster (its own auth settings) instead of an embedded one "
+                   "bound to loopback with token auth.")
 @click.pass_context
-def serve(ctx: click.Context, config_path: str, cluster: str | None,
+def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
           region_profile: str | None, edge_profile: str | None, host: str, port: int,
-          state_dir: str) -> None:
+          state_dir: str, models_dir: str, ray_address: str | None) -> None:
     """Run the placement service on a local Ray (Ctrl-C stops it)."""
     if ctx.invoked_subcommand is not None:
         return
+    from pathlib import Path
+
     from smartsched.serving.local import run_local
 
+    models = Path(models_dir).resolve() if Path(models_dir).is_dir() else None
     run_local(config_path, {"cluster": cluster, "region_profile": region_profile,
-                            "edge_profile": edge_profile}, host, port, state_dir,
-              echo=click.echo)
+                            "edge_profile": edge_profile,
+                            "models_dir": str(models) if models else None},
+              host, port, state_dir, echo=click.echo, ray_address=ray_address)
 
 
 @serve.command("reload")
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True)
 @click.option("--site", required=True, help="Region or MEC site whose profile changes.")
-@click.option("--profile", required=True, help="Profile name, profile YAML or rl:PATH.")
-def serve_reload(url: str, site: str, profile: str) -> None:
-    """Swap a site's profile (or policy checkpoint) live; reservations stay."""
+@click.option("--profile", required=True,
+              help="Packaged profile name, or a profile YAML / rl:PATH inside the service's "
+                   "models_dir.")
+@click.option("--operator-token-file", type=click.Path(dir_okay=False, exists=True),
+              default=None, help="The operator token [default: $SMARTSCHED_OPERATOR_TOKEN]")
+def serve_reload(url: str, site: str, profile: str, operator_token_file: str | None) -> None:
+    """Swap a site's profile (or policy) live; reservations stay. Needs the operator token."""
+    from pathlib import Path
+
     from smartsched.client import PlacementClient
 
-    out = PlacementClient(url).set_profile(site, profile)
+    token = Path(operator_token_file).read_text().strip() if operator_token_file else None
+    out = PlacementClient(url, operator_token=token).set_profile(site, profile)
     click.echo(f"{out['site']}: now deciding with {out['profile']}")
 
 

@@ -1,10 +1,13 @@
 """A small typed client for the placement service (``smartsched place`` uses it).
 
-Owns talking HTTP to ``/v1/...`` with the bearer token, retries of idempotent
-requests (a request id is generated when none is given, so a retried placement
-is never booked twice), and turning error bodies into exceptions that name the
-field the server named. ``read_pod_file`` and ``pod_specs`` read and check a
-pod file (YAML: one pod or a list) before anything is sent, naming the field.
+Owns talking HTTP to ``/v1/...`` with the bearer tokens (the client token for
+placements, the operator token for node updates and reloads), retries of
+idempotent requests when the service is unreachable or unavailable (a
+request id is generated when none is given, so a retried placement is never
+booked twice; a 500 is a server fault and is not retried), and turning
+error bodies into exceptions that name the field the server named.
+``read_pod_file`` and ``pod_specs`` read and check a pod file (YAML: one pod
+or a list) before anything is sent, naming the field.
 """
 
 from __future__ import annotations
@@ -36,17 +39,26 @@ class PlacementError(SmartSchedError):
         super().__init__(f"HTTP {status}: {msg}")
 
 
+# Worth a retry: the service (or a proxy before it) is restarting or overloaded. A 500
+# is a fault that the same request will hit again; retrying it only multiplies the load.
+RETRY_STATUSES = frozenset({502, 503, 504})
+
+
 class PlacementClient:
-    def __init__(self, url: str, token: str | None = None, *, timeout_s: float = 30.0,
-                 retries: int = 3) -> None:
+    def __init__(self, url: str, token: str | None = None, *, operator_token: str | None = None,
+                 timeout_s: float = 30.0, retries: int = 3) -> None:
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get("SMARTSCHED_API_TOKEN")
+        self.operator_token = (operator_token if operator_token is not None
+                               else os.environ.get("SMARTSCHED_OPERATOR_TOKEN"))
         self.timeout_s = timeout_s
         self.retries = retries
         self.session = requests.Session()
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+    def _call(self, method: str, path: str, body: Any = None, *,
+              operator: bool = False) -> Any:
+        token = self.operator_token if operator else self.token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         for attempt in range(self.retries + 1):
             try:
                 r = self.session.request(method, self.url + path, json=body, headers=headers,
@@ -56,7 +68,7 @@ class PlacementClient:
                     raise
                 time.sleep(0.2 * 2**attempt)
                 continue
-            if r.status_code >= 500 and attempt < self.retries:
+            if r.status_code in RETRY_STATUSES and attempt < self.retries:
                 time.sleep(0.2 * 2**attempt)
                 continue
             if r.status_code >= 400:
@@ -93,7 +105,13 @@ class PlacementClient:
         return RegionSummary.model_validate(self._call("GET", f"/v1/clusters/{region}/summary"))
 
     def set_profile(self, site: str, profile: str) -> dict[str, Any]:
-        return self._call("PUT", f"/v1/admin/sites/{site}/profile", {"profile": profile})
+        """Reload a site's profile (operator token)."""
+        return self._call("PUT", f"/v1/admin/sites/{site}/profile", {"profile": profile},
+                          operator=True)
+
+    def put_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Register or change nodes, or report their usage (operator token)."""
+        return self._call("PUT", "/v1/nodes", {"nodes": list(nodes)}, operator=True)
 
     def healthy(self) -> bool:
         try:

@@ -33,3 +33,42 @@ def test_the_shipped_policy_holds_no_pickle() -> None:
     # Loading a pickle runs whatever it holds: the export is JSON plus tensors only.
     assert not list(SHIPPED.glob("*.pkl"))
     assert (SHIPPED / "module_spec.json").exists() and (SHIPPED / "module_weights.pt").exists()
+
+
+class _RunsCode:
+    """A pickle payload: unpickling it calls ``touch(marker)``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("where", [".", "learner_group/learner/rl_module/default_policy"])
+def test_a_crafted_pickle_checkpoint_is_refused_without_running_it(tmp_path: Path,
+                                                                    where: str) -> None:
+    """An RLlib checkpoint's pickle files run whatever they hold: a folder with one (at the
+    top or where a training checkpoint keeps its module) is refused, and nothing ran --
+    the payloads, the weights in a tensor file included, are never unpickled."""
+    import pickle
+
+    import torch
+
+    marker = tmp_path / "ran"
+    folder = tmp_path / "ckpt"
+    module = folder / where
+    module.mkdir(parents=True)
+    for name in ("class_and_ctor_args.pkl", "module_state.pkl"):
+        (module / name).write_bytes(pickle.dumps(_RunsCode(marker)))
+    (module / "rllib_checkpoint.json").write_text('{"type": "RLModule"}')
+    with pytest.raises(ValidationError) as e:
+        make_scheduler(f"rl:{folder}", 0)
+    assert e.value.field == "scheduler" and "pickle" in e.value.message
+    # An export whose weights file is a pickle of an object, not tensors: refused too.
+    export = tmp_path / "export"
+    shutil.copytree(SHIPPED, export)
+    torch.save({"w": _RunsCode(marker)}, export / "module_weights.pt")
+    with pytest.raises(ValidationError, match="cannot load the policy module"):
+        make_scheduler(f"rl:{export}", 0)
+    assert not marker.exists()

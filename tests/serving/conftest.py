@@ -10,6 +10,7 @@ import pytest
 from tests.builders import free_port
 
 TOKEN = "test-token-0123456789abcdef"
+OPERATOR_TOKEN = "test-operator-0123456789abcdef"
 
 
 @pytest.fixture(scope="session")
@@ -18,8 +19,13 @@ def serve_args(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("serve")
     token_file = root / "token"
     token_file.write_text(TOKEN + "\n")
-    return {"cluster": "medium", "auth": {"token_file": str(token_file)},
-            "max_body_bytes": 256 * 1024, "journal_dir": str(Path(root) / "journal")}
+    operator_file = root / "operator_token"
+    operator_file.write_text(OPERATOR_TOKEN + "\n")
+    models = root / "models"
+    models.mkdir()
+    return {"cluster": "medium", "max_body_bytes": 256 * 1024,
+            "auth": {"token_file": str(token_file), "operator_token_file": str(operator_file)},
+            "journal_dir": str(Path(root) / "journal"), "models_dir": str(models)}
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +55,8 @@ def service(ray_session, serve_args: dict):
 @pytest.fixture()
 def auth() -> dict[str, str]:
     return {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture()
+def operator() -> dict[str, str]:
+    return {"Authorization": f"Bearer {OPERATOR_TOKEN}"}

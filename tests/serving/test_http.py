@@ -171,10 +171,12 @@ def test_metrics_and_openapi(service: str, auth: dict) -> None:
     assert "/v1/placements" in schema["paths"] and "/v1/placements:batch" in schema["paths"]
 
 
-def test_reload_swaps_profile_while_requests_flow(service: str, auth: dict) -> None:
+def test_reload_swaps_profile_while_requests_flow(service: str, auth: dict,
+                                                  operator: dict) -> None:
     from smartsched.client import PlacementClient
 
-    client = PlacementClient(service, auth["Authorization"].split()[1])
+    client = PlacementClient(service, auth["Authorization"].split()[1],
+                             operator_token=operator["Authorization"].split()[1])
     pods = [_pod(cpu_milli=100, memory_mib=128, allowed_regions=["region-a"])
             for _ in range(60)]
 
@@ -257,10 +259,13 @@ def test_place_cli_and_client(service: str, auth: dict, tmp_path, monkeypatch) -
     assert client.healthy()
 
 
-def test_put_nodes_registers_and_places(service: str, auth: dict) -> None:
+def test_put_nodes_registers_and_places(service: str, auth: dict, operator: dict) -> None:
     node = {"name": "mec-1-fast-0", "site": "mec-1", "cpu_milli": 32000, "memory_mib": 131072,
             "labels": {"pool": "fast"}, "usage": {"cpu": 0.1, "memory": 0.2}}
     r = requests.put(f"{service}/v1/nodes", json={"nodes": [node]}, headers=auth, timeout=30)
+    assert r.status_code == 403, r.text  # a placement client may not change the cluster
+    r = requests.put(f"{service}/v1/nodes", json={"nodes": [node]}, headers=operator,
+                     timeout=30)
     assert r.status_code == 200, r.text
     assert r.json()["sites"][0] == {"site": "mec-1", "changed": 1, "usage": 1}
     p = _place(service, auth, _pod(node_selector={"pool": "fast"}, **{"class": "edge-rt"},
@@ -271,7 +276,7 @@ def test_put_nodes_registers_and_places(service: str, auth: dict) -> None:
            ({**node, "name": "cpu-00136"}, 422, "name"),  # a region-a node's name
            ({**node, "cpu_milli": 0}, 422, "cpu_milli")]
     for body, status, field in bad:
-        r = requests.put(f"{service}/v1/nodes", json={"nodes": [body]}, headers=auth,
+        r = requests.put(f"{service}/v1/nodes", json={"nodes": [body]}, headers=operator,
                          timeout=30)
         assert r.status_code == status, (body, r.text)
         assert field in str(r.json()["detail"][0]["loc"])
@@ -280,7 +285,8 @@ def test_put_nodes_registers_and_places(service: str, auth: dict) -> None:
     # Shrinking the node under its reservation is refused with a 409 naming the node, and
     # the answer carries no internals (a Ray traceback: files, pid, node IP, actor id).
     small = {**node, "cpu_milli": 500}
-    r = requests.put(f"{service}/v1/nodes", json={"nodes": [small]}, headers=auth, timeout=30)
+    r = requests.put(f"{service}/v1/nodes", json={"nodes": [small]}, headers=operator,
+                     timeout=30)
     assert r.status_code == 409 and "mec-1-fast-0" in r.text, r.text
     for leak in ("Traceback", 'File "', "pid=", "ip=", "actor", ".py"):
         assert leak not in r.text, r.text
@@ -337,3 +343,63 @@ def test_spill_over_to_the_next_region(service: str, auth: dict) -> None:
     for r in [*fill, p]:
         requests.delete(f"{service}/v1/reservations/{r['reservation_id']}", headers=auth,
                         timeout=10)
+
+
+def test_operator_endpoints_need_the_operator_token(service: str, auth: dict,
+                                                    operator: dict) -> None:
+    """A placement client can place but not change the cluster or reload a policy; the
+    operator token can do both. The OpenAPI document declares both schemes."""
+    url = f"{service}/v1/admin/sites/region-b/profile"
+    r = requests.put(url, json={"profile": "fgd"}, headers=auth, timeout=30)
+    assert r.status_code == 403 and "operator" in r.text
+    r = requests.put(url, json={"profile": "k8s-default"}, headers=operator, timeout=30)
+    assert r.status_code == 200, r.text
+    p = _place(service, operator, _pod(), ttl_s=60)
+    assert p.status_code == 200  # the operator token is good for everything
+    requests.delete(f"{service}/v1/reservations/{p.json()['placements'][0]['reservation_id']}",
+                    headers=auth, timeout=10)
+    schema = requests.get(f"{service}/openapi.json", timeout=10).json()
+    schemes = schema["components"]["securitySchemes"]
+    assert {schemes[k]["scheme"].lower() for k in ("clientToken", "operatorToken")} == {"bearer"}
+    paths = schema["paths"]
+    assert paths["/v1/nodes"]["put"]["security"] == [{"operatorToken": []}]
+    assert {"clientToken": []} in paths["/v1/placements"]["post"]["security"]
+    assert "security" not in paths["/healthz"]["get"]
+
+
+def test_a_reload_reads_files_only_from_the_models_dir(service: str, operator: dict,
+                                                       serve_args: dict, tmp_path) -> None:
+    """Profile files and policies reach a live reload only from the configured models_dir
+    (relative inside it, absolute only if inside); anything else is a 422 naming the field
+    and the site keeps deciding as before."""
+    import shutil
+    from pathlib import Path
+
+    url = f"{service}/v1/admin/sites/mec-1/profile"
+    outside = tmp_path / "evil"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "models" / "ppo_mixed_small", outside)
+    for bad in (f"rl:{outside}", "rl:../../etc", str(tmp_path / "profile.yaml"), "/etc/passwd"):
+        r = requests.put(url, json={"profile": bad}, headers=operator, timeout=30)
+        assert r.status_code == 422, (bad, r.text)
+        assert r.json()["detail"][0]["loc"] == ["profile"] and str(tmp_path) not in r.text
+    models = Path(serve_args["models_dir"])
+    shutil.copytree(outside, models / "ppo")
+    r = requests.put(url, json={"profile": "rl:ppo"}, headers=operator, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["profile"] == f"rl:{(models / 'ppo').resolve()}"
+    edges = [e for region in ("region-a", "region-b") for e in requests.get(
+        f"{service}/v1/clusters/{region}/summary", timeout=10).json()["edge_sites"]]
+    assert next(e for e in edges if e["site"] == "mec-1")["profile"].startswith("rl:")
+    r = requests.put(url, json={"profile": "k8s-default"}, headers=operator, timeout=30)
+    assert r.status_code == 200
+
+
+def test_a_chunked_body_over_the_limit_is_a_413(service: str, auth: dict) -> None:
+    """No Content-Length to check up front: the limit holds while the body streams."""
+    def chunks():
+        for _ in range(40):  # 40 x 256 KiB = 10 MiB
+            yield b" " * (256 * 1024)
+
+    r = requests.post(f"{service}/v1/placements:batch", data=chunks(), timeout=60,
+                      headers={**auth, "Content-Type": "application/json"})
+    assert r.status_code == 413, r.text[:300]

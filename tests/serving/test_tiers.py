@@ -155,6 +155,7 @@ def test_journal_recovers_reservations_after_restart(medium: Hierarchy, tmp_path
     with path.open("a") as f:
         f.write('{"op": "reserve", "rid": "torn')  # a crash mid-write
     clock.t += 6  # 'short' expires while the replica is down
+    a.journal.close()  # the replica's process ends
     b = SitePlacer(spec, "k8s-default", clock=clock, journal=Journal(path))
     assert set(b.reservations) == {kept.reservation_id}
     # Same allocation as before the restart, less the reservation that expired.
@@ -165,6 +166,27 @@ def test_journal_recovers_reservations_after_restart(medium: Hierarchy, tmp_path
     assert again.reservation_id == kept.reservation_id and again.devices == kept.devices
     node = b.state.node_index(kept.node)
     assert b.state.gpu_free[node, kept.devices[0]] == 0
+
+
+def test_a_journal_is_private_to_one_instance(tmp_path) -> None:
+    """Files 0600 in a 0700 directory; a second instance on the same journal is refused
+    at start (it would share and overwrite the first one's reservations)."""
+    import stat
+
+    from smartsched.serving.journal import Journal, JournalInUse
+
+    path = tmp_path / "j" / "region-a.jsonl"
+    first = Journal(path)
+    first.append({"op": "release", "rid": "x"})
+    first.rewrite([{"op": "release", "rid": "y"}])  # compaction keeps the mode
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    with pytest.raises(JournalInUse, match="another service instance"):
+        Journal(path, lock_wait_s=0)
+    first.close()
+    second = Journal(path, lock_wait_s=0)  # the first one has gone: the journal is free
+    assert [e["rid"] for e in second.replay()] == ["y"]
+    second.close()
 
 
 def _alloc_of(site: SitePlacer, rid: str) -> np.ndarray:
@@ -199,6 +221,7 @@ def test_nodes_register_change_and_survive_restart(medium: Hierarchy, tmp_path) 
     assert a.state.usage[a.state.node_index("mec-0-new"), 0] == 32000
     with pytest.raises(UnknownReferenceError):
         a.upsert_nodes([NodeSpec(name="x", cpu_milli=1000, memory_mib=1024, zone="nowhere")])
+    a.journal.close()
     b = SitePlacer(spec, "k8s-default", journal=Journal(path))  # restart
     i = b.state.node_index("mec-0-new")
     assert b.state.allocated[i, 0] == 8000 and b.state.labels[i].any()
@@ -279,6 +302,7 @@ def test_the_service_preempts_lower_priority_reservations_only_when_enabled(tmp_
     peer = site.place([_pod("peer", cpu=2000, priority=900)], ttl_s=500)[0]
     assert not peer.placed and peer.preempted == ()
     # The journal agrees: after a restart the preempted reservation is gone.
+    site.journal.close()
     b = SitePlacer(site.spec, "k8s-default", journal=Journal(tmp_path / "s.jsonl"))
     assert set(b.reservations) == {mid.reservation_id, high.reservation_id}
 

@@ -19,7 +19,6 @@ taken with a short TTL and the pods are small, so the cluster never fills.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 import uuid
@@ -109,9 +108,10 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
     cluster_file = state / f"regional-{nodes_per_region}.parquet"
     write_cluster(regional(nodes_per_region), cluster_file)
     (state / "token").write_text(TOKEN)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, _temp_dir=str(state / "ray"), log_to_driver=False)
+        from smartsched.serving.local import start_embedded_ray
+
+        start_embedded_ray(state)  # as `smartsched serve` runs it: loopback, token auth
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     url = f"http://127.0.0.1:{port}"

@@ -7,8 +7,10 @@ whatever it holds. An exported policy instead carries ``module_spec.json``
 model config as plain data) and ``module_weights.pt`` (a tensor state dict,
 read with ``torch.load(weights_only=True)``, which refuses anything but
 tensors and containers). ``write_module`` converts a checkpoint the trainer
-just wrote (trusted: this process made it); ``load_module`` is what every
-reader uses.
+just wrote (trusted: this process made it); ``read_module`` is what every
+reader uses, and it refuses a pickle checkpoint outright: a policy folder may
+come from anyone (``rl:PATH`` on the command line, a live reload of the
+service), and nothing read from one may run.
 """
 
 from __future__ import annotations
@@ -90,10 +92,11 @@ def load_module(folder: Path) -> Any:
 
 
 def read_module(folder: Path) -> Any:
-    """The module in ``folder``: from the code-free export when it has one (never reading
-    pickle), else from an RLlib checkpoint of one's own training run."""
+    """The module of the exported policy in ``folder``; never reads pickle. An RLlib
+    checkpoint (pickle) is a ValidationError pointing at the export training writes."""
     if (folder / SPEC_FILE).exists():
         return load_module(folder)
-    from ray.rllib.core.rl_module.rl_module import RLModule
-
-    return RLModule.from_checkpoint(str(Path(folder).resolve()))
+    raise ValidationError(
+        "scheduler", f"{folder} is an RLlib checkpoint, not an exported policy: RLlib "
+        "checkpoints are pickle, which runs code when loaded, so SmartSched never reads "
+        "them; use the policy/ folder `smartsched train` exports at every checkpoint")

@@ -19,13 +19,19 @@ import hmac
 import time
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPBearer
 from ray import serve
 
 from smartsched.model.errors import SmartSchedError, UnknownReferenceError, ValidationError
-from smartsched.serving.config import ServiceConfig, load_token, parse_service_config
+from smartsched.serving.config import (
+    ServiceConfig,
+    load_credentials,
+    parse_service_config,
+    resolve_reload_profile,
+)
 from smartsched.serving.schemas import (
     BatchPlacementRequest,
     NodesRequest,
@@ -37,6 +43,28 @@ from smartsched.serving.schemas import (
 
 API_TITLE = "SmartSched placement service"
 PROFILE_FIELDS = ("region_profile", "edge_profile", "profiles")
+
+# The two credentials, declared in the OpenAPI document (the check itself is
+# Ingress.authorize, run before the body is read; these only document it).
+CLIENT = "client"
+OPERATOR = "operator"
+_client_bearer = HTTPBearer(scheme_name="clientToken", auto_error=False,
+                            description="Placement clients: place, confirm, release.")
+_operator_bearer = HTTPBearer(scheme_name="operatorToken", auto_error=False,
+                              description="Operators: everything, plus node updates and "
+                                          "profile reloads.")
+CLIENT_AUTH = [Security(_client_bearer), Security(_operator_bearer)]
+OPERATOR_AUTH = [Security(_operator_bearer)]
+
+
+def required_role(method: str, path: str) -> str | None:
+    """Which credential a request needs: None for reads, OPERATOR for node updates and
+    the admin endpoints, CLIENT for the rest."""
+    if method in ("GET", "HEAD", "OPTIONS"):
+        return None
+    if path == "/v1/nodes" or path.startswith("/v1/admin/"):
+        return OPERATOR
+    return CLIENT
 
 
 def _hierarchy(cfg: ServiceConfig) -> Any:
@@ -113,7 +141,10 @@ def _error(status: int, field: str, msg: str) -> JSONResponse:
 
 
 class BodyLimit:
-    """ASGI middleware: 413 for bodies over the limit (declared or streamed)."""
+    """ASGI middleware: 413 for bodies over the limit, declared (Content-Length) or
+    streamed (chunked). A streamed body is read here, up to the limit, before the app
+    sees it: an error raised while the app reads would be answered by FastAPI as a
+    400 "error parsing the body", not as what it is."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -129,25 +160,26 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             resp = _error(413, "body", f"body of {int(declared)} bytes exceeds {limit}")
             return await resp(scope, receive, send)
+        if declared is not None or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)  # the server enforces the length
+        buffered: list[dict] = []
         seen = 0
-
-        async def limited() -> dict:
-            nonlocal seen
+        while True:
             msg = await receive()
+            buffered.append(msg)
+            if msg["type"] != "http.request":
+                break
             seen += len(msg.get("body", b""))
             if seen > limit:
-                raise _TooLarge
-            return msg
+                resp = _error(413, "body", f"body exceeds {limit} bytes")
+                return await resp(scope, receive, send)
+            if not msg.get("more_body", False):
+                break
 
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge:
-            resp = _error(413, "body", f"body exceeds {limit} bytes")
-            await resp(scope, receive, send)
+        async def replay() -> dict:
+            return buffered.pop(0) if buffered else await receive()
 
-
-class _TooLarge(Exception):
-    pass
+        await self.app(scope, replay, send)
 
 
 def make_fastapi() -> FastAPI:
@@ -220,11 +252,13 @@ async def _auth_first(request: Request, call_next: Any) -> Any:
     """Every mutating call is authorized before its body is read or parsed: a client
     without the token costs a header check, not a parse of a 4 MB batch. (The routes
     check again; this only answers earlier.)"""
-    if request.method not in ("GET", "HEAD", "OPTIONS"):
+    path, root = request.scope.get("path", ""), request.scope.get("root_path", "")
+    role = required_role(request.method, path[len(root):] if path.startswith(root) else path)
+    if role is not None:
         from smartsched.serving.replica import current
 
         ing = current()
-        if ing is not None and (denied := ing.authorize(request)) is not None:
+        if ing is not None and (denied := ing.authorize(request, role)) is not None:
             return denied
     return await call_next(request)
 
@@ -243,7 +277,7 @@ async def metrics(ing: Any = Depends(_ingress)) -> PlainTextResponse:
     return PlainTextResponse(body, media_type=ctype)
 
 
-@app_api.post("/v1/placements", response_model=PlacementResponse)
+@app_api.post("/v1/placements", response_model=PlacementResponse, dependencies=CLIENT_AUTH)
 async def place_one(body: PlacementRequest, request: Request,
                     ing: Any = Depends(_ingress)) -> Any:
     if (denied := ing.authorize(request)) is not None:
@@ -251,7 +285,8 @@ async def place_one(body: PlacementRequest, request: Request,
     return await ing.place([body.pod], body.ttl_s, body.request_id)
 
 
-@app_api.post("/v1/placements:batch", response_model=PlacementResponse)
+@app_api.post("/v1/placements:batch", response_model=PlacementResponse,
+              dependencies=CLIENT_AUTH)
 async def place_batch(body: BatchPlacementRequest, request: Request,
                       ing: Any = Depends(_ingress)) -> Any:
     if (denied := ing.authorize(request)) is not None:
@@ -272,12 +307,12 @@ async def _reservation_op(ing: Any, request: Request, rid: str, op: str, event: 
     return out
 
 
-@app_api.post("/v1/reservations/{rid}:confirm")
+@app_api.post("/v1/reservations/{rid}:confirm", dependencies=CLIENT_AUTH)
 async def confirm(rid: str, request: Request, ing: Any = Depends(_ingress)) -> Any:
     return await _reservation_op(ing, request, rid, "confirm", "confirmed")
 
 
-@app_api.delete("/v1/reservations/{rid}")
+@app_api.delete("/v1/reservations/{rid}", dependencies=CLIENT_AUTH)
 async def release(rid: str, request: Request, ing: Any = Depends(_ingress)) -> Any:
     return await _reservation_op(ing, request, rid, "release", "released")
 
@@ -291,10 +326,11 @@ async def region_summary(region: str, ing: Any = Depends(_ingress)) -> Any:
     return {**got[0], "edge_sites": got[1:]}
 
 
-@app_api.put("/v1/nodes")
+@app_api.put("/v1/nodes", dependencies=OPERATOR_AUTH)
 async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_ingress)) -> Any:
-    """Register nodes, change them (labels, taints, capacity) or report their usage."""
-    if (denied := ing.authorize(request)) is not None:
+    """Register nodes, change them (labels, taints, capacity) or report their usage
+    (operator credential)."""
+    if (denied := ing.authorize(request, OPERATOR)) is not None:
         return denied
     per_site: dict[str, tuple[list, dict]] = {}
     for i, n in enumerate(body.nodes):
@@ -322,15 +358,17 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
     return {"sites": out}
 
 
-@app_api.put("/v1/admin/sites/{site}/profile")
+@app_api.put("/v1/admin/sites/{site}/profile", dependencies=OPERATOR_AUTH)
 async def set_profile(site: str, body: ProfileUpdate, request: Request,
                       ing: Any = Depends(_ingress)) -> Any:
-    """Live reload of a site's profile (or policy checkpoint); state and reservations stay."""
-    if (denied := ing.authorize(request)) is not None:
+    """Live reload of a site's profile (or policy) by an operator; state and reservations
+    stay. A policy or profile file is read only from the service's ``models_dir``."""
+    if (denied := ing.authorize(request, OPERATOR)) is not None:
         return denied
     if site not in ing.sites:
         raise UnknownReferenceError("site", f"unknown site {site!r}")
-    return {"site": site, "profile": await ing.sites[site].set_profile.remote(body.profile)}
+    profile = resolve_reload_profile(body.profile, ing.cfg.models_dir)
+    return {"site": site, "profile": await ing.sites[site].set_profile.remote(profile)}
 
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=2000)
@@ -345,7 +383,7 @@ class Ingress:
         from smartsched.serving.tiers import CloudTier
 
         self.cfg = parse_service_config(args)
-        self.token = load_token(self.cfg.auth)
+        self.creds = load_credentials(self.cfg.auth)
         self.h = _hierarchy(self.cfg)
         self.sites = {**regions, **edges}
         self._regions = regions
@@ -369,17 +407,27 @@ class Ingress:
         set_current(self)
 
     # ------------------------------------------------------------ helpers
-    def authorize(self, request: Request) -> JSONResponse | None:
-        if self.token is None:
+    def authorize(self, request: Request, role: str = CLIENT) -> JSONResponse | None:
+        """None when the request carries a token good for ``role`` (the operator token is
+        good for everything, the client token for CLIENT only); the refusal otherwise."""
+        if self.creds is None:
             return None
         header = request.headers.get("authorization", "")
         if not header:
             return JSONResponse({"detail": "missing bearer token"}, status_code=401,
                                 headers={"WWW-Authenticate": "Bearer"})
         scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), self.token):
-            return JSONResponse({"detail": "invalid token"}, status_code=403)
-        return None
+        given = given.strip().encode("utf-8", "surrogateescape")
+        ok_operator = self.creds.operator is not None and hmac.compare_digest(
+            given, self.creds.operator.encode())
+        if scheme.lower() == "bearer" and (ok_operator or (
+                role == CLIENT and hmac.compare_digest(given, self.creds.client.encode()))):
+            return None
+        if role == OPERATOR and self.creds.operator is None:
+            return JSONResponse({"detail": "operator endpoints are off: this service has no "
+                                           "operator token configured"}, status_code=403)
+        return JSONResponse({"detail": "invalid token" if role == CLIENT
+                             else "this endpoint needs the operator token"}, status_code=403)
 
     def site_of(self, rid: str) -> tuple[Any, str]:
         from smartsched.serving.tiers import RID_SEP
@@ -450,7 +498,7 @@ def build_app(args: dict[str, Any]) -> Any:
     """The application for ``serve run serve_apps/placement.yaml`` (``args`` = ServiceConfig)."""
     cfg = parse_service_config(args)
     h = _hierarchy(cfg)
-    load_token(cfg.auth)  # fail here, before any replica starts, when no token is set
+    load_credentials(cfg.auth)  # fail here, before any replica starts, when no token is set
     opts = {"ray_actor_options": {"num_cpus": cfg.replica_cpus}}
     # Profiles travel as user_config only: a changed profile (here or in the YAML's
     # deployments section) reaches the running replica through reconfigure, keeping

@@ -8,6 +8,10 @@ default of one CPU per replica does not fit a 2-core machine).
 
 from __future__ import annotations
 
+import hmac
+import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,15 +29,22 @@ class Ranking(BaseModel):
 
 
 class Auth(BaseModel):
-    """Bearer token for mutating endpoints: from ``token_env`` or ``token_file``.
+    """Two bearer credentials: placement clients and operators.
 
-    ``disabled: true`` runs without auth (loopback experiments only); otherwise a
-    service with no token configured refuses to start rather than run open.
+    The client token (``token_env`` / ``token_file``) places, confirms and releases.
+    The operator token (``operator_token_env`` / ``operator_token_file``) also changes
+    nodes and reloads profiles: a placement client must not be able to swap the policy
+    every site decides with, nor rewrite the cluster. Without an operator token those
+    endpoints answer 403 (the service still places). ``disabled: true`` runs without
+    auth (loopback experiments only); otherwise a service with no client token
+    configured refuses to start rather than run open.
     """
 
     model_config = ConfigDict(extra="forbid")
     token_env: str = "SMARTSCHED_API_TOKEN"
     token_file: str | None = None
+    operator_token_env: str = "SMARTSCHED_OPERATOR_TOKEN"
+    operator_token_file: str | None = None
     disabled: bool = False
 
 
@@ -68,6 +79,11 @@ class ServiceConfig(BaseModel):
     # (``preempted``), so their owners can evict the pods. Off by default: priority comes
     # from the request, so any client with the token could evict the others.
     preemption: bool = False
+    # Where a live reload (PUT /v1/admin/sites/{site}/profile) may read policies and profile
+    # YAML from: a relative path is taken inside it, an absolute one must resolve inside it.
+    # None: reloads accept packaged profile names only. (The profiles in this file are the
+    # operator's own and are not restricted.)
+    models_dir: str | None = None
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"
@@ -78,22 +94,66 @@ def parse_service_config(args: dict[str, Any] | None) -> ServiceConfig:
     return validate(ServiceConfig, args, prefix="service")
 
 
-def load_token(auth: Auth) -> str | None:
-    """The configured bearer token, or None when auth is disabled."""
-    import os
-    from pathlib import Path
+MIN_TOKEN_CHARS = 16
 
+
+@dataclass(frozen=True)
+class Credentials:
+    """The configured bearer tokens; ``operator`` is None when no operator token is set."""
+
+    client: str
+    operator: str | None
+
+
+def _read_token(env: str, file: str | None, field: str) -> str:
+    if file:
+        try:
+            return Path(file).read_text().strip()
+        except OSError as e:
+            raise ValidationError(f"service.auth.{field}", f"cannot read: {e}") from None
+    return os.environ.get(env, "").strip()
+
+
+def load_credentials(auth: Auth) -> Credentials | None:
+    """The configured tokens, or None when auth is disabled."""
     if auth.disabled:
         return None
-    if auth.token_file:
-        try:
-            token = Path(auth.token_file).read_text().strip()
-        except OSError as e:
-            raise ValidationError("service.auth.token_file", f"cannot read: {e}") from None
-    else:
-        token = os.environ.get(auth.token_env, "").strip()
-    if len(token) < 16:
+    client = _read_token(auth.token_env, auth.token_file, "token_file")
+    if len(client) < MIN_TOKEN_CHARS:
         raise ValidationError(
-            "service.auth", f"no API token of at least 16 characters in ${auth.token_env} or "
-            "auth.token_file; set one (or auth.disabled: true for loopback experiments)")
-    return token
+            "service.auth", f"no API token of at least {MIN_TOKEN_CHARS} characters in "
+            f"${auth.token_env} or auth.token_file; set one (or auth.disabled: true for "
+            "loopback experiments)")
+    operator = _read_token(auth.operator_token_env, auth.operator_token_file,
+                           "operator_token_file") or None
+    if operator is not None and len(operator) < MIN_TOKEN_CHARS:
+        raise ValidationError("service.auth.operator_token",
+                              f"shorter than {MIN_TOKEN_CHARS} characters")
+    if operator is not None and hmac.compare_digest(operator, client):
+        raise ValidationError("service.auth.operator_token",
+                              "must differ from the client token")
+    return Credentials(client, operator)
+
+
+def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
+    """The profile a live reload may switch to: a packaged profile name as is; anything
+    read from disk (a profile YAML, ``rl:PATH`` or another ``prefix:PATH``) only from
+    inside ``models_dir``, returned as an absolute path so the replica's working
+    directory does not matter. Raises ValidationError naming ``profile``."""
+    from smartsched.scheduling.registry import builtin_profiles
+
+    if profile in builtin_profiles():
+        return profile
+    prefix, sep, rest = profile.partition(":")
+    if not (sep and prefix.isidentifier()):
+        prefix, rest = "", profile
+    if models_dir is None:
+        raise ValidationError("profile", "only packaged profile names can be loaded live: "
+                              "this service has no models_dir configured")
+    root = Path(models_dir).resolve()
+    path = Path(rest)
+    target = (path if path.is_absolute() else root / path).resolve()
+    if not target.is_relative_to(root):
+        raise ValidationError("profile", "must be a packaged profile name or a path inside "
+                              "the service's models_dir")
+    return f"{prefix}:{target}" if prefix else str(target)

@@ -7,18 +7,57 @@ before the answer leaves the site, so an acknowledged reservation is never
 lost and a released one never comes back. On start the site replays it; when
 the file grows past ``compact_after`` events it is rewritten as the live
 reservations only (write to a temp file, fsync, atomic rename).
+
+The journal is private to one service instance: its directory is created 0700
+and its files 0600 (reservations name tenants and pods), and an exclusive lock
+on ``<site>.lock`` makes a second instance pointed at the same directory fail
+at start instead of sharing (and corrupting) the first one's reservations.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from smartsched.model.errors import SmartSchedError
 from smartsched.model.pod import Pod, UsageProfile
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+
+
+class JournalInUse(SmartSchedError):
+    """Another live process holds this site's journal."""
+
+
+def _open_private(path: Path, mode: str) -> Any:
+    """``path`` opened with ``mode``, created 0600 if new (never wider than the umask)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "a" else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, PRIVATE_FILE), mode, encoding="utf-8")
+
+
+def _lock(path: Path, wait_s: float) -> int:
+    """An exclusive lock on ``path``, waiting up to ``wait_s`` (a restarting replica's
+    predecessor may take a moment to exit); JournalInUse when still held."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise JournalInUse(
+                    f"the journal {path.with_suffix('.jsonl')} is in use by another service "
+                    "instance; give each instance its own journal_dir (--state-dir)") from None
+            time.sleep(0.2)
 
 
 def pod_to_dict(pod: Pod) -> dict[str, Any]:
@@ -38,13 +77,15 @@ def pod_from_dict(d: dict[str, Any]) -> Pod:
 
 
 class Journal:
-    def __init__(self, path: Path, fsync: bool = True, compact_after: int = 10_000) -> None:
+    def __init__(self, path: Path, fsync: bool = True, compact_after: int = 10_000,
+                 lock_wait_s: float = 10.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+        self._lock_fd = _lock(self.path.with_suffix(".lock"), lock_wait_s)
         self.fsync = fsync
         self.compact_after = compact_after
         self.events = sum(1 for _ in self._lines()) if self.path.exists() else 0
-        self._f = self.path.open("a", encoding="utf-8")
+        self._f = _open_private(self.path, "a")
 
     def _lines(self) -> Iterator[str]:
         with self.path.open(encoding="utf-8") as f:
@@ -73,15 +114,18 @@ class Journal:
     def rewrite(self, events: list[dict[str, Any]]) -> None:
         """Replace the journal by ``events`` (the live state), atomically."""
         tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
+        with _open_private(tmp, "w") as f:
             for e in events:
                 f.write(json.dumps(e, separators=(",", ":")) + "\n")
             f.flush()
             os.fsync(f.fileno())
         self._f.close()
         os.replace(tmp, self.path)
-        self._f = self.path.open("a", encoding="utf-8")
+        self._f = _open_private(self.path, "a")
         self.events = len(events)
 
     def close(self) -> None:
         self._f.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the lock
+            self._lock_fd = -1

@@ -1,10 +1,20 @@
-"""``smartsched serve``: the placement service on an embedded local Ray, with sane defaults.
+"""``smartsched serve``: the placement service on an embedded local Ray, with safe defaults.
 
-Owns the local start: the Serve config YAML's application ``args`` plus
-command-line overrides, a bearer token (``$SMARTSCHED_API_TOKEN``, or a fresh
-one written to ``<state dir>/token`` with mode 0600 and printed once), a
-journal directory so reservations survive a restart, Ray's files under the
-state directory, and Serve's HTTP proxy on the requested host and port.
+Owns the local start: the Serve config YAML's application ``args`` (or the
+built-in defaults when there is no config) plus command-line overrides; the
+state directory, private to this instance (created 0700), holding
+
+- ``token`` and ``operator_token`` -- the client and operator bearer tokens,
+  generated once (mode 0600) unless the environment or the config names them;
+  their paths are printed, never their values;
+- ``journal/`` -- reservations and registered nodes survive a restart (unless
+  the config names its own ``journal_dir``; a lock keeps two instances apart);
+- ``ray/`` and ``ray_token`` -- the embedded Ray's files and its own token.
+
+The embedded Ray is bound to loopback with Ray's token authentication on (see
+``start_embedded_ray``): without it any local process could connect to the GCS
+and run code in the service's replicas, whatever the HTTP token. An operator
+who points ``--ray-address`` at their own cluster keeps its settings.
 """
 
 from __future__ import annotations
@@ -19,46 +29,107 @@ from typing import Any
 from smartsched.model.configfile import read_yaml
 from smartsched.model.errors import ValidationError
 
+DEFAULT_CONFIG = Path("serve_apps/placement.yaml")
+LOOPBACK = "127.0.0.1"
+# Ray puts Unix sockets under <temp dir>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store
+# (about 64 characters after the temp dir) and AF_UNIX paths end at 107 bytes.
+MAX_RAY_TEMP_DIR_CHARS = 40
 
-def service_args(config: str | Path, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The application args of ``config`` (first application) with ``overrides`` applied."""
-    doc = read_yaml(config, "config") or {}
-    apps = (doc.get("applications") or []) if isinstance(doc, dict) else []
-    if not apps or not isinstance(apps[0], dict):
-        raise ValidationError("config.applications", "needs at least one application")
-    args = dict(apps[0].get("args") or {})
+
+def service_args(config: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The application args of ``config`` (first application) with ``overrides`` applied;
+    the built-in defaults (``ServiceConfig``) when ``config`` is None."""
+    args: dict[str, Any] = {}
+    if config is not None:
+        doc = read_yaml(config, "config") or {}
+        apps = (doc.get("applications") or []) if isinstance(doc, dict) else []
+        if not apps or not isinstance(apps[0], dict):
+            raise ValidationError("config.applications", "needs at least one application")
+        args = dict(apps[0].get("args") or {})
     args.update({k: v for k, v in overrides.items() if v is not None})
     return args
 
 
-def run_local(config: str | Path, overrides: dict[str, Any], host: str, port: int,
+def private_dir(path: Path) -> Path:
+    """``path`` created 0700 if new (an existing directory is left as the operator made it)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def secret_file(path: Path, nbytes: int = 24) -> Path:
+    """``path`` holding a fresh random token, created 0600 and never overwritten."""
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(nbytes) + "\n")
+    return path
+
+
+def start_embedded_ray(state: Path, num_cpus: int | None = None) -> None:
+    """A local Ray whose servers listen on loopback only, with token authentication.
+
+    Ray replaces a loopback node address by the machine's outward address on purpose
+    (so that other nodes can join); a single-machine service wants the opposite, so
+    that substitution is skipped for this start. Ray's own token (``ray_token`` in the
+    state directory, 0600) is required by every Ray server, including the gRPC port
+    each Serve replica opens on all interfaces (Ray 2.60 hard-codes that bind).
+    """
+    import ray
+    import ray._private.services as ray_services
+    from ray._private.authentication import authentication_token_setup as ray_auth
+
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(secret_file(state / "ray_token"))
+    os.environ.pop("RAY_AUTH_TOKEN", None)
+    ray_auth._enable_token_auth()  # sets RAY_AUTH_MODE=token for this process and children
+    from ray._raylet import AuthenticationTokenLoader
+
+    AuthenticationTokenLoader.instance().reset_cache()
+    resolve = ray_services.resolve_ip_for_localhost
+    ray_services.resolve_ip_for_localhost = (
+        lambda host: host if host == LOOPBACK else resolve(host))
+    temp = state / "ray"
+    if len(str(temp)) > MAX_RAY_TEMP_DIR_CHARS:  # too deep for Ray's socket paths
+        import tempfile
+
+        temp = Path(tempfile.mkdtemp(prefix="smartsched-ray-"))  # 0700 as well
+    try:
+        ray.init(include_dashboard=False, _temp_dir=str(private_dir(temp)),
+                 _node_ip_address=LOOPBACK, num_cpus=num_cpus, log_to_driver=False)
+    finally:
+        ray_services.resolve_ip_for_localhost = resolve
+
+
+def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, port: int,
               state_dir: str | Path, echo: Callable[[str], Any] = print,
-              block: bool = True) -> str:
+              block: bool = True, ray_address: str | None = None) -> str:
     """Start the service; return its URL (and keep serving while ``block``)."""
     from smartsched.serving.config import parse_service_config
 
-    state = Path(state_dir).resolve()
-    state.mkdir(parents=True, exist_ok=True)
+    if config is None and DEFAULT_CONFIG.is_file():
+        config = DEFAULT_CONFIG
+    state = private_dir(Path(state_dir).resolve())
     args = service_args(config, overrides)
-    args.setdefault("journal_dir", str(state / "journal"))
+    if not args.get("journal_dir"):
+        args["journal_dir"] = str(private_dir(state / "journal"))
     cfg = parse_service_config(args)
-    if not cfg.auth.disabled and not cfg.auth.token_file and not os.environ.get(
-            cfg.auth.token_env):
-        token_file = state / "token"
-        if not token_file.exists():
-            token_file.write_text(secrets.token_hex(16) + "\n")
-            token_file.chmod(0o600)
-        args["auth"] = {**cfg.auth.model_dump(), "token_file": str(token_file)}
-        echo(f"API token (for Authorization: Bearer ...): {token_file.read_text().strip()}"
-             f"  (in {token_file})")
+    auth = cfg.auth.model_dump()
+    if not cfg.auth.disabled:
+        if not cfg.auth.token_file and not os.environ.get(cfg.auth.token_env):
+            auth["token_file"] = str(secret_file(state / "token"))
+            echo(f"client token (Authorization: Bearer ...) in {auth['token_file']}")
+        if not cfg.auth.operator_token_file and not os.environ.get(cfg.auth.operator_token_env):
+            auth["operator_token_file"] = str(secret_file(state / "operator_token"))
+            echo(f"operator token (node updates, reloads) in {auth['operator_token_file']}")
+    args["auth"] = auth
     import ray
     from ray import serve
 
     from smartsched.serving.app import build_app
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    if not ray.is_initialized():
-        ray.init(include_dashboard=False, _temp_dir=str(state / "ray"), log_to_driver=False)
+    if ray_address is not None:
+        ray.init(address=ray_address, log_to_driver=False)
+    elif not ray.is_initialized():
+        start_embedded_ray(state)
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(args), name="placement", route_prefix="/")
     url = f"http://{host}:{port}"
