@@ -79,7 +79,7 @@ def test_the_client_retries_unavailable_but_not_server_faults() -> None:
     seen: list[tuple[str, str | None]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_PUT(self) -> None:  # noqa: N802
+        def do_PUT(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
             seen.append((self.path, self.headers.get("Authorization")))
             status = answers.pop(0)

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from smartsched.bench.simulate import simulate
 from smartsched.cli import main
+from smartsched.model.errors import ValidationError
 
 TINY = """
 env: {cluster: small, hours: 1, max_decisions: 100}
@@ -243,3 +244,32 @@ def test_shipped_train_configs_build_their_env(path: Path, monkeypatch) -> None:
 
         width += TelemetryProjection.load(path.parents[1] / cfg.env["telemetry"]).k
     assert env.observation_space["nodes"].shape[1] == width
+
+
+def test_init_policy_starts_from_the_export_without_pickle(ray_session, tmp_path: Path) -> None:
+    """Fine-tuning (a Tune sweep's init_policy) starts from the exported policy's weights,
+    read as JSON plus tensors, on the learner and the env runners alike."""
+    import numpy as np
+
+    from smartsched.rl.artifact import load_module
+    from smartsched.rl.config import load_train_config
+    from smartsched.rl.train import build_algo
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_train_config(root / "rllib_configs" / "ppo_default.yaml")
+    cfg = cfg.model_copy(update={
+        "init_policy": str(root / "models" / "ppo_mixed_small"),
+        "env_runners": cfg.env_runners.model_copy(update={"num_env_runners": 0,
+                                                          "num_envs_per_env_runner": 1})})
+    shipped = load_module(root / "models" / "ppo_mixed_small").get_state()
+    algo = build_algo(cfg)
+    try:
+        for module in (algo.get_module(), algo.env_runner.module):
+            got = module.get_state()
+            assert set(got) == set(shipped)
+            assert all(np.allclose(np.asarray(got[k]), np.asarray(shipped[k])) for k in shipped)
+    finally:
+        algo.stop()
+    wrong = cfg.model_copy(update={"model": {**cfg.model, "hidden": 16}})
+    with pytest.raises(ValidationError, match="init_policy"):
+        build_algo(wrong)

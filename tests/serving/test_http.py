@@ -403,3 +403,67 @@ def test_a_chunked_body_over_the_limit_is_a_413(service: str, auth: dict) -> Non
     r = requests.post(f"{service}/v1/placements:batch", data=chunks(), timeout=60,
                       headers={**auth, "Content-Type": "application/json"})
     assert r.status_code == 413, r.text[:300]
+
+
+@pytest.mark.parametrize(("nodes", "field"), [
+    # the same node twice in one request: refused, not "last one wins"
+    ([{"name": "dup-0", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024},
+      {"name": "dup-0", "site": "mec-0", "cpu_milli": 2000, "memory_mib": 1024}], "name"),
+    ([{"name": "t-0", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024,
+       "taints": ["no effect:Never"]}], "taints"),
+    ([{"name": "t-0", "site": "mec-0", "memory_mib": 1024}], "cpu_milli"),
+    ([{"name": "t-0", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024,
+       "num_fpga": 1, "fpga_model": "nope"}], "fpga_model"),
+])
+def test_bad_node_updates_name_the_field_and_change_nothing(service: str, operator: dict,
+                                                            nodes: list, field: str) -> None:
+    before = _site_summary(service, "mec-0")
+    r = requests.put(f"{service}/v1/nodes", json={"nodes": nodes}, headers=operator,
+                     timeout=30)
+    assert r.status_code == 422, r.text
+    assert field in r.json()["detail"][0]["loc"], r.text
+    assert _site_summary(service, "mec-0")["nodes"] == before["nodes"]
+
+
+def _site_summary(url: str, site: str) -> dict:
+    for region in ("region-a", "region-b"):
+        s = requests.get(f"{url}/v1/clusters/{region}/summary", timeout=10).json()
+        for x in [s, *s["edge_sites"]]:
+            if x["site"] == site:
+                return x
+    raise AssertionError(f"no site {site}")
+
+
+@pytest.mark.parametrize("raw", [
+    '{"nodes": [{"name": "n", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024, '
+    '"usage": {"cpu": NaN, "memory": 0.1}}]}',
+    '{"nodes": [{"name": "n", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024, '
+    '"max_watts": Infinity}]}',
+    '{"nodes": [{"name": "\\ud800", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1}]}',
+    '{"nodes": [{"name": "n", "site": "mec-0", "cpu_milli": 1e400, "memory_mib": 1}]}',
+])
+def test_node_values_json_cannot_carry_are_a_422(service: str, operator: dict, raw: str) -> None:
+    r = requests.put(f"{service}/v1/nodes", data=raw.encode(), timeout=30,
+                     headers={**operator, "Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert all("input" not in d for d in r.json()["detail"])
+
+
+def test_usage_reports_and_resends_leave_a_known_node_as_it_is(service: str,
+                                                               operator: dict) -> None:
+    """A usage-only report and a resend of a preset node are no change (the node keeps its
+    rack and devices); a request that fails at its second site changes neither site."""
+    summary = requests.get(f"{service}/v1/clusters/region-a/summary", timeout=10).json()
+    r = requests.put(f"{service}/v1/nodes", headers=operator, timeout=30, json={"nodes": [
+        {"name": "cpu-00000", "site": "region-a", "usage": {"cpu": 0.2, "memory": 0.1}}]})
+    assert r.status_code == 200 and r.json()["sites"] == [
+        {"site": "region-a", "changed": 0, "usage": 1}], r.text
+    two = [{"name": "cpu-00000", "site": "region-a", "labels": {"pool": "moved"}},
+           {"name": "mec-0-new-1", "site": "mec-0", "cpu_milli": 1000}]  # no memory_mib
+    r = requests.put(f"{service}/v1/nodes", json={"nodes": two}, headers=operator, timeout=30)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["nodes", "1", "memory_mib"]
+    r = requests.put(f"{service}/v1/nodes", headers=operator, timeout=30, json={"nodes": [
+        {"name": "cpu-00000", "site": "region-a"}]})
+    assert r.json()["sites"][0]["changed"] == 0  # the label change above was not applied
+    assert requests.get(f"{service}/v1/clusters/region-a/summary",
+                        timeout=10).json()["nodes"] == summary["nodes"]

@@ -330,3 +330,60 @@ def test_without_preemption_or_for_a_gang_the_service_refuses_and_keeps_everythi
     out = on.place(gang, ttl_s=500)
     assert not any(r.placed for r in out)  # a gang reserves in the twin; it never preempts
     assert set(on.reservations) == {low.reservation_id}
+
+
+def test_a_node_update_changes_only_what_it_names(medium: Hierarchy) -> None:
+    """PUT /v1/nodes semantics at the site: a known node keeps every field the update
+    leaves out (an unchanged node is no change and keeps its rack); new nodes need their
+    size; FPGA and power fields are settable; bad values name nodes.<row>.<field>."""
+    from smartsched.model.errors import ValidationError
+
+    spec = site_subspec(medium.spec, ["region-a"])
+    site = SitePlacer(spec, "k8s-default")
+    node = next(n for n in spec.nodes if n.num_gpu > 0)
+    # Usage only, and a resend of the node as it is: nothing changes, nothing is rebuilt.
+    state_before = site.state
+    out = site.apply_node_updates([(0, node.name, {}),
+                                   (1, spec.nodes[0].name, {"cpu_milli": spec.nodes[0].cpu_milli})],
+                                  {node.name: (0.5, 0.5, 0.0)})
+    assert out == {"changed": 0, "usage": 1} and site.state is state_before
+    # A cordon keeps the rack, GPUs, labels and power model.
+    site.apply_node_updates([(0, node.name, {"unschedulable": True})])
+    now = next(n for n in site.spec.nodes if n.name == node.name)
+    assert now.unschedulable and (now.rack, now.num_gpu, now.gpu_model, now.labels) == (
+        node.rack, node.num_gpu, node.gpu_model, node.labels)
+    # A new FPGA node with its own power model.
+    site.apply_node_updates([(0, "fpga-0", {"cpu_milli": 32000, "memory_mib": 65536,
+                                            "num_fpga": 2, "fpga_model": "VU9P",
+                                            "idle_watts": 90.0, "max_watts": 400.0})])
+    fpga = next(n for n in site.spec.nodes if n.name == "fpga-0")
+    assert (fpga.num_fpga, fpga.host_max_watts, fpga.zone) == (2, 400.0, spec.zones[0].name)
+    bad = [({"memory_mib": 1024}, "nodes.3.cpu_milli"),  # a new node needs its size
+           ({"cpu_milli": 1000, "memory_mib": 1024, "taints": ["a b"]}, "nodes.3.taints"),
+           ({"cpu_milli": 1000, "memory_mib": 1024, "taints": ["k=v:Sometimes"]},
+            "nodes.3.taints"),
+           ({"cpu_milli": 1000, "memory_mib": 1024, "num_fpga": 1, "fpga_model": "X"},
+            "nodes.3.fpga_model"),
+           ({"cpu_milli": 1000, "memory_mib": 1024, "idle_watts": 500.0, "max_watts": 100.0},
+            "nodes.3.idle_watts")]
+    for changes, field in bad:
+        with pytest.raises(ValidationError) as e:
+            site.apply_node_updates([(3, "new-node", changes)])
+        assert e.value.field == field, (changes, e.value)
+    assert "new-node" not in site.state.names
+
+
+def test_a_dry_run_checks_the_rebooking_and_changes_nothing(medium: Hierarchy) -> None:
+    from smartsched.model.errors import SmartSchedError
+
+    spec = site_subspec(medium.spec, ["mec-0"])
+    site = SitePlacer(spec, "k8s-default")
+    r = site.place([_pod("big", cpu=8000)], ttl_s=600)[0]
+    assert r.placed
+    before, spec_before = site.state.capacity.copy(), site.spec
+    with pytest.raises(SmartSchedError, match=r.node):
+        site.apply_node_updates([(0, r.node, {"cpu_milli": 1000})], dry_run=True)
+    ok = site.apply_node_updates([(0, r.node, {"labels": {"pool": "x"}})], dry_run=True)
+    assert ok["changed"] == 1
+    assert np.array_equal(site.state.capacity, before) and site.spec is spec_before
+    assert next(n for n in site.spec.nodes if n.name == r.node).labels.get("pool") != "x"

@@ -121,8 +121,10 @@ class _UntrainedScheduler:
 
         env = SchedulingEnv({"cluster": "small", "hours": 1})
         module = _module_for(env, None)
+        from smartsched.rl.artifact import export_module
+
         tmp = tempfile.mkdtemp(prefix="smartsched_untrained_")
-        module.save_to_path(tmp)
+        export_module(module, Path(tmp))
         return RLScheduler(tmp)
 
 

@@ -10,6 +10,7 @@ changes over simulated time.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -30,6 +31,22 @@ from smartsched.model.topology import NodeTopology, node_topology
 SITE_KINDS: Final = ("cloud", "edge")
 # Fibre round trip: about 1 ms per 100 km.
 KM_PER_MS: Final = 100.0
+
+
+# A Kubernetes taint as one string: key[=value][:Effect]. The key is a qualified name (an
+# optional DNS-subdomain prefix and "/", then up to 63 name characters), the value a label
+# value, the effect one of Kubernetes' three (absent: NoSchedule).
+_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_PREFIX = r"(?:[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*/)?"
+TAINT_RE: Final = re.compile(
+    rf"{_PREFIX}{_NAME}(?:=(?:{_NAME})?)?(?::(?:NoSchedule|PreferNoSchedule|NoExecute))?")
+
+
+def check_taint(field_name: str, taint: object) -> None:
+    """ValidationError naming ``field_name`` unless ``taint`` is ``key[=value][:Effect]``."""
+    if not isinstance(taint, str) or len(taint) > 317 or not TAINT_RE.fullmatch(taint):
+        raise ValidationError(field_name, "malformed taint: expected key[=value][:Effect], "
+                              "Effect one of NoSchedule, PreferNoSchedule, NoExecute")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -118,11 +135,18 @@ class NodeSpec:
             raise ValidationError(f"{f}.gpu_model", "set but num_gpu is 0")
         if self.num_fpga > 0 and self.fpga_model not in FPGA_MODEL_NAMES:
             raise UnknownReferenceError(
-                f"{f}.fpga_model", f"unknown FPGA model {self.fpga_model!r}"
-            )
+                f"{f}.fpga_model", f"unknown FPGA model {self.fpga_model!r} "
+                f"(known: {', '.join(FPGA_MODEL_NAMES)})")
         for t in self.taints:
-            if not t or any(c.isspace() for c in t):
-                raise ValidationError(f"{f}.taints", f"malformed taint {t!r}")
+            check_taint(f"{f}.taints", t)
+        for name in ("idle_watts", "max_watts"):
+            w = getattr(self, name)
+            if w is not None and (isinstance(w, bool) or not isinstance(w, int | float)
+                                  or not 0 <= w <= 1e5):
+                raise ValidationError(f"{f}.{name}", f"must be watts in [0, 1e5], got {w!r}")
+        if self.idle_watts is not None and self.max_watts is not None \
+                and self.idle_watts > self.max_watts:
+            raise ValidationError(f"{f}.idle_watts", "exceeds max_watts")
         check_int(f"{f}.image_disk_mib", self.image_disk_mib, 0, 64 * 1024 * 1024)
         if isinstance(self.pull_mbps, bool) or not isinstance(self.pull_mbps, int | float) \
                 or not 0 < self.pull_mbps <= 1e6:

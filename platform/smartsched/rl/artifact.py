@@ -45,10 +45,19 @@ def _box(space: Any) -> dict[str, Any]:
 def write_module(folder: Path) -> None:
     """Replace the RLlib checkpoint in ``folder`` (written by this process) with the
     code-free spec and weights."""
-    import torch
     from ray.rllib.core.rl_module.rl_module import RLModule
 
-    module = RLModule.from_checkpoint(str(Path(folder).resolve()))
+    export_module(RLModule.from_checkpoint(str(Path(folder).resolve())), folder)
+    for f in PICKLE_FILES:
+        (folder / f).unlink(missing_ok=True)
+
+
+def export_module(module: Any, folder: Path) -> None:
+    """Write ``module`` (in memory) to ``folder`` as spec JSON plus tensor weights."""
+    import torch
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
     name = type(module).__name__
     if name not in _module_classes():
         raise ValueError(f"{name} is not an exportable module class")
@@ -59,8 +68,6 @@ def write_module(folder: Path) -> None:
     (folder / SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
     state = {k: torch.as_tensor(np.asarray(v)) for k, v in module.get_state().items()}
     torch.save(state, folder / WEIGHTS_FILE)
-    for f in PICKLE_FILES:
-        (folder / f).unlink(missing_ok=True)
 
 
 def load_module(folder: Path) -> Any:

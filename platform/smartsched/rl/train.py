@@ -28,6 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from smartsched.model.errors import ValidationError
 from smartsched.rl.config import TrainConfig
 
 MODULE_SUBPATH = Path("learner_group") / "learner" / "rl_module" / "default_policy"
@@ -72,11 +75,6 @@ def build_ppo_config(cfg: TrainConfig) -> Any:
     from smartsched.rl.module import NodeScorerModule
 
     env_cfg = {**cfg.env, "seed": cfg.env.get("seed", cfg.seed)}
-    init_state = None
-    if cfg.init_policy is not None:
-        from smartsched.rl.policy import resolve_policy_dir
-
-        init_state = str(resolve_policy_dir(cfg.init_policy))
     t = cfg.training
     r = cfg.env_runners
     return (
@@ -101,12 +99,45 @@ def build_ppo_config(cfg: TrainConfig) -> Any:
             grad_clip=t.grad_clip,
         )
         .rl_module(rl_module_spec=RLModuleSpec(module_class=NodeScorerModule,
-                                               model_config=dict(cfg.model),
-                                               load_state_path=init_state))
+                                               model_config=dict(cfg.model)))
         .fault_tolerance(restart_failed_env_runners=True, max_num_env_runner_restarts=100,
                          delay_between_env_runner_restarts_s=5.0)
         .debugging(seed=cfg.seed, log_level="WARN")
     )
+
+
+def build_algo(cfg: TrainConfig) -> Any:
+    """The PPO algorithm of ``cfg``, starting from ``init_policy``'s weights when set.
+
+    The initial policy is read as every policy is (``rl.artifact.read_module``: JSON spec
+    plus tensors, never pickle -- RLlib's own ``load_state_path`` would unpickle), then
+    set on the learner, which syncs the env runners."""
+    algo = build_ppo_config(cfg).build_algo()
+    if cfg.init_policy is None:
+        return algo
+    from ray.rllib.core import (
+        COMPONENT_LEARNER,
+        COMPONENT_LEARNER_GROUP,
+        COMPONENT_RL_MODULE,
+        DEFAULT_MODULE_ID,
+    )
+
+    from smartsched.rl.artifact import read_module
+    from smartsched.rl.policy import resolve_policy_dir
+
+    try:
+        init = read_module(resolve_policy_dir(cfg.init_policy)).get_state()
+        mine = algo.get_module().get_state()
+        if set(init) != set(mine) or any(np.shape(init[k]) != np.shape(mine[k]) for k in mine):
+            raise ValidationError(
+                "init_policy", f"{cfg.init_policy} has another network shape than this "
+                "config's model (set model: as the policy was trained)")
+        algo.set_state({COMPONENT_LEARNER_GROUP: {COMPONENT_LEARNER: {COMPONENT_RL_MODULE: {
+            DEFAULT_MODULE_ID: init}}}})
+    except Exception:
+        algo.stop()
+        raise
+    return algo
 
 
 def latest_checkpoint(out: Path) -> Path | None:
@@ -181,7 +212,7 @@ def train(
     _init_ray(out, cfg.num_cpus)
     from tensorboardX import SummaryWriter
 
-    algo = build_ppo_config(cfg).build_algo()
+    algo = build_algo(cfg)
     start = 0
     latest = latest_checkpoint(out) if resume else None
     if resume and latest is None:

@@ -119,8 +119,9 @@ class SiteDeployment:
     async def set_profile(self, profile: str) -> str:
         return self.tier.set_profile(profile)
 
-    async def upsert_nodes(self, nodes: list, usage: dict) -> dict[str, Any]:
-        return self.tier.upsert_nodes(nodes, usage)
+    async def apply_node_updates(self, updates: list, usage: dict,
+                                 dry_run: bool = False) -> dict[str, Any]:
+        return self.tier.apply_node_updates(updates, usage, dry_run)
 
 
 def _cause(e: BaseException) -> BaseException:
@@ -333,28 +334,30 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
     if (denied := ing.authorize(request, OPERATOR)) is not None:
         return denied
     per_site: dict[str, tuple[list, dict]] = {}
+    first: dict[str, int] = {}
     for i, n in enumerate(body.nodes):
+        if (j := first.setdefault(n.name, i)) != i:
+            raise ValidationError(f"nodes.{i}.name", f"node {n.name!r} is also nodes.{j}: "
+                                  "one update per node in a request")
         if n.site not in ing.sites:
             raise UnknownReferenceError(f"nodes.{i}.site", f"unknown site {n.site!r}")
         owner = ing.node_site.get(n.name)
         if owner is not None and owner != n.site:
             raise ValidationError(f"nodes.{i}.name", f"node {n.name!r} belongs to {owner}")
-        zones = [z.name for z in ing.h.spec.zones if z.site == n.site]
-        zone = n.zone or zones[0]
-        if zone not in zones:
-            raise UnknownReferenceError(f"nodes.{i}.zone", f"unknown zone {zone!r} in {n.site}")
-        try:
-            spec = n.to_node_spec(zone)
-        except ValidationError as e:
-            raise ValidationError(f"nodes.{i}.{e.field.split('.')[-1]}", e.message) from None
-        nodes, usage = per_site.setdefault(n.site, ([], {}))
-        nodes.append(spec)
+        if n.zone is not None and n.zone not in ing.site_zones[n.site]:
+            raise UnknownReferenceError(f"nodes.{i}.zone",
+                                        f"unknown zone {n.zone!r} in {n.site}")
+        updates, usage = per_site.setdefault(n.site, ([], {}))
+        updates.append((i, n.name, n.changes()))
         if n.usage is not None:
             usage[n.name] = (n.usage.cpu, n.usage.memory, n.usage.gpu)
+    if len(per_site) > 1:  # all sites check before any applies: no half-applied request
+        await asyncio.gather(*(ing.sites[site].apply_node_updates.remote(u, use, True)
+                               for site, (u, use) in per_site.items()))
     out = []
-    for site, (nodes, usage) in per_site.items():
-        out.append(await ing.sites[site].upsert_nodes.remote(nodes, usage))
-        ing.node_site.update({x.name: site for x in nodes})
+    for site, (updates, usage) in per_site.items():
+        out.append(await ing.sites[site].apply_node_updates.remote(updates, usage))
+        ing.node_site.update({name: site for _, name, _ in updates})
     return {"sites": out}
 
 
@@ -402,6 +405,9 @@ class Ingress:
         self.site_names = frozenset(s.name for s in self.h.spec.sites)
         zone_site = self.h.spec.zone_site()
         self.node_site = {n.name: zone_site[n.zone] for n in self.h.spec.nodes}
+        self.site_zones: dict[str, list[str]] = {}
+        for z in self.h.spec.zones:
+            self.site_zones.setdefault(z.site, []).append(z.name)
         from smartsched.serving.replica import set_current
 
         set_current(self)

@@ -12,7 +12,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from smartsched.model.cluster import NodeSpec
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.resources import (
     MAX_DEVICES_PER_NODE,
@@ -122,32 +121,45 @@ class NodeUsage(BaseModel):
     """Observed use of a node (fractions of capacity), e.g. from Prometheus."""
 
     model_config = ConfigDict(extra="forbid")
-    cpu: float = Field(ge=0, le=4)
-    memory: float = Field(ge=0, le=4)
-    gpu: float = Field(0.0, ge=0, le=4)
+    cpu: float = Field(ge=0, le=4, allow_inf_nan=False)
+    memory: float = Field(ge=0, le=4, allow_inf_nan=False)
+    gpu: float = Field(0.0, ge=0, le=4, allow_inf_nan=False)
 
 
 class NodeUpdate(BaseModel):
+    """A node to register, or changes to a known one.
+
+    For a known node every field left out keeps its current value (so reporting usage,
+    or cordoning, does not reset its rack, devices or power model); a new node needs
+    ``cpu_milli`` and ``memory_mib`` and gets the model's defaults for the rest. Field
+    names and units are the model's ``NodeSpec``.
+    """
+
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=253)
-    site: str
-    zone: str | None = None
-    cpu_milli: int = Field(ge=1, le=MAX_NODE_CPU_MILLI)
-    memory_mib: int = Field(ge=1, le=MAX_NODE_MEMORY_MIB)
-    num_gpu: int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
-    gpu_model: str = ""
-    labels: dict[str, str] = Field(default_factory=dict, max_length=128)
-    taints: list[str] = Field(default_factory=list, max_length=64)
-    unschedulable: bool = False
+    site: str = Field(min_length=1, max_length=253)
+    zone: str | None = Field(None, min_length=1, max_length=253)
+    rack: str | None = Field(None, min_length=1, max_length=253)
+    cpu_milli: int | None = Field(None, ge=1, le=MAX_NODE_CPU_MILLI)
+    memory_mib: int | None = Field(None, ge=1, le=MAX_NODE_MEMORY_MIB)
+    num_gpu: int | None = Field(None, ge=0, le=MAX_DEVICES_PER_NODE)
+    gpu_model: str | None = Field(None, max_length=64)
+    num_fpga: int | None = Field(None, ge=0, le=MAX_DEVICES_PER_NODE)
+    fpga_model: str | None = Field(None, max_length=64)
+    sockets: int | None = Field(None, ge=1, le=16)
+    labels: dict[str, str] | None = Field(None, max_length=128)
+    taints: list[str] | None = Field(None, max_length=64)
+    unschedulable: bool | None = None
+    idle_watts: float | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)
+    max_watts: float | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)
+    image_disk_mib: int | None = Field(None, ge=0, le=64 * 1024 * 1024)
+    pull_mbps: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
     usage: NodeUsage | None = None
 
-
-    def to_node_spec(self, zone: str) -> NodeSpec:
-        """The model's node (its own checks apply: e.g. a known GPU model)."""
-        return NodeSpec(name=self.name, cpu_milli=self.cpu_milli, memory_mib=self.memory_mib,
-                        zone=zone, num_gpu=self.num_gpu, gpu_model=self.gpu_model,
-                        labels=dict(self.labels), taints=tuple(self.taints),
-                        unschedulable=self.unschedulable)
+    def changes(self) -> dict[str, object]:
+        """The node fields this update sets (not name, site or usage)."""
+        out = self.model_dump(exclude_unset=True, exclude={"name", "site", "usage"})
+        return {k: v for k, v in out.items() if v is not None}
 
 
 class NodesRequest(BaseModel):

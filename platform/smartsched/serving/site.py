@@ -20,7 +20,7 @@ import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from smartsched.model.errors import (
     InfeasibleDecisionError,
     SmartSchedError,
     UnknownReferenceError,
+    ValidationError,
 )
 from smartsched.model.pod import Pod
 from smartsched.model.resources import CPU, GPU, MEM
@@ -317,8 +318,22 @@ class SitePlacer:
                                         f"unknown or expired reservation {rid!r}") from None
 
     # ------------------------------------------------------------ nodes
+    def apply_node_updates(self, updates: Sequence[tuple[int, str, dict[str, Any]]],
+                           usage: dict[str, tuple[float, float, float]] | None = None,
+                           dry_run: bool = False) -> dict[str, int]:
+        """``PUT /v1/nodes`` for this site: ``(row, name, changes)`` merged onto the current
+        nodes (a field left out keeps its value), then ``upsert_nodes``. Errors name
+        ``nodes.<row>.<field>``; nothing changes unless every update is valid. ``dry_run``
+        checks everything (the re-booking of live reservations included) and changes
+        nothing: a request touching several sites is checked on all before any applies."""
+        current = {n.name: n for n in self.spec.nodes}
+        specs = [node_from_update(row, name, changes, current.get(name),
+                                  self.spec.zones[0].name) for row, name, changes in updates]
+        return self.upsert_nodes(specs, usage, dry_run=dry_run)
+
     def upsert_nodes(self, nodes: Sequence[NodeSpec],
-                     usage: dict[str, tuple[float, float, float]] | None = None) -> dict[str, int]:
+                     usage: dict[str, tuple[float, float, float]] | None = None,
+                     dry_run: bool = False) -> dict[str, int]:
         """Register new nodes or replace changed ones, and/or set observed usage.
 
         Changing nodes rebuilds the state and re-books every live reservation on
@@ -332,6 +347,14 @@ class SitePlacer:
                                             f"unknown zone {n.zone!r} in this site")
         by_name = {n.name: n for n in self.spec.nodes}
         changed = [n for n in nodes if by_name.get(n.name) != n]
+        known = {n.name for n in self.spec.nodes} | {n.name for n in changed}
+        for name in usage or {}:
+            if name not in known:
+                raise UnknownReferenceError(f"nodes.{name}", f"unknown node {name!r}")
+        if dry_run:
+            if changed:
+                self._rebuild(changed, commit=False)
+            return {"changed": len(changed), "usage": len(usage or {})}
         if changed:
             self._rebuild(changed)
             self._log({"op": "nodes", "nodes": [_node_dict(n) for n in changed]})
@@ -341,7 +364,7 @@ class SitePlacer:
             self.state.usage[i] = (cpu * cap[CPU], mem * cap[MEM], gpu * cap[GPU])
         return {"changed": len(changed), "usage": len(usage or {})}
 
-    def _rebuild(self, changed: Sequence[NodeSpec]) -> None:
+    def _rebuild(self, changed: Sequence[NodeSpec], commit: bool = True) -> None:
         by_name = {n.name: n for n in changed}
         old = [by_name.pop(n.name, n) for n in self.spec.nodes]
         spec = ClusterSpec(name=self.spec.name, sites=self.spec.sites, zones=self.spec.zones,
@@ -362,6 +385,8 @@ class SitePlacer:
                         f"nodes.{self.state.names[b.node]}: the update does not leave room for "
                         f"reservation {rid} ({e}); release it first") from None
                 rebooked[rid].append(Booking(b.pod, node, b.devices, req))
+        if not commit:
+            return
         for rid, bookings in rebooked.items():
             self.reservations[rid].bookings = bookings
         self.spec, self.state = spec, state
@@ -441,6 +466,37 @@ class SitePlacer:
                 "memory_free_pct": 100 * f["memory"], "gpu_free_pct": 100 * f["gpu"],
                 "gpus_total": int(self.state.gpu_count.sum()),
                 "reservations": len(self.reservations), "profile": self.profile}
+
+
+NEW_NODE_NEEDS = ("cpu_milli", "memory_mib")
+
+
+def node_from_update(row: int, name: str, changes: dict[str, Any], current: NodeSpec | None,
+                     default_zone: str) -> NodeSpec:
+    """The node after an update: ``changes`` over ``current`` (a known node keeps every
+    field the update leaves out), or a new node from ``changes`` and the model's defaults.
+    A ValidationError names ``nodes.<row>.<field>``."""
+    if current is None:
+        for need in NEW_NODE_NEEDS:
+            if need not in changes:
+                raise ValidationError(f"nodes.{row}.{need}", "required for a new node")
+        merged: dict[str, Any] = {"zone": default_zone, **changes}
+    else:
+        merged = {f.name: getattr(current, f.name) for f in fields(NodeSpec)}
+        if changes.get("num_gpu") == 0 and "gpu_model" not in changes:
+            merged["gpu_model"] = ""  # removing the GPUs removes their model
+        if changes.get("num_fpga") == 0 and "fpga_model" not in changes:
+            merged["fpga_model"] = ""
+        merged.update(changes)
+    merged["name"] = name
+    if "taints" in merged:
+        merged["taints"] = tuple(merged["taints"])
+    if "labels" in merged:
+        merged["labels"] = dict(merged["labels"])
+    try:
+        return NodeSpec(**merged)
+    except ValidationError as e:
+        raise ValidationError(f"nodes.{row}.{e.field.rsplit('.', 1)[-1]}", e.message) from None
 
 
 def _node_dict(n: NodeSpec) -> dict[str, Any]:

@@ -186,9 +186,11 @@ class SiteTier:
             out["usage_from_prometheus"] = self.usage_status
         return out
 
-    def upsert_nodes(self, nodes: list[Any], usage: dict[str, tuple[float, float, float]],
-                     ) -> dict[str, Any]:
-        return {"site": self.site, **self.placer.upsert_nodes(nodes, usage)}
+    def apply_node_updates(self, updates: list[tuple[int, str, dict[str, Any]]],
+                           usage: dict[str, tuple[float, float, float]],
+                           dry_run: bool = False) -> dict[str, Any]:
+        return {"site": self.site,
+                **self.placer.apply_node_updates(updates, usage, dry_run=dry_run)}
 
     def free(self) -> dict[str, float]:
         return self.placer.free_fraction()

@@ -70,7 +70,7 @@ def _trial(config: dict[str, Any], sweep_doc: dict[str, Any], train_doc: dict[st
     from ray import tune
 
     from smartsched.rl.config import TrainConfig
-    from smartsched.rl.train import build_ppo_config, export_policy
+    from smartsched.rl.train import build_algo, export_policy
     from smartsched.tuning.pareto import relative
 
     torch.set_num_threads(1)  # trials share the machine's cores
@@ -82,7 +82,7 @@ def _trial(config: dict[str, Any], sweep_doc: dict[str, Any], train_doc: dict[st
     if sweep.init_policy:
         doc["init_policy"] = sweep.init_policy
     cfg = TrainConfig.model_validate(doc)
-    algo = build_ppo_config(cfg).build_algo()
+    algo = build_algo(cfg)
     try:
         for _ in range(sweep.reports):
             ret = float("nan")
