@@ -1,0 +1,104 @@
+"""Property-based probes of every endpoint, generated from the OpenAPI document (schemathesis).
+
+A second copy of the service runs beside the session's under its own route prefix and
+journal, so whatever the fuzzer books, registers or reloads cannot disturb the other
+tests. Each operation gets ``SMARTSCHED_FUZZ_EXAMPLES`` generated requests (valid and
+invalid bodies, paths, headers), sent with the operator token so they reach validation;
+the property is that none is answered with a server error. A second pass sends the same
+kind of requests without a token: every mutating one must be refused (401), whatever
+its body.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import requests
+
+schemathesis = pytest.importorskip("schemathesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis.errors import Unsatisfiable  # noqa: E402
+from schemathesis.checks import not_a_server_error  # noqa: E402
+
+from tests.serving.conftest import OPERATOR_TOKEN  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = int(os.environ.get("SMARTSCHED_FUZZ_EXAMPLES", "40"))
+PREFIX = "/fuzz"
+
+
+@pytest.fixture(scope="module")
+def fuzz_service(service: str, serve_args: dict, tmp_path_factory: pytest.TempPathFactory):
+    from ray import serve
+
+    from smartsched.serving.app import build_app
+
+    journal = tmp_path_factory.mktemp("fuzz-journal")
+    serve.run(build_app({**serve_args, "journal_dir": str(journal)}), name="fuzz",
+              route_prefix=PREFIX)
+    url = service + PREFIX
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+                break
+        except (requests.ConnectionError, requests.Timeout):
+            pass
+        time.sleep(0.5)
+    yield url
+    serve.delete("fuzz")
+
+
+@pytest.fixture(scope="module")
+def operations(fuzz_service: str) -> list:
+    schema = schemathesis.openapi.from_url(f"{fuzz_service}/openapi.json")
+    ops = [r.ok() for r in schema.get_all_operations()]
+    assert len(ops) >= 8  # every endpoint of the document, reads and writes
+    return ops
+
+
+# Hypothesis drives schemathesis's strategies directly (its pytest plugin needs pytest < 9).
+_budget = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+                   suppress_health_check=list(HealthCheck))
+_modes = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
+
+
+def _each(operations: list, check) -> None:
+    """Run ``check(case)`` over generated cases of every operation, both modes (an
+    operation with nothing to get wrong, e.g. GET /healthz, has no negative cases)."""
+    calls = 0
+    for op in operations:
+        for mode in _modes:
+            @_budget
+            @given(case=op.as_strategy(generation_mode=mode))
+            def run(case) -> None:
+                nonlocal calls
+                calls += 1
+                check(case)
+
+            try:
+                run()
+            except Unsatisfiable:
+                assert not mode.is_positive, op.label
+    assert calls >= 4 * len(operations), calls
+
+
+def test_no_request_is_a_server_error(operations: list, fuzz_service: str) -> None:
+    auth = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    _each(operations, lambda case: case.call_and_validate(
+        base_url=fuzz_service, headers=auth, checks=[not_a_server_error]))
+
+
+def test_no_mutation_without_a_token(operations: list, fuzz_service: str) -> None:
+    def check(case) -> None:
+        case.headers = {k: v for k, v in (case.headers or {}).items()
+                        if k.lower() != "authorization"}
+        response = case.call(base_url=fuzz_service)
+        assert response.status_code < 500, response.text[:300]
+        if case.method.upper() not in ("GET", "HEAD", "OPTIONS"):
+            assert response.status_code == 401, (case.method, case.path, response.status_code)
+
+    _each(operations, check)
