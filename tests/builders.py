@@ -28,3 +28,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, timeout_s: float = 60.0, alive: Any = None) -> bool:
+    """Whether ``url``/healthz answered 200 within ``timeout_s`` (polling; stops early when
+    ``alive()`` turns false, e.g. a server process that exited)."""
+    import time
+
+    import requests
+
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and (alive is None or alive()):
+        try:
+            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return True
+        except (requests.ConnectionError, requests.Timeout):
+            pass
+        time.sleep(0.5)
+    return False

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.builders import free_port
+from tests.builders import free_port, wait_healthy
 
 TOKEN = "test-token-0123456789abcdef"
 OPERATOR_TOKEN = "test-operator-0123456789abcdef"
@@ -31,7 +30,6 @@ def serve_args(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture(scope="session")
 def service(ray_session, serve_args: dict):
     """Base URL of the running service."""
-    import requests
     from ray import serve
 
     from smartsched.serving.app import build_app
@@ -40,13 +38,7 @@ def service(ray_session, serve_args: dict):
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(serve_args), name="placement", route_prefix="/")
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
-                break
-        except requests.ConnectionError:
-            time.sleep(0.5)
+    wait_healthy(url)
     yield url
     serve.delete("placement")
     serve.shutdown()

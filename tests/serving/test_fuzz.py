@@ -12,16 +12,15 @@ its body.
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
-import requests
 
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
+from tests.builders import wait_healthy  # noqa: E402
 from tests.serving.conftest import OPERATOR_TOKEN  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -40,14 +39,7 @@ def fuzz_service(service: str, serve_args: dict, tmp_path_factory: pytest.TempPa
     serve.run(build_app({**serve_args, "journal_dir": str(journal)}), name="fuzz",
               route_prefix=PREFIX)
     url = service + PREFIX
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
-                break
-        except (requests.ConnectionError, requests.Timeout):
-            pass
-        time.sleep(0.5)
+    assert wait_healthy(url)
     yield url
     serve.delete("fuzz")
 

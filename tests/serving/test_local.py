@@ -15,13 +15,12 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.builders import free_port
+from tests.builders import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -63,16 +62,8 @@ def local_service():
              "--port", str(port), "--state-dir", str(state)],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 180
     try:
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except (requests.ConnectionError, requests.Timeout):
-                pass
-            time.sleep(1)
-        else:
+        if not wait_healthy(url, 180, alive=lambda: proc.poll() is None):
             pytest.fail(f"smartsched serve did not start:\n{log.read_text()[-3000:]}")
         yield url, state, log
     finally:
