@@ -92,6 +92,9 @@ class RLScheduler:
         # One decision is a batch of one: a single thread is faster than a pool.
         torch.set_num_threads(1)
         self.torch = torch
+        from smartsched.rl.fast_scorer import FastScorer
+
+        self.scorer = FastScorer(self.module)
         self.filters = ProfileScheduler(load_profile(env.get("filters_profile", "k8s-default")),
                                         seed)
         self.weights = self._initial_weights(env, weights).vector()
@@ -180,8 +183,6 @@ class RLScheduler:
             self.fgd.prepare(pods)
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
-        from ray.rllib.core.columns import Columns
-
         if self._dynamic is not None:
             self._update_weights(state, request)
         ok, ctx = self.filters.feasible(state, request)
@@ -203,11 +204,8 @@ class RLScheduler:
                         "prometheus.features.features_from_prometheus)", self.dir,
                         self._telemetry_k)
         obs = self._observer.observe(ctx, ok, deferrable, now, state.queue_length, self.weights)
-        t = self.torch
-        batch = {Columns.OBS: {k: t.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
-        with t.no_grad():
-            logits = self.module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0]
-        a = int(t.argmax(logits))
+        # The module's forward pass with the rows of untouched nodes reused (rl.fast_scorer).
+        a = int(self.torch.argmax(self.scorer.logits(obs)))
         if a == state.num_nodes:
             return Decision(None, defer=True)
         devices = None

@@ -197,7 +197,8 @@ class SitePlacer:
         self.reservations[rid] = res
         self._made_now.add(rid)
         self._track(res)
-        self._log(self._reserve_event(res))
+        if self.journal is not None:
+            self._log(self._reserve_event(res))
         zone_names = self.state.zone_names
         return [SiteResult(b.pod.id, True, node=self.state.names[b.node],
                            zone=zone_names[int(self.state.zone_id[b.node])],

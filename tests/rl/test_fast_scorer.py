@@ -1,0 +1,90 @@
+"""The cached greedy scorer computes the module's own logits, decision after decision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from ray.rllib.core.columns import Columns
+
+from smartsched.model.pod import Pod, PodClass
+from smartsched.model.presets import load_cluster
+from smartsched.rl.policy import RLScheduler
+from smartsched.serving.site import SitePlacer, site_subspec
+
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "ppo_mixed_small"
+
+
+def _pods(n: int, seed: int) -> list[Pod]:
+    """A batch that cycles through a few shapes (as replicas do), GPU pods and apps included."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        kind = rng.integers(4)
+        if kind == 0:
+            out.append(Pod(id=f"g{i}", cpu_milli=4000, memory_mib=8192, num_gpu=1,
+                           gpu_milli=int(rng.choice([250, 500, 1000])),
+                           pod_class=PodClass.AI_INFER,
+                           tolerations=("nvidia.com/gpu=present:NoSchedule",)))
+        elif kind == 1:
+            out.append(Pod(id=f"w{i}", cpu_milli=500, memory_mib=1024, app="web",
+                           pod_class=PodClass.ONLINE))
+        else:
+            out.append(Pod(id=f"b{i}", cpu_milli=int(rng.choice([250, 1000, 2000])),
+                           memory_mib=512, pod_class=PodClass.BATCH))
+    return out
+
+
+def test_cached_logits_equal_the_module_forward_at_every_decision() -> None:
+    spec = load_cluster("medium")
+    site = SitePlacer(site_subspec(spec, ["region-a"]), f"rl:{SHIPPED}")
+    sched: RLScheduler = site.scheduler
+    seen = {"decisions": 0, "reused": 0}
+    fast = sched.scorer.logits
+
+    def checked(obs: dict) -> torch.Tensor:
+        rows_before = {k: r.nodes.copy() for k, r in sched.scorer._rows.items()}
+        got = fast(obs)
+        batch = {Columns.OBS: {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
+        with torch.no_grad():
+            want = sched.module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0]
+        ok = want > -1e30
+        assert torch.equal(got > -1e30, ok)
+        assert torch.allclose(got[ok], want[ok], rtol=1e-4, atol=1e-4)
+        assert int(torch.argmax(got)) == int(torch.argmax(want))
+        seen["decisions"] += 1
+        key = np.concatenate([obs["pod"], obs["weights"]]).astype(np.float32).tobytes()
+        if key in rows_before:
+            changed = (obs["nodes"] != rows_before[key]).any(axis=1).sum()
+            seen["reused"] += int(changed < len(obs["nodes"]))
+        return got
+
+    sched.scorer.logits = checked
+    results = site.place(_pods(120, 0), ttl_s=600)
+    results += site.place(_pods(60, 1), ttl_s=600)  # later: the state moved on
+    assert sum(r.placed for r in results) > 150
+    # The cache was used (rows kept between decisions), and it still matched every time.
+    assert seen["decisions"] >= 150 and seen["reused"] > seen["decisions"] / 2, seen
+
+
+def test_the_cache_notices_a_change_it_did_not_make() -> None:
+    """Rows are compared, not assumed: usage reported between decisions (as PUT /v1/nodes
+    does) changes the features and the logits follow."""
+    spec = load_cluster("medium")
+    site = SitePlacer(site_subspec(spec, ["region-a"]), f"rl:{SHIPPED}")
+    pod = [Pod(id=f"p{i}", cpu_milli=1000, memory_mib=1024) for i in range(3)]
+    site.place(pod[:1], ttl_s=600)
+    first = site.place(pod[1:2], ttl_s=600)[0].node
+    node = site.state.node_index(first)
+    cap = site.state.capacity[node]
+    site.state.usage[node] = (0.99 * cap[0], 0.99 * cap[1], 0.0)  # it is busy now
+    sched: RLScheduler = site.scheduler
+    req = site.state.compile(pod[2])
+    ok, ctx = sched.filters.feasible(site.state, req)
+    obs = sched._observer.observe(ctx, ok, False, site.state.now, 0, sched.weights)
+    batch = {Columns.OBS: {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
+    with torch.no_grad():
+        want = sched.module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0]
+    got = sched.scorer.logits(obs)
+    assert torch.allclose(got[ok.nonzero()], want[ok.nonzero()], rtol=1e-4, atol=1e-4)
