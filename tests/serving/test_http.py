@@ -467,3 +467,34 @@ def test_usage_reports_and_resends_leave_a_known_node_as_it_is(service: str,
     assert r.json()["sites"][0]["changed"] == 0  # the label change above was not applied
     assert requests.get(f"{service}/v1/clusters/region-a/summary",
                         timeout=10).json()["nodes"] == summary["nodes"]
+
+
+@pytest.mark.parametrize(("path", "raw", "status", "loc"), [
+    ("/v1/placements", '{"pod": ' + "[" * 100_000 + "]" * 100_000 + "}", 400, ["body"]),
+    ("/v1/placements", '{"pod": {"id": "x", "cpu_milli": ' + "9" * 5000 + "}}", 400, ["body"]),
+    ("/v1/placements", '{"pod": {"id": "a\\u0000b", "cpu_milli": 1}}', 422,
+     ["body", "pod", "id"]),
+    ("/v1/placements", '{"pod": {"id": "x", "cpu_milli": 1, "node_selector": '
+                       '{"\\ud800\\n": "v"}}}', 422,
+     ["body", "pod", "node_selector", "<key>", "[key]"]),
+    ("/v1/placements", '{"pod": {"id": "x", "cpu_milli": 1, "priority": 2147483648}}', 422,
+     ["body", "pod", "priority"]),
+    ("/v1/placements:batch", '{"pods": [{"id": "a", "cpu_milli": 1, "gang_id": "G", '
+                             '"gang_size": 2}, {"id": "b", "cpu_milli": 1, "gang_id": "G", '
+                             '"gang_size": 3}]}', 422, ["pods", "gang_size"]),
+    ("/v1/nodes", '{"nodes": [{"name": "n\\u0000", "site": "mec-0", "cpu_milli": 1000, '
+                  '"memory_mib": 1000}]}', 422, ["body", "nodes", 0, "name"]),
+    ("/v1/admin/sites/mec-0/profile", '{"profile": "rl:a\\u0000b"}', 422,
+     ["body", "profile"]),
+])
+def test_hostile_bodies_are_4xx_naming_the_field(service: str, operator: dict, path: str,
+                                                 raw: str, status: int, loc: list) -> None:
+    """What an attacker sends next: nesting and numbers the JSON parser gives up on, control
+    characters and lone surrogates in names and in dict keys, an int32 overflow, a gang whose
+    members disagree. A 4xx naming the field, the input never echoed."""
+    method = "PUT" if path.startswith(("/v1/nodes", "/v1/admin")) else "POST"
+    r = requests.request(method, service + path, data=raw.encode("utf-8", "surrogatepass"),
+                         timeout=30, headers={**operator, "Content-Type": "application/json"})
+    assert r.status_code == status, r.text[:300]
+    assert r.json()["detail"][0]["loc"] == loc, r.text[:300]
+    assert "\\ud800" not in r.text and "9999999999" not in r.text

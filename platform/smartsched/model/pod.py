@@ -143,7 +143,7 @@ class Pod:
         for name in self.gpu_models:
             if name not in GPU_MODEL_IDS:
                 raise ValidationError("gpu_models", f"unknown GPU model {name!r}")
-        check_int("priority", self.priority, -(2**31), 2**31)
+        check_int("priority", self.priority, -(2**31), 2**31 - 1)
         _check_float("arrival", self.arrival, 0.0)
         if self.duration is not None:
             _check_float("duration", self.duration, 0.0)

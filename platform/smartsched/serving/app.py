@@ -24,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPBearer
 from ray import serve
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from smartsched.model.errors import SmartSchedError, UnknownReferenceError, ValidationError
 from smartsched.serving.config import (
@@ -136,6 +137,15 @@ def _printable(x: Any) -> str:
     return str(x)[:200].encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _loc_part(x: Any) -> str | int:
+    """A location step as it can be answered: a field name or index, not an input's text
+    (pydantic puts a dict's own key into the location; that key is the client's input)."""
+    if isinstance(x, int) or (isinstance(x, str) and x.isascii() and x.isprintable()
+                              and len(x) <= 64):
+        return x
+    return "<key>"
+
+
 def _error(status: int, field: str, msg: str) -> JSONResponse:
     return JSONResponse({"detail": [{"loc": [_printable(x) for x in field.split(".")],
                                      "msg": _printable(msg)}]}, status_code=status)
@@ -189,11 +199,21 @@ def make_fastapi() -> FastAPI:
                               "region and MEC edge schedulers.")
     app.add_middleware(BodyLimit)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        # FastAPI answers a body json cannot parse (malformed, nested too deeply, a number
+        # of thousands of digits, bytes that are not UTF-8) with a bare 400: name the field.
+        if e.status_code == 400 and e.detail == "There was an error parsing the body":
+            return _error(400, "body", "not parseable as JSON (malformed, not UTF-8, nested "
+                                       "too deeply or a number too long)")
+        return JSONResponse({"detail": e.detail}, status_code=e.status_code,
+                            headers=getattr(e, "headers", None))
+
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_: Request, e: RequestValidationError) -> JSONResponse:
         # FastAPI's own answer echoes the input, and fails (500) on what JSON cannot carry
         # back (NaN, lone surrogates): name the field and the rule, never the value.
-        detail = [{"loc": [_printable(x) for x in err.get("loc", ())][:16],
+        detail = [{"loc": [_loc_part(x) for x in err.get("loc", ())][:16],
                    "msg": _printable(err.get("msg", "invalid"))[:300],
                    "type": _printable(err.get("type", ""))[:64]}
                   for err in e.errors()[:32]]
@@ -495,6 +515,10 @@ class Ingress:
             if p.gang_id:
                 gangs.setdefault(p.gang_id, []).append(p)
         for gid, members in gangs.items():
+            sizes = {m.gang_size for m in members}
+            if len(sizes) > 1:
+                raise ValidationError("pods.gang_size", f"gang {gid!r}: its members disagree "
+                                      f"on gang_size ({sorted(sizes)})")
             if len(members) != members[0].gang_size:
                 raise ValidationError("pods.gang_size", f"gang {gid!r} sends {len(members)} "
                                       f"members, gang_size says {members[0].gang_size}")

@@ -150,9 +150,12 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
     if models_dir is None:
         raise ValidationError("profile", "only packaged profile names can be loaded live: "
                               "this service has no models_dir configured")
-    root = Path(models_dir).resolve()
-    path = Path(rest)
-    target = (path if path.is_absolute() else root / path).resolve()
+    try:
+        root = Path(models_dir).resolve()
+        path = Path(rest)
+        target = (path if path.is_absolute() else root / path).resolve()
+    except (OSError, ValueError):  # e.g. an embedded NUL, a symlink loop
+        raise ValidationError("profile", "not a usable path") from None
     if not target.is_relative_to(root):
         raise ValidationError("profile", "must be a packaged profile name or a path inside "
                               "the service's models_dir")

@@ -8,9 +8,10 @@ gets a 422 naming the field. Bounds here are the model's bounds.
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.resources import (
@@ -23,29 +24,42 @@ from smartsched.model.resources import (
 Tier = Literal["cloud", "region", "edge"]
 MAX_BATCH = 1000
 
+# Control characters (NUL, newlines, escapes) and lone surrogates have no place in a name,
+# label or path, and break what they reach (file paths, logs, JSON answers, Kubernetes).
+_NOT_TEXT = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+def _text(v: str) -> str:
+    if _NOT_TEXT.search(v):
+        raise ValueError("must not contain control characters or lone surrogates")
+    return v
+
+
+Text = Annotated[str, AfterValidator(_text)]
+
 
 class PodSpec(BaseModel):
     """One pod, in the model's units (millicores, MiB, GPU milli of 1000 per device)."""
 
-    id: str = Field(min_length=1, max_length=253)
+    id: Text = Field(min_length=1, max_length=253)
     cpu_milli: int = Field(0, ge=0, le=MAX_NODE_CPU_MILLI)
     memory_mib: int = Field(0, ge=0, le=MAX_NODE_MEMORY_MIB)
     num_gpu: int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
     gpu_milli: int = Field(0, ge=0, le=MILLI_PER_DEVICE)
     num_fpga: int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
     pod_class: PodClass = Field(PodClass.BATCH, alias="class")
-    tenant: str = Field("default", min_length=1, max_length=253)
-    priority: int = Field(0, ge=-(2**31), le=2**31)
-    gpu_models: list[str] = Field(default_factory=list, max_length=32)
-    node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
-    tolerations: list[str] = Field(default_factory=list, max_length=64)
-    allowed_regions: list[str] = Field(default_factory=list, max_length=64)
-    origin_site: str | None = None
+    tenant: Text = Field("default", min_length=1, max_length=253)
+    priority: int = Field(0, ge=-(2**31), le=2**31 - 1)
+    gpu_models: list[Text] = Field(default_factory=list, max_length=32)
+    node_selector: dict[Text, Text] = Field(default_factory=dict, max_length=64)
+    tolerations: list[Text] = Field(default_factory=list, max_length=64)
+    allowed_regions: list[Text] = Field(default_factory=list, max_length=64)
+    origin_site: Text | None = None
     latency_slo_ms: float | None = Field(None, gt=0, le=1e6)
     duration_s: float | None = Field(None, gt=0, le=1e9)
-    gang_id: str | None = Field(None, min_length=1, max_length=253)
+    gang_id: Text | None = Field(None, min_length=1, max_length=253)
     gang_size: int = Field(1, ge=1, le=10_000)
-    app: str | None = Field(None, min_length=1, max_length=253)
+    app: Text | None = Field(None, min_length=1, max_length=253)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -66,7 +80,7 @@ class PodSpec(BaseModel):
 
 class PlacementRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    request_id: str | None = Field(None, min_length=1, max_length=128,
+    request_id: Text | None = Field(None, min_length=1, max_length=128,
                                    description="Idempotency key: a retry returns the same answer")
     pod: PodSpec
     ttl_s: float = Field(60.0, gt=0, le=86_400, description="Reservation lifetime")
@@ -74,7 +88,7 @@ class PlacementRequest(BaseModel):
 
 class BatchPlacementRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    request_id: str | None = Field(None, min_length=1, max_length=128)
+    request_id: Text | None = Field(None, min_length=1, max_length=128)
     pods: list[PodSpec] = Field(min_length=1, max_length=MAX_BATCH)
     ttl_s: float = Field(60.0, gt=0, le=86_400)
 
@@ -136,19 +150,19 @@ class NodeUpdate(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=253)
-    site: str = Field(min_length=1, max_length=253)
-    zone: str | None = Field(None, min_length=1, max_length=253)
-    rack: str | None = Field(None, min_length=1, max_length=253)
+    name: Text = Field(min_length=1, max_length=253)
+    site: Text = Field(min_length=1, max_length=253)
+    zone: Text | None = Field(None, min_length=1, max_length=253)
+    rack: Text | None = Field(None, min_length=1, max_length=253)
     cpu_milli: int | None = Field(None, ge=1, le=MAX_NODE_CPU_MILLI)
     memory_mib: int | None = Field(None, ge=1, le=MAX_NODE_MEMORY_MIB)
     num_gpu: int | None = Field(None, ge=0, le=MAX_DEVICES_PER_NODE)
-    gpu_model: str | None = Field(None, max_length=64)
+    gpu_model: Text | None = Field(None, max_length=64)
     num_fpga: int | None = Field(None, ge=0, le=MAX_DEVICES_PER_NODE)
-    fpga_model: str | None = Field(None, max_length=64)
+    fpga_model: Text | None = Field(None, max_length=64)
     sockets: int | None = Field(None, ge=1, le=16)
-    labels: dict[str, str] | None = Field(None, max_length=128)
-    taints: list[str] | None = Field(None, max_length=64)
+    labels: dict[Text, Text] | None = Field(None, max_length=128)
+    taints: list[Text] | None = Field(None, max_length=64)
     unschedulable: bool | None = None
     idle_watts: float | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)
     max_watts: float | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)
@@ -185,5 +199,5 @@ class RegionSummary(SiteSummary):
 
 class ProfileUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    profile: str = Field(min_length=1, max_length=1024,
+    profile: Text = Field(min_length=1, max_length=1024,
                          description="A profile name, a profile YAML path or rl:<policy path>")
