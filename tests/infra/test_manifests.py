@@ -122,7 +122,8 @@ def test_kuberay_manifests() -> None:
     mounts = {m["mountPath"] for m in
               svc["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
               ["containers"][0]["volumeMounts"]}
-    assert Path(app["args"]["auth"]["token_file"]).parent.as_posix() in mounts
+    for key in ("token_file", "operator_token_file"):  # both credentials come from the Secret
+        assert Path(app["args"]["auth"][key]).parent.as_posix() in mounts
 
 
 def _check(obj: dict, typ: str, fields: dict, where: str) -> None:
