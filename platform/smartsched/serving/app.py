@@ -193,11 +193,68 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+class Measure:
+    """ASGI middleware: each request's latency by method, route and status, into the
+    running ingress's metrics (plain ASGI: Starlette's BaseHTTPMiddleware costs a task and
+    a stream wrapper per request)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        t0 = time.perf_counter()
+        status = 500
+
+        async def sending(msg: dict) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            from smartsched.serving.replica import current
+
+            ing = current()
+            if ing is not None:  # the router sets scope["route"] on the shared scope
+                path = getattr(scope.get("route"), "path", "unmatched")
+                ing.metrics.request(scope["method"], path, status, time.perf_counter() - t0)
+
+
+class AuthFirst:
+    """ASGI middleware: every mutating call is authorized before its body is read or
+    parsed -- a client without the token costs a header check, not a parse of a 4 MB
+    batch. (The routes check again; this only answers earlier.)"""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            path, root = scope.get("path", ""), scope.get("root_path", "")
+            role = required_role(scope["method"],
+                                 path[len(root):] if path.startswith(root) else path)
+            if role is not None:
+                from smartsched.serving.replica import current
+
+                ing = current()
+                if ing is not None and (
+                        denied := ing.authorize(Request(scope), role)) is not None:
+                    return await denied(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
 def make_fastapi() -> FastAPI:
     app = FastAPI(title=API_TITLE, version="1",
                   description="Where should this workload run? Placement through cloud, "
                               "region and MEC edge schedulers.")
+    # Outermost last: auth, then measuring, then the body limit, then the routes.
     app.add_middleware(BodyLimit)
+    app.add_middleware(Measure)
+    app.add_middleware(AuthFirst)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -251,37 +308,6 @@ def _ingress() -> Any:
     if ing is None:
         raise SmartSchedError("the service is starting")
     return ing
-
-
-@app_api.middleware("http")
-async def _measure(request: Request, call_next: Any) -> Any:
-    t0 = time.perf_counter()
-    response = await call_next(request)
-    from smartsched.serving.replica import current
-
-    ing = current()
-    if ing is not None:
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        ing.metrics.request(request.method, path, response.status_code,
-                            time.perf_counter() - t0)
-    return response
-
-
-@app_api.middleware("http")
-async def _auth_first(request: Request, call_next: Any) -> Any:
-    """Every mutating call is authorized before its body is read or parsed: a client
-    without the token costs a header check, not a parse of a 4 MB batch. (The routes
-    check again; this only answers earlier.)"""
-    path, root = request.scope.get("path", ""), request.scope.get("root_path", "")
-    role = required_role(request.method, path[len(root):] if path.startswith(root) else path)
-    if role is not None:
-        from smartsched.serving.replica import current
-
-        ing = current()
-        if ing is not None and (denied := ing.authorize(request, role)) is not None:
-            return denied
-    return await call_next(request)
 
 
 @app_api.get("/healthz")
