@@ -39,6 +39,46 @@ def _gpu_pod(pid: str, gpus: int, arrival: float, duration: float, **kw: Any) ->
                duration=duration, pod_class=PodClass.AI_TRAIN, **kw)
 
 
+def _earliest_room_by_loop(state: ClusterState, req: Any, nodes: np.ndarray) -> np.ndarray:
+    """The first version, a loop per node and per bound pod: the reference the vectorized
+    earliest_room must agree with."""
+    from smartsched.model.resources import MILLI_PER_DEVICE
+    from smartsched.scheduling.plugins.gangs import member_gpus
+
+    b, now = state.bound, state.now
+    need, gpus = ClusterState.charged(req), member_gpus(req)
+    out = np.full(nodes.size, np.inf)
+    live = np.flatnonzero(b.used & np.isin(b.node, nodes))
+    own = b.gang_index(req.pod.gang_id)
+    mine = live[b.gang[live] == own] if own is not None else live[:0]
+    live = np.setdiff1d(live, mine)
+    back, _, back_dev = b.room(mine)
+    rows_by_node: dict[int, list[int]] = {}
+    for r, n in zip(live.tolist(), b.node[live].tolist(), strict=True):
+        rows_by_node.setdefault(n, []).append(r)
+    for k, n in enumerate(nodes.tolist()):
+        free = state.free_res[n] + back[n]
+        dev = state.gpu_free[n].astype(np.int64) + back_dev[n]
+        exists = state.gpu_exists[n]
+
+        def ok(free: np.ndarray = free, dev: np.ndarray = dev,
+               exists: np.ndarray = exists) -> bool:
+            whole = int(((dev == MILLI_PER_DEVICE) & exists).sum())
+            return bool((free >= need).all()) and whole >= gpus
+
+        if ok():
+            out[k] = now
+            continue
+        for r in sorted(rows_by_node.get(n, []), key=lambda r: b.until[r]):
+            if not np.isfinite(b.until[r]):
+                break
+            free, dev = free + b.charged[r], dev + b.devices[r]
+            if ok(free, dev):
+                out[k] = max(float(b.until[r]), now)
+                break
+    return out
+
+
 def test_earliest_room_reads_when_bound_pods_leave() -> None:
     st_ = ClusterState(cluster(node("a", cpu=32000, gpus=8), node("b", cpu=32000, gpus=8),
                                node("c", cpu=32000, gpus=8)))
@@ -163,6 +203,9 @@ def test_reservations_preemption_migrations_and_failures_keep_the_books(jobs, se
     e.descheduler = s  # what build_run attaches for a profile with a pass
     st_ = e.state
     while (req := e.next_decision()) is not None:
+        everywhere = np.arange(st_.num_nodes)
+        assert np.array_equal(earliest_room(st_, req.request, everywhere),
+                              _earliest_room_by_loop(st_, req.request, everywhere))
         d = s.decide(st_, req.request)
         e.apply(d)
         for v in d.victims:

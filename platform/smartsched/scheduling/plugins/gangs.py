@@ -65,13 +65,17 @@ def member_gpus(req: PodRequest) -> int:
 
 def earliest_room(state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np.ndarray:
     """[len(nodes)] when each node could host ``req`` (now if it fits now; inf if never,
-    as far as the pods bound there are expected to leave)."""
+    as far as the pods bound there are expected to leave).
+
+    Vectorized over nodes and bound pods: the pods of each node, soonest end first, are
+    released cumulatively (a cumulative sum per node), and a node's time is the end of
+    the first pod after which ``req`` fits. A pod that never says when it ends (inf) and
+    every one after it never release room."""
     b = state.bound
     now = state.now
     need = ClusterState.charged(req)
     gpus = member_gpus(req)
     out = np.full(nodes.size, np.inf)
-    rows_by_node: dict[int, list[int]] = {}
     live = np.flatnonzero(b.used & np.isin(b.node, nodes))
     # Members of this gang placed tentatively before one was rejected are rolled back
     # with it: their room counts as free now.
@@ -79,27 +83,40 @@ def earliest_room(state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np
     mine = live[b.gang[live] == own] if own is not None else live[:0]
     live = np.setdiff1d(live, mine)
     back, _, back_dev = b.room(mine)
-    for r, n in zip(live.tolist(), b.node[live].tolist(), strict=True):
-        rows_by_node.setdefault(n, []).append(r)
-    for k, n in enumerate(nodes.tolist()):
-        free = state.free_res[n] + back[n]
-        dev = state.gpu_free[n].astype(np.int64) + back_dev[n]
-        exists = state.gpu_exists[n]
-        ok = (free >= need).all() and int(((dev == MILLI_PER_DEVICE) & exists).sum()) >= gpus
-        if ok:
-            out[k] = now
-            continue
-        rows = rows_by_node.get(n, [])
-        rows.sort(key=lambda r: b.until[r])
-        for r in rows:
-            t = float(b.until[r])
-            if not np.isfinite(t):
-                break
-            free = free + b.charged[r]
-            dev = dev + b.devices[r]
-            if (free >= need).all() and int(((dev == MILLI_PER_DEVICE) & exists).sum()) >= gpus:
-                out[k] = max(t, now)
-                break
+    free = state.free_res[nodes] + back[nodes]  # [K, R]
+    dev = state.gpu_free[nodes].astype(np.int64) + back_dev[nodes]  # [K, D]
+    exists = state.gpu_exists[nodes]  # [K, D]
+
+    def fits(free_: np.ndarray, dev_: np.ndarray, exists_: np.ndarray) -> np.ndarray:
+        whole = ((dev_ == MILLI_PER_DEVICE) & exists_).sum(axis=-1)
+        return (free_ >= need).all(axis=-1) & (whole >= gpus)
+
+    now_ok = fits(free, dev, exists)
+    out[now_ok] = now
+    # Pods that will leave, on nodes that do not fit now: by node, then by end.
+    live = live[np.isfinite(b.until[live])]
+    index = np.full(state.num_nodes, -1, dtype=np.int64)
+    index[nodes] = np.arange(nodes.size)
+    pos = index[b.node[live]]  # each pod's place in ``nodes``
+    keep = ~now_ok[pos]
+    live, pos = live[keep], pos[keep]
+    if live.size == 0:
+        return out
+    order = np.lexsort((b.until[live], pos))
+    live, pos = live[order], pos[order]
+    starts = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])
+    seg = np.repeat(starts, np.diff(np.r_[starts, pos.size]))
+
+    def seg_cumsum(x: np.ndarray) -> np.ndarray:
+        c = np.cumsum(x, axis=0)
+        before = np.where(seg[:, None] > 0, c[np.maximum(seg - 1, 0)], 0)
+        return c - before
+
+    ok = fits(free[pos] + seg_cumsum(b.charged[live]),
+              dev[pos] + seg_cumsum(b.devices[live].astype(np.int64)), exists[pos])
+    hit = np.flatnonzero(ok)
+    first_nodes, first = np.unique(pos[hit], return_index=True)
+    out[first_nodes] = np.maximum(b.until[live[hit[first]]], now)
     return out
 
 
