@@ -273,3 +273,44 @@ def test_init_policy_starts_from_the_export_without_pickle(ray_session, tmp_path
     wrong = cfg.model_copy(update={"model": {**cfg.model, "hidden": 16}})
     with pytest.raises(ValidationError, match="init_policy"):
         build_algo(wrong)
+
+
+TINY_TRAIN = """
+env: {cluster: small, workload: mixed, hours: 1, warmup_hours: 0, max_decisions: 40,
+      reward_weights: balanced, weight_sampling: none}
+env_runners: {num_env_runners: 1, num_envs_per_env_runner: 1}
+training: {train_batch_size_per_learner: 64, minibatch_size: 32, num_epochs: 1}
+model: {hidden: 16, heuristic_prior: true}
+iterations: 1
+checkpoint_every: 1
+output_dir: OUT
+"""
+
+
+@pytest.mark.slow
+def test_train_on_its_own_ray_runs_locked_down(tmp_path: Path) -> None:
+    """`smartsched train` with no cluster address starts its own Ray with token auth (a
+    token of its own, 0600, never ~/.ray) and Ray's files in a 0700 directory; an env
+    runner on another process still trains (it inherits the token)."""
+    import os
+    import stat
+    import subprocess
+    import sys
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="tt-", dir="/tmp"))  # short: Ray's socket paths
+    try:
+        cfg = tmp_path / "tiny.yaml"
+        cfg.write_text(TINY_TRAIN.replace("OUT", str(out)))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        r = subprocess.run([sys.executable, "-m", "smartsched.cli", "train", "--config",
+                            str(cfg)], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert (out / "policy" / "module_spec.json").exists()
+        assert stat.S_IMODE((out / "ray_token").stat().st_mode) == 0o600
+        assert stat.S_IMODE((out / "smartsched-ray").stat().st_mode) == 0o700
+        assert (out / "ray_token").read_text().strip() not in r.stdout + r.stderr
+    finally:
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)

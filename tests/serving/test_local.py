@@ -51,7 +51,7 @@ def local_service():
 
     # Short enough for Ray's socket paths under <state>/ray (a deeper one gets a temp dir).
     root = Path(tempfile.mkdtemp(prefix="ss-", dir="/tmp"))
-    state = root / "state"
+    state = root / "s"
     port = free_port()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RAY_", "SMARTSCHED_API", "SMARTSCHED_OPERATOR"))}
@@ -115,7 +115,9 @@ def test_reload_from_any_directory_with_the_operator_token(local_service, tmp_pa
 
 def test_the_embedded_ray_listens_on_loopback_and_wants_its_token(local_service) -> None:
     _, state, _ = local_service
-    port_file = next((state / "ray" / "session_latest").glob("gcs_server_port_*"))
+    ray_dir = state / "smartsched-ray"
+    assert stat.S_IMODE(ray_dir.stat().st_mode) == 0o700  # Ray's own 0777 dir is inside
+    port_file = next((ray_dir / "r" / "session_latest").glob("gcs_server_port_*"))
     gcs = int(port_file.read_text().strip())
     assert _connects("127.0.0.1", gcs)
     outward = _outward_ip()

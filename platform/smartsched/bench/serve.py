@@ -109,7 +109,7 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
     write_cluster(regional(nodes_per_region), cluster_file)
     (state / "token").write_text(TOKEN)
     if not ray.is_initialized():
-        from smartsched.serving.local import start_embedded_ray
+        from smartsched.ray_local import start_embedded_ray
 
         start_embedded_ray(state)  # as `smartsched serve` runs it: loopback, token auth
     port = _free_port()

@@ -58,12 +58,13 @@ def _init_ray(out: Path, num_cpus: int | None) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
-        # An embedded single-machine Ray needs no token; without this Ray writes one
-        # under ~/.ray. (A cluster reached through RAY_ADDRESS keeps its own setting.)
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        tmp = Path(os.environ.get("SMARTSCHED_RAY_TMP", "/tmp/smartsched_ray"))
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                 _temp_dir=str(tmp), log_to_driver=False)
+        # Embedded: loopback only, Ray's token auth with a token of this run's own
+        # (never ~/.ray); a cluster reached through RAY_ADDRESS keeps its own setting.
+        from smartsched.ray_local import start_embedded_ray
+
+        tmp = os.environ.get("SMARTSCHED_RAY_TMP")
+        start_embedded_ray(out, Path(tmp) if tmp else None,
+                           num_cpus=num_cpus or os.cpu_count())
 
 
 def build_ppo_config(cfg: TrainConfig) -> Any:

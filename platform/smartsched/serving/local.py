@@ -9,18 +9,17 @@ state directory, private to this instance (created 0700), holding
   their paths are printed, never their values;
 - ``journal/`` -- reservations and registered nodes survive a restart (unless
   the config names its own ``journal_dir``; a lock keeps two instances apart);
-- ``ray/`` and ``ray_token`` -- the embedded Ray's files and its own token.
+- ``smartsched-ray/`` and ``ray_token`` -- the embedded Ray's files and its own token.
 
-The embedded Ray is bound to loopback with Ray's token authentication on (see
-``start_embedded_ray``): without it any local process could connect to the GCS
-and run code in the service's replicas, whatever the HTTP token. An operator
-who points ``--ray-address`` at their own cluster keeps its settings.
+The embedded Ray is bound to loopback with Ray's token authentication on
+(``smartsched.ray_local``): without it any local process could connect to the
+GCS and run code in the service's replicas, whatever the HTTP token. An
+operator who points ``--ray-address`` at their own cluster keeps its settings.
 """
 
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,12 +27,9 @@ from typing import Any
 
 from smartsched.model.configfile import read_yaml
 from smartsched.model.errors import ValidationError
+from smartsched.ray_local import private_dir, secret_file, start_embedded_ray
 
 DEFAULT_CONFIG = Path("serve_apps/placement.yaml")
-LOOPBACK = "127.0.0.1"
-# Ray puts Unix sockets under <temp dir>/session_<date>_<time>_<us>_<pid>/sockets/plasma_store
-# (about 64 characters after the temp dir) and AF_UNIX paths end at 107 bytes.
-MAX_RAY_TEMP_DIR_CHARS = 40
 
 
 def service_args(config: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -48,55 +44,6 @@ def service_args(config: str | Path | None, overrides: dict[str, Any]) -> dict[s
         args = dict(apps[0].get("args") or {})
     args.update({k: v for k, v in overrides.items() if v is not None})
     return args
-
-
-def private_dir(path: Path) -> Path:
-    """``path`` created 0700 if new (an existing directory is left as the operator made it)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
-
-
-def secret_file(path: Path, nbytes: int = 24) -> Path:
-    """``path`` holding a fresh random token, created 0600 and never overwritten."""
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(nbytes) + "\n")
-    return path
-
-
-def start_embedded_ray(state: Path, num_cpus: int | None = None) -> None:
-    """A local Ray whose servers listen on loopback only, with token authentication.
-
-    Ray replaces a loopback node address by the machine's outward address on purpose
-    (so that other nodes can join); a single-machine service wants the opposite, so
-    that substitution is skipped for this start. Ray's own token (``ray_token`` in the
-    state directory, 0600) is required by every Ray server, including the gRPC port
-    each Serve replica opens on all interfaces (Ray 2.60 hard-codes that bind).
-    """
-    import ray
-    import ray._private.services as ray_services
-    from ray._private.authentication import authentication_token_setup as ray_auth
-
-    os.environ["RAY_AUTH_TOKEN_PATH"] = str(secret_file(state / "ray_token"))
-    os.environ.pop("RAY_AUTH_TOKEN", None)
-    ray_auth._enable_token_auth()  # sets RAY_AUTH_MODE=token for this process and children
-    from ray._raylet import AuthenticationTokenLoader
-
-    AuthenticationTokenLoader.instance().reset_cache()
-    resolve = ray_services.resolve_ip_for_localhost
-    ray_services.resolve_ip_for_localhost = (
-        lambda host: host if host == LOOPBACK else resolve(host))
-    temp = state / "ray"
-    if len(str(temp)) > MAX_RAY_TEMP_DIR_CHARS:  # too deep for Ray's socket paths
-        import tempfile
-
-        temp = Path(tempfile.mkdtemp(prefix="smartsched-ray-"))  # 0700 as well
-    try:
-        ray.init(include_dashboard=False, _temp_dir=str(private_dir(temp)),
-                 _node_ip_address=LOOPBACK, num_cpus=num_cpus, log_to_driver=False)
-    finally:
-        ray_services.resolve_ip_for_localhost = resolve
 
 
 def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, port: int,
