@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1] / "platform" / "smartsched"
 # Lowest first. A package may import its own layer's packages (without cycles) and
 # every layer below it, never one above.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"paths", "model"}),
+    # ray_local: how SmartSched starts Ray itself (imports nothing of SmartSched).
+    frozenset({"paths", "model", "ray_local"}),
     # Sources of pods, and the load forecaster: a model the twin runs with (the run
     # builder attaches it), importing only model.
     frozenset({"workloads", "forecast"}),

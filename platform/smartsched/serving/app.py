@@ -117,8 +117,8 @@ class SiteDeployment:
     async def free(self) -> dict[str, float]:
         return self.tier.free()
 
-    async def set_profile(self, profile: str) -> str:
-        return self.tier.set_profile(profile)
+    async def set_profile(self, profile: str, label: str | None = None) -> str:
+        return self.tier.set_profile(profile, label)
 
     async def apply_node_updates(self, updates: list, usage: dict,
                                  dry_run: bool = False) -> dict[str, Any]:
@@ -416,8 +416,11 @@ async def set_profile(site: str, body: ProfileUpdate, request: Request,
         return denied
     if site not in ing.sites:
         raise UnknownReferenceError("site", f"unknown site {site!r}")
-    profile = resolve_reload_profile(body.profile, ing.cfg.models_dir)
-    return {"site": site, "profile": await ing.sites[site].set_profile.remote(profile)}
+    # Loaded from the resolved path; shown (answers, metrics, summaries) as the operator
+    # named it, so the server's directory layout is not published.
+    path = resolve_reload_profile(body.profile, ing.cfg.models_dir)
+    return {"site": site,
+            "profile": await ing.sites[site].set_profile.remote(path, body.profile)}
 
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=2000)

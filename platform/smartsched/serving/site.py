@@ -120,12 +120,14 @@ class SitePlacer:
             self._recover(journal)
 
     # ------------------------------------------------------------ profile
-    def set_profile(self, profile: str, seed: int = 0) -> None:
-        """Swap the scheduling profile; state and reservations are untouched."""
+    def set_profile(self, profile: str, seed: int = 0, label: str | None = None) -> None:
+        """Swap the scheduling profile; state and reservations are untouched. ``label`` is
+        the name answers and metrics show (default: ``profile``), e.g. a policy's path as
+        the operator gave it rather than where the server keeps it."""
         sched = make_scheduler(profile, seed)  # fails before anything changes
         if self._recent and isinstance(sched, WorkloadAware):
             sched.prepare(list(self._recent))
-        self.scheduler, self.profile = sched, profile
+        self.scheduler, self.profile = sched, label or profile
 
     def _maybe_prepare(self, pods: Sequence[Pod]) -> None:
         """Give heuristics that need the workload (FGD's target) the recently seen pods."""

@@ -195,9 +195,9 @@ class SiteTier:
     def free(self) -> dict[str, float]:
         return self.placer.free_fraction()
 
-    def set_profile(self, profile: str) -> str:
-        self.placer.set_profile(profile)
-        return profile
+    def set_profile(self, profile: str, label: str | None = None) -> str:
+        self.placer.set_profile(profile, label=label)
+        return self.placer.profile
 
 
 class CloudTier:
