@@ -38,7 +38,9 @@ def _pods(n: int, seed: int) -> list[Pod]:
 
 def test_cached_logits_equal_the_module_forward_at_every_decision() -> None:
     spec = load_cluster("medium")
-    site = SitePlacer(site_subspec(spec, ["region-a"]), f"rl:{SHIPPED}")
+    # A stopped clock: the pod features (hour of day) stay the same across requests, so
+    # cached rows are reused across them too -- across a node update included.
+    site = SitePlacer(site_subspec(spec, ["region-a"]), f"rl:{SHIPPED}", clock=lambda: 1000.0)
     sched: RLScheduler = site.scheduler
     seen = {"decisions": 0, "reused": 0}
     fast = sched.scorer.logits
@@ -63,6 +65,11 @@ def test_cached_logits_equal_the_module_forward_at_every_decision() -> None:
     sched.scorer.logits = checked
     results = site.place(_pods(120, 0), ttl_s=600)
     results += site.place(_pods(60, 1), ttl_s=600)  # later: the state moved on
+    # A node moved to another rack: the topology embedding of its old and new rack-mates
+    # changes too, though their own feature rows do not.
+    moved = site.spec.nodes[0]
+    site.apply_node_updates([(0, moved.name, {"rack": moved.rack + "-moved"})])
+    results += site.place(_pods(30, 2), ttl_s=600)
     assert sum(r.placed for r in results) > 150
     # The cache was used (rows kept between decisions), and it still matched every time.
     assert seen["decisions"] >= 150 and seen["reused"] > seen["decisions"] / 2, seen

@@ -73,19 +73,21 @@ class FastScorer:
         self.b1_node = l1.bias.detach()
         self.layer2 = module.node_mlp[2]  # Linear(h, h), then ReLU
         self.heur = list(HEURISTIC_COLS)
-        self._topo: tuple[bytes, torch.Tensor | None] | None = None
+        self.static_cols = list(STATIC_COLS)
+        self._topo: tuple[np.ndarray, torch.Tensor] | None = None
         self._rows: OrderedDict[bytes, _Rows] = OrderedDict()
 
     def _topology(self, nodes: np.ndarray) -> torch.Tensor | None:
         """[N, h] first-layer term of the cluster's topology embedding, cached per cluster
-        (static columns)."""
+        (static columns). A new topology drops every cached row: a node's embedding
+        depends on its neighbours' (rack, zone), whose own feature rows may not change."""
         if self.m.topology is None:
             return None
-        static = np.ascontiguousarray(nodes[:, list(STATIC_COLS)])
-        key = static.tobytes()
-        if self._topo is None or self._topo[0] != key:
+        static = nodes[:, self.static_cols]
+        if self._topo is None or not np.array_equal(self._topo[0], static):
             topo = self.m._topology(torch.from_numpy(nodes))
-            self._topo = (key, topo @ self.w1_topo.T)
+            self._topo = (static, topo @ self.w1_topo.T)
+            self._rows.clear()
         return self._topo[1]
 
     @torch.inference_mode()
