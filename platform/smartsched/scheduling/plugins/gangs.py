@@ -109,8 +109,7 @@ def earliest_room(state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np
 
     def seg_cumsum(x: np.ndarray) -> np.ndarray:
         c = np.cumsum(x, axis=0)
-        before = np.where(seg[:, None] > 0, c[np.maximum(seg - 1, 0)], 0)
-        return c - before
+        return c - (c[seg] - x[seg])  # minus the running total before the node's first pod
 
     ok = fits(free[pos] + seg_cumsum(b.charged[live]),
               dev[pos] + seg_cumsum(b.devices[live].astype(np.int64)), exists[pos])
