@@ -45,9 +45,10 @@ def test_cached_logits_equal_the_module_forward_at_every_decision() -> None:
     seen = {"decisions": 0, "reused": 0}
     fast = sched.scorer.logits
 
-    def checked(obs: dict) -> torch.Tensor:
+    def checked(obs: dict) -> np.ndarray:
         rows_before = {k: r.nodes.copy() for k, r in sched.scorer._rows.items()}
-        got = fast(obs)
+        got_np = fast(obs)
+        got = torch.from_numpy(got_np)
         batch = {Columns.OBS: {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
         with torch.no_grad():
             want = sched.module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0]
@@ -60,7 +61,7 @@ def test_cached_logits_equal_the_module_forward_at_every_decision() -> None:
         if key in rows_before:
             changed = (obs["nodes"] != rows_before[key]).any(axis=1).sum()
             seen["reused"] += int(changed < len(obs["nodes"]))
-        return got
+        return got_np
 
     sched.scorer.logits = checked
     results = site.place(_pods(120, 0), ttl_s=600)
@@ -93,5 +94,5 @@ def test_the_cache_notices_a_change_it_did_not_make() -> None:
     batch = {Columns.OBS: {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
     with torch.no_grad():
         want = sched.module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0]
-    got = sched.scorer.logits(obs)
+    got = torch.from_numpy(sched.scorer.logits(obs))
     assert torch.allclose(got[ok.nonzero()], want[ok.nonzero()], rtol=1e-4, atol=1e-4)

@@ -387,3 +387,32 @@ def test_a_dry_run_checks_the_rebooking_and_changes_nothing(medium: Hierarchy) -
     assert ok["changed"] == 1
     assert np.array_equal(site.state.capacity, before) and site.spec is spec_before
     assert next(n for n in site.spec.nodes if n.name == r.node).labels.get("pool") != "x"
+
+
+def test_journal_codec_round_trips_every_pod_field() -> None:
+    """A recovered reservation holds the pod it was made for: every field, nested tuples
+    included (image layers came back as lists before)."""
+    import json
+
+    from smartsched.model.pod import UsageKind, UsageProfile
+    from smartsched.serving.journal import pod_from_dict, pod_to_dict
+    from smartsched.serving.tiers import request_fingerprint
+
+    pod = Pod("p", 1500, 2048, num_gpu=1, gpu_milli=500, pod_class=PodClass.AI_INFER,
+              tenant="t", priority=7, gpu_models=("A100",), node_selector=(("k", "v"),),
+              tolerations=("gpu",), allowed_regions=("region-a",), origin_site="mec-0",
+              latency_slo_ms=20.0, arrival=3.0, duration=60.0, deadline=900.0,
+              gang_id="g", gang_size=2, app="web", traffic_mbps=5.0,
+              usage=UsageProfile(kind=UsageKind.DIURNAL, mean=0.5),
+              checkpoint_interval_s=30.0, image="img:1",
+              image_layers=(("sha256:" + "a" * 64, 300),))
+    back = pod_from_dict(json.loads(json.dumps(pod_to_dict(pod))))
+    assert back == pod
+    # The idempotency fingerprint sees every field the client gives, not the arrival stamp.
+    import dataclasses
+
+    assert request_fingerprint([pod], 30) == request_fingerprint(
+        [dataclasses.replace(pod, arrival=99.0)], 30)
+    assert request_fingerprint([pod], 30) != request_fingerprint(
+        [dataclasses.replace(pod, image_layers=(("sha256:" + "b" * 64, 300),))], 30)
+    assert request_fingerprint([pod], 30) != request_fingerprint([pod], 31)

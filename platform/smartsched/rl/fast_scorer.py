@@ -18,11 +18,19 @@ feasible nodes, which changes with the mask), the score layer's context part,
 the deferral head and the mask -- is computed every time, and is cheap: O(N h).
 
 The arithmetic is the module's, split at its first score layer (``W [e; c] =
-W_e e + W_c c``); logits agree with ``forward_inference`` to float32 rounding
-(``tests/rl/test_fast_scorer.py``). A batch of pods of a few shapes then costs
-one full forward per shape plus O(N h) per pod, instead of a full forward per
-pod ("score pods in batches": the rows a decision leaves untouched are scored
-once for the whole batch).
+W_e e + W_c c``), in numpy (at one decision's sizes torch's per-operation overhead
+was most of the cost). Cached rows are computed in float64 and stored in float32:
+a row's value must not depend on how many rows were recomputed with it, or
+identical nodes differ in the last bit and argmax breaks their tie unlike the
+module (BLAS rounds a one-row product differently from a many-row one; float64
+keeps those differences far below float32's last bit). Logits agree with
+``forward_inference`` to float32 rounding and pick the same node
+(``tests/rl/test_fast_scorer.py``). The weights are copied when the scorer is
+built: a policy that changes gets a new scheduler, and with it a new scorer.
+
+A batch of pods of a few shapes then costs one full forward per shape plus O(N h)
+per pod, instead of a full forward per pod ("score pods in batches": the rows a
+decision leaves untouched are scored once for the whole batch).
 """
 
 from __future__ import annotations
@@ -43,11 +51,34 @@ KEEP_SHAPES = 8  # pod-feature vectors whose rows are kept (a batch cycles throu
 @dataclass
 class _Rows:
     nodes: np.ndarray  # [N, F] the observation these rows were computed from
-    emb: torch.Tensor  # [N, h]
-    a: torch.Tensor  # [N, h]
-    prior: torch.Tensor | None  # [N]
-    pod_term: torch.Tensor  # [h] first layer's pod-and-weights part, plus its bias
-    gate: torch.Tensor | None  # [K] the heuristic prior's coefficients for this pod
+    emb: np.ndarray  # [N, h] float32
+    a: np.ndarray  # [N, h] float32
+    prior: np.ndarray | None  # [N] float32
+    pod_term: np.ndarray  # [h] float64: first layer's pod-and-weights part, plus its bias
+    gate: np.ndarray | None  # [K] float64: the heuristic prior's coefficients for this pod
+
+
+def _f64(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy().astype(np.float64)
+
+
+def _layers(seq: torch.nn.Module) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    """A stack of Linear and ReLU modules as [(W, b) | None for ReLU], in order."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = []
+    for mod in seq.modules():
+        if isinstance(mod, torch.nn.Linear):
+            out.append((_f64(mod.weight), _f64(mod.bias)))
+        elif isinstance(mod, torch.nn.ReLU):
+            out.append(None)
+        elif not isinstance(mod, torch.nn.Sequential):
+            raise TypeError(f"fast scorer: unexpected layer {type(mod).__name__}")
+    return out
+
+
+def _run(layers: list[tuple[np.ndarray, np.ndarray] | None], x: np.ndarray) -> np.ndarray:
+    for layer in layers:
+        x = np.maximum(x, 0.0) if layer is None else x @ layer[0].T + layer[1]
+    return x
 
 
 class FastScorer:
@@ -57,27 +88,34 @@ class FastScorer:
         self.m = module
         h = module.node_mlp[-2].out_features
         first = module.score_mlp[0][0]  # Linear(2h, h): [e, c] -> h
-        self.w_e = first.weight[:, :h].detach()
-        self.w_c = first.weight[:, h:].detach()
-        self.b1 = first.bias.detach()
-        self.last = module.score_mlp[1]  # Linear(h, 1)
+        w = first.weight.detach().numpy()
+        self.w_e_t = w[:, :h].T.astype(np.float64)  # emb @ w_e_t
+        self.w_c = w[:, h:].astype(np.float32)
+        self.b1 = first.bias.detach().numpy().astype(np.float32)
+        last = module.score_mlp[1]  # Linear(h, 1)
+        self.w_last = last.weight.detach().numpy()[0].astype(np.float32)
+        self.b_last = np.float32(last.bias.detach().numpy()[0])
         # node_mlp's first layer split by input part: [node | pod, weights | topology].
         l1 = module.node_mlp[0]
         self.f_node = module.observation_space["nodes"].shape[-1]
         self.f_podw = (module.observation_space["pod"].shape[0]
                        + module.observation_space["weights"].shape[0])
-        w1 = l1.weight.detach()
-        self.w1_node = w1[:, : self.f_node]
+        w1 = _f64(l1.weight)
+        self.w1_node_t = np.ascontiguousarray(w1[:, : self.f_node].T)
         self.w1_podw = w1[:, self.f_node : self.f_node + self.f_podw]
-        self.w1_topo = w1[:, self.f_node + self.f_podw :]
-        self.b1_node = l1.bias.detach()
-        self.layer2 = module.node_mlp[2]  # Linear(h, h), then ReLU
+        self.w1_topo_t = w1[:, self.f_node + self.f_podw :].T
+        self.b1_node = _f64(l1.bias)
+        l2 = module.node_mlp[2]  # Linear(h, h), then ReLU
+        self.w2_t = np.ascontiguousarray(_f64(l2.weight).T)
+        self.b2 = _f64(l2.bias)
+        self.gate = _layers(module.gate) if module.gate is not None else None
+        self.defer = _layers(module.defer_head)
         self.heur = list(HEURISTIC_COLS)
         self.static_cols = list(STATIC_COLS)
-        self._topo: tuple[np.ndarray, torch.Tensor] | None = None
+        self._topo: tuple[np.ndarray, np.ndarray] | None = None
         self._rows: OrderedDict[bytes, _Rows] = OrderedDict()
 
-    def _topology(self, nodes: np.ndarray) -> torch.Tensor | None:
+    def _topology(self, nodes: np.ndarray) -> np.ndarray | None:
         """[N, h] first-layer term of the cluster's topology embedding, cached per cluster
         (static columns). A new topology drops every cached row: a node's embedding
         depends on its neighbours' (rack, zone), whose own feature rows may not change."""
@@ -85,28 +123,29 @@ class FastScorer:
             return None
         static = nodes[:, self.static_cols]
         if self._topo is None or not np.array_equal(self._topo[0], static):
-            topo = self.m._topology(torch.from_numpy(nodes))
-            self._topo = (static, topo @ self.w1_topo.T)
+            with torch.inference_mode():
+                topo = self.m._topology(torch.from_numpy(nodes)).numpy().astype(np.float64)
+            self._topo = (static, topo @ self.w1_topo_t)
             self._rows.clear()
         return self._topo[1]
 
-    @torch.inference_mode()
-    def logits(self, obs: dict[str, np.ndarray]) -> torch.Tensor:
+    def logits(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """[N + 1] masked logits (nodes, then defer), as ``forward_inference`` gives them."""
         nodes = obs["nodes"]
-        podw = torch.from_numpy(np.concatenate([obs["pod"], obs["weights"]]).astype(
-            np.float32, copy=False))
-        key = podw.numpy().tobytes()
+        podw32 = np.concatenate([obs["pod"], obs["weights"]]).astype(np.float32, copy=False)
+        key = podw32.tobytes()
+        podw = podw32.astype(np.float64)
         topo = self._topology(nodes)
         rows = self._rows.get(key)
         if rows is None or rows.nodes.shape != nodes.shape:
-            todo = np.arange(nodes.shape[0])
-            n, h = nodes.shape[0], self.w_e.shape[0]
-            gated = self.m.gate is not None
-            rows = _Rows(nodes.copy(), torch.zeros(n, h), torch.zeros(n, h),
-                         torch.zeros(n) if gated else None,
+            todo = None
+            n, h = nodes.shape[0], self.w_c.shape[0]
+            gated = self.gate is not None
+            rows = _Rows(nodes.copy(), np.zeros((n, h), np.float32),
+                         np.zeros((n, h), np.float32),
+                         np.zeros(n, np.float32) if gated else None,
                          self.w1_podw @ podw + self.b1_node,
-                         self.m.gate(podw) if gated else None)
+                         _run(self.gate, podw) if self.gate is not None else None)
         else:
             todo = np.flatnonzero((nodes != rows.nodes).any(axis=1))
             rows.nodes[todo] = nodes[todo]
@@ -114,28 +153,41 @@ class FastScorer:
         self._rows.move_to_end(key)
         while len(self._rows) > KEEP_SHAPES:
             self._rows.popitem(last=False)
-        if todo.size:
-            self._update(rows, todo, nodes, podw, topo)
-        mask = torch.from_numpy(obs["action_mask"])
-        feasible = mask[: nodes.shape[0]]
-        ctx = (rows.emb * feasible.unsqueeze(-1)).sum(0) / feasible.sum().clamp(min=1.0)
-        hidden = torch.relu(rows.a + (self.w_c @ ctx + self.b1))
-        node_logits = self.last(hidden).squeeze(-1)
+        if todo is None or todo.size:
+            self._update(rows, todo, nodes, topo)
+        mask = obs["action_mask"]
+        n = nodes.shape[0]
+        feasible = mask[:n]
+        ctx = (feasible @ rows.emb) / np.float32(max(float(feasible.sum()), 1.0))
+        hidden = rows.a + (self.w_c @ ctx + self.b1)
+        np.maximum(hidden, 0.0, out=hidden)
+        out = np.empty(n + 1, np.float32)
+        # einsum's own loop: the same arithmetic for every row wherever it sits (a BLAS
+        # matrix-vector product may round rows at a block's edge differently).
+        np.einsum("nh,h->n", hidden, self.w_last, out=out[:n])
+        out[:n] += self.b_last
         if rows.prior is not None:
-            node_logits = node_logits + rows.prior
-        glob = torch.cat([podw, ctx])
-        logits = torch.cat([node_logits, self.m.defer_head(glob)])
-        return logits + torch.clamp(torch.log(mask), min=FLOAT_MIN)
+            out[:n] += rows.prior
+        out[n:] = _run(self.defer, np.concatenate([podw, ctx.astype(np.float64)]))
+        with np.errstate(divide="ignore"):
+            out += np.maximum(np.log(mask), FLOAT_MIN)
+        return out
 
-    def _update(self, rows: _Rows, todo: np.ndarray, nodes: np.ndarray, podw: torch.Tensor,
-                topo: torch.Tensor | None) -> None:
-        idx = torch.from_numpy(todo)
-        x = torch.from_numpy(nodes[todo])
-        pre = x @ self.w1_node.T + rows.pod_term
+    def _update(self, rows: _Rows, todo: np.ndarray | None, nodes: np.ndarray,
+                topo: np.ndarray | None) -> None:
+        """Recompute the cached terms of rows ``todo`` (None: every row), in float64."""
+        x = (nodes if todo is None else nodes[todo]).astype(np.float64)
+        pre = x @ self.w1_node_t
+        pre += rows.pod_term
         if topo is not None:
-            pre += topo[idx]
-        emb = torch.relu(self.layer2(torch.relu(pre)))
-        rows.emb[idx] = emb
-        rows.a[idx] = emb @ self.w_e.T
+            pre += topo if todo is None else topo[todo]
+        np.maximum(pre, 0.0, out=pre)
+        emb = pre @ self.w2_t
+        emb += self.b2
+        np.maximum(emb, 0.0, out=emb)
+        sel = slice(None) if todo is None else todo
+        rows.emb[sel] = emb
+        rows.a[sel] = emb @ self.w_e_t
         if rows.prior is not None:
-            rows.prior[idx] = x[:, self.heur] @ rows.gate
+            assert rows.gate is not None
+            rows.prior[sel] = x[:, self.heur] @ rows.gate

@@ -205,7 +205,7 @@ class RLScheduler:
                         self._telemetry_k)
         obs = self._observer.observe(ctx, ok, deferrable, now, state.queue_length, self.weights)
         # The module's forward pass with the rows of untouched nodes reused (rl.fast_scorer).
-        a = int(self.torch.argmax(self.scorer.logits(obs)))
+        a = int(np.argmax(self.scorer.logits(obs)))
         if a == state.num_nodes:
             return Decision(None, defer=True)
         devices = None

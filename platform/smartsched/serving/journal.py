@@ -21,12 +21,15 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from smartsched.model.errors import SmartSchedError
 from smartsched.model.pod import Pod, UsageProfile
+
+_POD_FIELDS = tuple(f.name for f in fields(Pod))
+_USAGE_FIELDS = tuple(f.name for f in fields(UsageProfile))
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -61,8 +64,12 @@ def _lock(path: Path, wait_s: float) -> int:
 
 
 def pod_to_dict(pod: Pod) -> dict[str, Any]:
-    d = asdict(pod)
+    """Every field of ``pod`` as JSON-ready values. Field by field rather than
+    ``dataclasses.asdict``, whose deep copy cost more than the placement itself in a
+    large batch (the fields are scalars and tuples of scalars: nothing to copy)."""
+    d = {k: getattr(pod, k) for k in _POD_FIELDS}
     d["pod_class"] = str(pod.pod_class)
+    d["usage"] = {k: getattr(pod.usage, k) for k in _USAGE_FIELDS}
     d["usage"]["kind"] = str(pod.usage.kind)
     return d
 
@@ -72,7 +79,8 @@ def pod_from_dict(d: dict[str, Any]) -> Pod:
     d["usage"] = UsageProfile(**d["usage"])
     for k in ("gpu_models", "tolerations", "allowed_regions"):
         d[k] = tuple(d[k])
-    d["node_selector"] = tuple(tuple(x) for x in d["node_selector"])
+    for k in ("node_selector", "image_layers"):
+        d[k] = tuple(tuple(x) for x in d.get(k, ()))
     return Pod(**d)
 
 

@@ -224,7 +224,7 @@ class CloudTier:
         first answer again, the same ``request_id`` with another body is refused
         (``IdempotencyConflict``: the key binds the request's content, as in the IETF
         Idempotency-Key draft)."""
-        body = request_fingerprint(pods, ttl_s)
+        body = request_fingerprint(pods, ttl_s) if request_id is not None else ""
         if request_id is not None and request_id in self.answers:
             self.answers.move_to_end(request_id)
             first, answer = self.answers[request_id]
@@ -237,7 +237,9 @@ class CloudTier:
         for p in pods:
             groups.setdefault(p.gang_id or f"\0{p.id}", []).append(p)
         free = await self.free_of()
-        plans = [self._plan(members, free) for members in groups.values()]
+        now = self.clock() - self.t0
+        ranked: dict[tuple[Any, ...], list[tuple[str, str]]] = {}  # one ranking per kind
+        plans = [self._plan(members, free, now, ranked) for members in groups.values()]
         # Rounds: every group still unplaced goes to its next target; groups with the
         # same target share one call (a batch costs one hop per site, not per pod).
         for rnd in itertools.count():
@@ -262,10 +264,12 @@ class CloudTier:
                 self.answers.popitem(last=False)
         return results
 
-    def _plan(self, members: list[Pod], free: dict[str, dict[str, float]]) -> _Plan:
+    def _plan(self, members: list[Pod], free: dict[str, dict[str, float]], now: float,
+              ranked_by_key: dict[tuple[Any, ...], list[tuple[str, str]]]) -> _Plan:
         """Where to try a group, in order: its edge site first (latency-bound pods from an
         edge site), then the ranked regions (the edge's parent is skipped: the edge site
-        escalates to it itself)."""
+        escalates to it itself). Pods that rank alike (the same fields enter the ranking)
+        share one ranking per request: a batch of like pods ranks once."""
         lead = members[0]
         seq: list[tuple[str, str, str]] = []
         skip = None
@@ -275,7 +279,11 @@ class CloudTier:
                 and (not lead.allowed_regions or origin in lead.allowed_regions)):
             seq.append(("edge", origin, ""))
             skip = self.h.region_of(origin)
-        ranked = self.h.rank_regions(lead, free, self.clock() - self.t0, self.weights)
+        key = (lead.allowed_regions, lead.origin_site, lead.latency_slo_ms, lead.num_gpu > 0,
+               lead.cpu_milli > 0, lead.cpu_milli, lead.gpu_total_milli)
+        ranked = ranked_by_key.get(key)
+        if ranked is None:
+            ranked = ranked_by_key[key] = self.h.rank_regions(lead, free, now, self.weights)
         seq += [("region", r, why) for r, why in ranked if r != skip]
         final = "no allowed region can place it"
         if not ranked:
