@@ -119,14 +119,18 @@ def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
 @click.option("--iterations", type=int, default=None, help="Override the config's iterations.")
 @click.option("--resume", is_flag=True, help="Continue from the latest checkpoint.")
 @click.option("--output-dir", default=None, help="Override the config's output_dir.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=None,
+              help="Override the config's seed (training seeds: run several, report spread).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def train(config_path: str, iterations: int | None, resume: bool, output_dir: str | None,
-          json_path: str | None) -> None:
+          seed: int | None, json_path: str | None) -> None:
     """Train the PPO placement policy on the twin (locally or under `ray job submit`)."""
     from smartsched.rl.config import load_train_config
     from smartsched.rl.train import train as run_train
 
     cfg = load_train_config(config_path)
+    if seed is not None:
+        cfg = cfg.model_copy(update={"seed": seed})
     if iterations is not None and iterations < 1:
         raise click.BadParameter("--iterations must be >= 1")
     summary = run_train(cfg, iterations=iterations, resume=resume, output_dir=output_dir,
@@ -524,6 +528,35 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
     scheds = [s for s in schedulers.split(",") if s] if schedulers else list(DEFAULT_SCHEDULERS)
     res = run_quality_bench(list(zip(ws, cs, strict=True)), scheds, _seeds(seeds), hours,
                             warmup_hours, workers, echo=click.echo)
+    _write_json(json_path, res)
+
+
+@bench.command("heldout")
+@click.option("--schedulers", default="bestfit,fgd,load-aware,composite,"
+              "rl:models/ppo_mixed_small", show_default=True,
+              help="Compared with --baseline (always run) on the same seeds.")
+@click.option("--seeds", default="30000-30004", show_default=True,
+              help="Held out: training uses seeds from 0, the sweep 20000+.")
+@click.option("--cluster", default="medium", show_default=True)
+@click.option("--workload", default="mixed", show_default=True)
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=24.0,
+              show_default=True)
+@click.option("--warmup-hours", type=click.FloatRange(min=0), default=6.0, show_default=True)
+@click.option("--baseline", default="k8s-default", show_default=True)
+@click.option("--composite", default="composite", show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_heldout(schedulers: str, seeds: str, cluster: str, workload: str, hours: float,
+                  warmup_hours: float, baseline: str, composite: str, workers: int | None,
+                  json_path: str | None) -> None:
+    """Held-out evaluation: medians with bootstrap intervals, paired changes vs the baseline
+    and the composite, issue 17's targets checked."""
+    from smartsched.bench.heldout import run_heldout
+
+    scheds = [s for s in schedulers.split(",") if s]
+    res = run_heldout(scheds, _seeds(seeds), cluster=cluster, workload=workload, hours=hours,
+                      warmup_hours=warmup_hours, baseline=baseline, composite=composite,
+                      workers=workers, echo=click.echo)
     _write_json(json_path, res)
 
 

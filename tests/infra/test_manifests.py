@@ -110,7 +110,10 @@ def test_kuberay_manifests() -> None:
     spec = job["spec"]
     assert spec["entrypoint"].startswith("smartsched train --config ")
     config = spec["entrypoint"].split("--config ")[1].split()[0]
-    load_train_config(ROOT / config)  # the config it names exists and is valid
+    cfg = load_train_config(ROOT / config)  # the config it names exists and is valid
+    # The head only schedules: the env runners (several) sample on the workers.
+    assert spec["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    assert cfg.env_runners.num_env_runners >= 2 and "--seed " in spec["entrypoint"]
     head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"]
     assert head and spec["rayClusterSpec"]["workerGroupSpecs"][0]["groupName"]
     (svc,) = _docs(INFRA / "kuberay" / "rayservice-placement.yaml")

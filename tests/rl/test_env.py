@@ -240,6 +240,29 @@ def test_padding_masks_extra_nodes() -> None:
     assert not obs["action_mask"][16:40].any()
 
 
+def test_clusters_drawn_per_episode_share_one_padded_space() -> None:
+    """Training across cluster sizes: each episode draws one cluster of the list; the
+    observation space is the largest one's, and the smaller ones' extra rows are masked."""
+    env = SchedulingEnv({"cluster": ["small", "medium"], "hours": 1, "max_decisions": 5})
+    big = len(env.clusters[1].nodes)
+    assert env.observation_space["nodes"].shape[0] == big
+    seen = set()
+    for k in range(8):
+        obs, _ = env.reset(seed=k)
+        n = env.engine.state.num_nodes
+        seen.add(n)
+        assert obs["nodes"].shape[0] == big and env.observation_space.contains(obs)
+        assert not obs["action_mask"][n:big].any()
+        a = int(np.flatnonzero(obs["action_mask"][:n])[0])
+        obs, *_ = env.step(a)
+        assert env.observation_space.contains(obs)
+    assert seen == {16, big}  # both drawn (seeded)
+    for bad in ([], ["small", 3], 5):
+        with pytest.raises(ValidationError) as e:
+            SchedulingEnv({"cluster": bad})
+        assert e.value.field == "env.cluster"
+
+
 def test_scenario_weights_sampling_and_dynamic_rules() -> None:
     from smartsched.objectives.scenarios import load_scenarios
 

@@ -105,3 +105,23 @@ def test_packaged_sweep_is_valid() -> None:
     assert len(s.objectives) >= 3 and s.searcher == "optuna"
     w = s.weights_of({"utilization": 1.1, "qos": 0.7, "energy": 0.3})
     assert w["utilization"] == 1.1 and w["cost"] == 0.2 and set(w) == set(COMPONENTS)
+
+
+def test_the_medium_sweep_is_valid_and_trials_reserve_their_env_runners() -> None:
+    """A trial with remote env runners reserves them with its own CPU as one placement
+    group (Tune starts them inside it); without runners it asks only its own CPUs."""
+    from ray import tune
+
+    from smartsched.rl.config import load_train_config
+    from smartsched.tuning.runner import trial_resources
+
+    root = Path(__file__).resolve().parents[2]
+    s = load_sweep(root / "tune_sweeps" / "reward_weights_medium.yaml")
+    assert s.evaluation.cluster == "medium" and len(s.evaluation.seeds) >= 3
+    assert {"online_contended_pct", "edge_slo_violations"} <= set(s.objectives)
+    train = load_train_config(root / s.train_config).model_dump()
+    pg = trial_resources(s.trial_cpus, train)
+    assert isinstance(pg, tune.PlacementGroupFactory)
+    runners = train["env_runners"]["num_env_runners"]
+    assert pg.bundles == [{"CPU": s.trial_cpus}] + [{"CPU": 1.0}] * runners
+    assert trial_resources(1.0, {"env_runners": {"num_env_runners": 0}}) == {"cpu": 1.0}

@@ -63,21 +63,31 @@ def env_and_model_split(policy: str | None, steps: int = 1000) -> dict[str, Any]
             "twin_share": t_env / total, "model_share": t_model / total}
 
 
-def rllib_sampling(num_env_runners: int = 2, rounds: int = 3) -> dict[str, Any]:
+def rllib_sampling(num_env_runners: int = 2, rounds: int = 3,
+                   num_envs_per_env_runner: int = 1) -> dict[str, Any]:
     """Env steps/s sampled by remote env runners (random initial policy, no learning)."""
     from smartsched.rl.config import TrainConfig
     from smartsched.rl.train import _init_ray, build_ppo_config
 
     cfg = TrainConfig.model_validate({
         "env": {"cluster": "small", "hours": 6, "max_decisions": 400},
-        "env_runners": {"num_env_runners": num_env_runners, "num_envs_per_env_runner": 1},
+        "env_runners": {"num_env_runners": num_env_runners,
+                        "num_envs_per_env_runner": num_envs_per_env_runner},
         "training": {"train_batch_size_per_learner": 400, "minibatch_size": 100},
     })
     import tempfile
 
+    import ray
+
     with tempfile.TemporaryDirectory() as tmp:
+        started = not ray.is_initialized()
         _init_ray(Path(tmp), None)
-        algo = build_ppo_config(cfg).build_algo()
+        try:
+            algo = build_ppo_config(cfg).build_algo()
+        except BaseException:
+            if started:
+                ray.shutdown()
+            raise
         try:
             group = algo.env_runner_group
             group.foreach_env_runner(lambda r: r.sample(num_timesteps=200),
@@ -92,7 +102,10 @@ def rllib_sampling(num_env_runners: int = 2, rounds: int = 3) -> dict[str, Any]:
             wall = time.perf_counter() - t0
         finally:
             algo.stop()
-    return {"env_runners": num_env_runners, "steps": steps, "steps_per_second": steps / wall}
+            if started:  # Ray's files live in tmp: never leave a Ray whose dir is gone
+                ray.shutdown()
+    return {"env_runners": num_env_runners, "envs_per_runner": num_envs_per_env_runner,
+            "steps": steps, "steps_per_second": steps / wall}
 
 
 def inference_latency(policy: str | None, nodes: int, decisions: int = 400) -> dict[str, Any]:
@@ -129,17 +142,20 @@ class _UntrainedScheduler:
 
 
 def run_rl_bench(policy: str | None, echo: Callable[[str], Any] = print,
-                 skip_sampling: bool = False) -> dict[str, Any]:
+                 skip_sampling: bool = False,
+                 envs_per_runner: tuple[int, ...] = (1, 8)) -> dict[str, Any]:
     res: dict[str, Any] = {"policy": policy or "untrained module (same architecture)"}
     split = env_and_model_split(policy)
     res["in_process"] = split
     echo(f"in-process env+policy: {split['steps_per_second']:.0f} steps/s; time in the twin "
          f"{100 * split['twin_share']:.0f} %, in the model {100 * split['model_share']:.0f} %")
     if not skip_sampling:
-        samp = rllib_sampling()
-        res["rllib_sampling"] = samp
-        echo(f"RLlib sampling with {samp['env_runners']} env runners: "
-             f"{samp['steps_per_second']:.0f} env steps/s")
+        res["rllib_sampling"] = []
+        for envs in envs_per_runner:  # 1: one twin per runner; more: batched forward passes
+            samp = rllib_sampling(num_envs_per_env_runner=envs)
+            res["rllib_sampling"].append(samp)
+            echo(f"RLlib sampling with {samp['env_runners']} env runners x {envs} env(s): "
+                 f"{samp['steps_per_second']:.0f} env steps/s")
     for n in (1500, 5000):
         lat = inference_latency(policy, n)
         res[f"inference_{n}"] = lat

@@ -39,6 +39,8 @@ class CarbonSeries:
 
     def at(self, t: float | np.ndarray) -> np.ndarray | float:
         """Intensity at simulation time(s) ``t`` (seconds), wrapping around the series."""
+        if isinstance(t, (float, int)) and math.isfinite(t):  # per event: no array trip
+            return float(self.values[int(t // self.step_s) % self.values.size])
         idx = (np.asarray(t, dtype=np.float64) // self.step_s).astype(np.int64) % self.values.size
         out = self.values[idx]
         return float(out) if np.ndim(out) == 0 else out

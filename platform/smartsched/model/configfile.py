@@ -13,6 +13,8 @@ validate the document, turning the first pydantic error into a
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -53,7 +55,16 @@ def read_yaml_text(text: str, field: str, source: str | None = None, *,
 
 
 def read_resource(package: str, name: str, field: str) -> Any:
-    """The parsed YAML file ``name`` packaged in ``package`` (``importlib.resources``)."""
+    """The parsed YAML file ``name`` packaged in ``package`` (``importlib.resources``).
+
+    Parsed once per process and handed out as a deep copy (callers may change what they
+    get): an env builds a workload from the packaged profile at every episode reset, and
+    parsing it again cost more than the episode's first hundred steps."""
+    return copy.deepcopy(_parsed_resource(package, name, field))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed_resource(package: str, name: str, field: str) -> Any:
     text = resources.files(package).joinpath(name).read_text()
     return read_yaml_text(text, field, source=f"{package}:{name}")
 

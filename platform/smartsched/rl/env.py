@@ -37,7 +37,8 @@ class EnvConfig:
     """Settings of one SchedulingEnv.
 
     Attributes:
-        cluster: preset name or cluster file.
+        cluster: preset name or cluster file, or a list of them: each episode then draws
+            one (training across cluster sizes; observations are padded to the largest).
         workload: workload spec (``mixed``, ``openb:<variant>``, a file).
         mode: "replay" or "fill".
         hours: simulated hours per episode (replay).
@@ -65,7 +66,7 @@ class EnvConfig:
             k components become k more node-feature columns (carried by the export too).
     """
 
-    cluster: str = "small"
+    cluster: str | list[str] = "small"
     workload: str = "mixed"
     mode: str = "replay"
     hours: float = 6.0
@@ -106,8 +107,16 @@ class SchedulingEnv(gym.Env):
 
         self.cfg = config if isinstance(config, EnvConfig) else EnvConfig.from_dict(
             dict(config or {}))
-        self.spec_cluster = load_cluster(self.cfg.cluster)
-        n = len(self.spec_cluster.nodes)
+        names = [self.cfg.cluster] if isinstance(self.cfg.cluster, str) else self.cfg.cluster
+        if not isinstance(names, list) or not names or not all(
+                isinstance(x, str) for x in names):
+            from smartsched.model.errors import ValidationError
+
+            raise ValidationError("env.cluster", "must be a cluster name or file, or a "
+                                  "non-empty list of them")
+        self.clusters = [load_cluster(x) for x in names]
+        self.spec_cluster = self.clusters[0]
+        n = max(len(c.nodes) for c in self.clusters)
         self.max_nodes = self.cfg.max_nodes or n
         if self.max_nodes < n:
             raise ValueError(f"max_nodes {self.max_nodes} < cluster nodes {n}")
@@ -154,6 +163,8 @@ class SchedulingEnv(gym.Env):
             names = sorted(self.scenarios)
             self.base_weights = self.scenarios[names[int(self.np_random.integers(len(names)))]]
         self.weights = self.base_weights
+        if len(self.clusters) > 1:  # one cluster per episode, drawn like the weights
+            self.spec_cluster = self.clusters[int(self.np_random.integers(len(self.clusters)))]
         # The filters profile gives the action mask and binder, and places warm-up pods.
         self.filters = ProfileScheduler(load_profile(cfg.filters_profile), ep_seed)
         self.run = build_run(self.spec_cluster, cfg.workload, self.filters, mode=cfg.mode,

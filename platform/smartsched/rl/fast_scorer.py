@@ -18,15 +18,17 @@ feasible nodes, which changes with the mask), the score layer's context part,
 the deferral head and the mask -- is computed every time, and is cheap: O(N h).
 
 The arithmetic is the module's, split at its first score layer (``W [e; c] =
-W_e e + W_c c``), in numpy (at one decision's sizes torch's per-operation overhead
-was most of the cost). Cached rows are computed in float64 and stored in float32:
-a row's value must not depend on how many rows were recomputed with it, or
-identical nodes differ in the last bit and argmax breaks their tie unlike the
-module (BLAS rounds a one-row product differently from a many-row one; float64
-keeps those differences far below float32's last bit). Logits agree with
-``forward_inference`` to float32 rounding and pick the same node
-(``tests/rl/test_fast_scorer.py``). The weights are copied when the scorer is
-built: a policy that changes gets a new scheduler, and with it a new scorer.
+W_e e + W_c c``). Cached rows are computed with torch in float32 as the module's
+forward computes them, never on fewer than ``MIN_ROWS`` rows (zero rows pad a
+smaller update): a row's value must not depend on how many rows were recomputed
+with it, or identical nodes differ in the last bit and argmax breaks their tie
+unlike the module (a one-to-four-row product takes another kernel; numpy's BLAS
+rounds rows by their position in any product). The per-decision rest -- context,
+score layer, deferral head, mask -- runs in numpy, where torch's per-operation
+overhead was most of the cost. Logits agree with ``forward_inference`` to float32
+rounding and pick the same node (``tests/rl/test_fast_scorer.py``). The weights
+are copied when the scorer is built: a policy that changes gets a new scheduler,
+and with it a new scorer.
 
 A batch of pods of a few shapes then costs one full forward per shape plus O(N h)
 per pod, instead of a full forward per pod ("score pods in batches": the rows a
@@ -35,6 +37,7 @@ decision leaves untouched are scored once for the whole batch).
 
 from __future__ import annotations
 
+import copy
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +49,7 @@ from ray.rllib.utils.torch_utils import FLOAT_MIN
 from smartsched.rl.observation import HEURISTIC_COLS, STATIC_COLS
 
 KEEP_SHAPES = 8  # pod-feature vectors whose rows are kept (a batch cycles through a few)
+MIN_ROWS = 16  # rows computed together at least (see the module docstring)
 
 
 @dataclass
@@ -54,8 +58,8 @@ class _Rows:
     emb: np.ndarray  # [N, h] float32
     a: np.ndarray  # [N, h] float32
     prior: np.ndarray | None  # [N] float32
-    pod_term: np.ndarray  # [h] float64: first layer's pod-and-weights part, plus its bias
-    gate: np.ndarray | None  # [K] float64: the heuristic prior's coefficients for this pod
+    pod_term: torch.Tensor  # [h] first layer's pod-and-weights part, plus its bias
+    gate: torch.Tensor | None  # [K] the heuristic prior's coefficients for this pod
 
 
 def _f64(t: torch.Tensor) -> np.ndarray:
@@ -89,7 +93,6 @@ class FastScorer:
         h = module.node_mlp[-2].out_features
         first = module.score_mlp[0][0]  # Linear(2h, h): [e, c] -> h
         w = first.weight.detach().numpy()
-        self.w_e_t = w[:, :h].T.astype(np.float64)  # emb @ w_e_t
         self.w_c = w[:, h:].astype(np.float32)
         self.b1 = first.bias.detach().numpy().astype(np.float32)
         last = module.score_mlp[1]  # Linear(h, 1)
@@ -100,22 +103,24 @@ class FastScorer:
         self.f_node = module.observation_space["nodes"].shape[-1]
         self.f_podw = (module.observation_space["pod"].shape[0]
                        + module.observation_space["weights"].shape[0])
-        w1 = _f64(l1.weight)
-        self.w1_node_t = np.ascontiguousarray(w1[:, : self.f_node].T)
+        # The row terms, in torch (see the module docstring), as copies.
+        w1 = l1.weight.detach().clone()
+        self.w1_node_t = w1[:, : self.f_node].T
         self.w1_podw = w1[:, self.f_node : self.f_node + self.f_podw]
         self.w1_topo_t = w1[:, self.f_node + self.f_podw :].T
-        self.b1_node = _f64(l1.bias)
+        self.b1_node = l1.bias.detach().clone()
         l2 = module.node_mlp[2]  # Linear(h, h), then ReLU
-        self.w2_t = np.ascontiguousarray(_f64(l2.weight).T)
-        self.b2 = _f64(l2.bias)
-        self.gate = _layers(module.gate) if module.gate is not None else None
+        self.w2_t = l2.weight.detach().clone().T
+        self.b2 = l2.bias.detach().clone()
+        self.w_e_rows = first.weight.detach().clone()[:, :h].T
+        self.gate = copy.deepcopy(module.gate) if module.gate is not None else None
         self.defer = _layers(module.defer_head)
         self.heur = list(HEURISTIC_COLS)
         self.static_cols = list(STATIC_COLS)
         self._topo: tuple[np.ndarray, np.ndarray] | None = None
         self._rows: OrderedDict[bytes, _Rows] = OrderedDict()
 
-    def _topology(self, nodes: np.ndarray) -> np.ndarray | None:
+    def _topology(self, nodes: np.ndarray) -> torch.Tensor | None:
         """[N, h] first-layer term of the cluster's topology embedding, cached per cluster
         (static columns). A new topology drops every cached row: a node's embedding
         depends on its neighbours' (rack, zone), whose own feature rows may not change."""
@@ -124,28 +129,29 @@ class FastScorer:
         static = nodes[:, self.static_cols]
         if self._topo is None or not np.array_equal(self._topo[0], static):
             with torch.inference_mode():
-                topo = self.m._topology(torch.from_numpy(nodes)).numpy().astype(np.float64)
-            self._topo = (static, topo @ self.w1_topo_t)
+                topo = self.m._topology(torch.from_numpy(nodes)) @ self.w1_topo_t
+            self._topo = (static, topo)
             self._rows.clear()
         return self._topo[1]
 
     def logits(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """[N + 1] masked logits (nodes, then defer), as ``forward_inference`` gives them."""
         nodes = obs["nodes"]
-        podw32 = np.concatenate([obs["pod"], obs["weights"]]).astype(np.float32, copy=False)
-        key = podw32.tobytes()
-        podw = podw32.astype(np.float64)
+        podw = np.concatenate([obs["pod"], obs["weights"]]).astype(np.float32, copy=False)
+        key = podw.tobytes()
         topo = self._topology(nodes)
         rows = self._rows.get(key)
         if rows is None or rows.nodes.shape != nodes.shape:
             todo = None
             n, h = nodes.shape[0], self.w_c.shape[0]
             gated = self.gate is not None
-            rows = _Rows(nodes.copy(), np.zeros((n, h), np.float32),
-                         np.zeros((n, h), np.float32),
-                         np.zeros(n, np.float32) if gated else None,
-                         self.w1_podw @ podw + self.b1_node,
-                         _run(self.gate, podw) if self.gate is not None else None)
+            pt = torch.from_numpy(podw)
+            with torch.inference_mode():
+                rows = _Rows(nodes.copy(), np.zeros((n, h), np.float32),
+                             np.zeros((n, h), np.float32),
+                             np.zeros(n, np.float32) if gated else None,
+                             self.w1_podw @ pt + self.b1_node,
+                             self.gate(pt) if self.gate is not None else None)
         else:
             todo = np.flatnonzero((nodes != rows.nodes).any(axis=1))
             rows.nodes[todo] = nodes[todo]
@@ -168,26 +174,29 @@ class FastScorer:
         out[:n] += self.b_last
         if rows.prior is not None:
             out[:n] += rows.prior
-        out[n:] = _run(self.defer, np.concatenate([podw, ctx.astype(np.float64)]))
+        out[n:] = _run(self.defer, np.concatenate([podw, ctx]).astype(np.float64))
         with np.errstate(divide="ignore"):
             out += np.maximum(np.log(mask), FLOAT_MIN)
         return out
 
     def _update(self, rows: _Rows, todo: np.ndarray | None, nodes: np.ndarray,
-                topo: np.ndarray | None) -> None:
-        """Recompute the cached terms of rows ``todo`` (None: every row), in float64."""
-        x = (nodes if todo is None else nodes[todo]).astype(np.float64)
-        pre = x @ self.w1_node_t
-        pre += rows.pod_term
-        if topo is not None:
-            pre += topo if todo is None else topo[todo]
-        np.maximum(pre, 0.0, out=pre)
-        emb = pre @ self.w2_t
-        emb += self.b2
-        np.maximum(emb, 0.0, out=emb)
+                topo: torch.Tensor | None) -> None:
+        """Recompute the cached terms of rows ``todo`` (None: every row)."""
+        x = nodes if todo is None else nodes[todo]
+        k = x.shape[0]
+        if k < MIN_ROWS:  # zero rows below: the kernel (and rounding) of a full pass
+            x = np.concatenate([x, np.zeros((MIN_ROWS - k, x.shape[1]), np.float32)])
+        xt = torch.from_numpy(x)
+        with torch.inference_mode():
+            pre = torch.addmm(rows.pod_term, xt, self.w1_node_t)
+            if topo is not None:
+                pre[:k] += topo if todo is None else topo[torch.from_numpy(todo)]
+            emb = torch.relu(torch.addmm(self.b2, torch.relu(pre), self.w2_t))
+            a = emb @ self.w_e_rows
+            prior = xt[:, self.heur] @ rows.gate if rows.gate is not None else None
         sel = slice(None) if todo is None else todo
-        rows.emb[sel] = emb
-        rows.a[sel] = emb @ self.w_e_t
+        rows.emb[sel] = emb[:k].numpy()
+        rows.a[sel] = a[:k].numpy()
         if rows.prior is not None:
-            assert rows.gate is not None
-            rows.prior[sel] = x[:, self.heur] @ rows.gate
+            assert prior is not None
+            rows.prior[sel] = prior[:k].numpy()

@@ -141,6 +141,20 @@ def build_algo(cfg: TrainConfig) -> Any:
     return algo
 
 
+def env_runner_placement(algo: Any) -> dict[str, Any]:
+    """Which Ray node each remote env runner (and the learner, in this driver) runs on:
+    the evidence that sampling spreads over a multi-node cluster."""
+    import ray
+
+    runners = algo.env_runner_group.foreach_env_runner(
+        lambda r: {"node_id": ray.get_runtime_context().get_node_id(),
+                   "pid": os.getpid()},
+        local_env_runner=False)
+    return {"learner_node": ray.get_runtime_context().get_node_id(),
+            "env_runners": runners, "nodes": len({r["node_id"] for r in runners}),
+            "cluster_nodes": sum(1 for n in ray.nodes() if n.get("Alive"))}
+
+
 def latest_checkpoint(out: Path) -> Path | None:
     marker = out / "latest"
     if marker.is_file():
@@ -214,6 +228,10 @@ def train(
     from tensorboardX import SummaryWriter
 
     algo = build_algo(cfg)
+    placement = env_runner_placement(algo)
+    (out / "placement.json").write_text(json.dumps(placement, indent=2) + "\n")
+    echo(f"{len(placement['env_runners'])} env runner(s) on {placement['nodes']} node(s); "
+         f"learner on {placement['learner_node'][:12]}")
     start = 0
     latest = latest_checkpoint(out) if resume else None
     if resume and latest is None:
@@ -251,5 +269,6 @@ def train(
         writer.close()
         algo.stop()
     return {"output_dir": str(out), "iterations": last.get("iteration", start),
+            "env_runner_nodes": placement["nodes"],
             "last": last, "checkpoint": str(ckpt) if ckpt else None,
             "policy": str(out / "policy") if (out / "policy").exists() else None}

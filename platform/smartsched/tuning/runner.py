@@ -61,6 +61,19 @@ def evaluate(scheduler: str, ev: Evaluation, objectives: dict[str, Objective]) -
     return {k: float(statistics.median(v)) for k, v in per_seed.items()}
 
 
+def trial_resources(trial_cpus: float, train_doc: dict[str, Any]) -> Any:
+    """What one trial reserves: ``trial_cpus`` for its own process (the learner, and the
+    sampling when there are no env runners), plus one CPU per remote env runner, as one
+    placement group -- Tune starts the runners inside it, so a trial never waits for CPUs
+    that other trials hold (the way RLlib's own Algorithm trials reserve)."""
+    from ray import tune
+
+    runners = int(train_doc.get("env_runners", {}).get("num_env_runners", 0) or 0)
+    if runners == 0:
+        return {"cpu": trial_cpus}
+    return tune.PlacementGroupFactory([{"CPU": trial_cpus}] + [{"CPU": 1.0}] * runners)
+
+
 def _trial(config: dict[str, Any], sweep_doc: dict[str, Any], train_doc: dict[str, Any],
            base: dict[str, float]) -> None:
     """One Tune trial: train with this weight vector, evaluate, report (function trainable)."""
@@ -154,6 +167,10 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
     env_cluster = train_doc.get("env", {}).get("cluster")
     if isinstance(env_cluster, str) and Path(env_cluster).exists():
         train_doc["env"]["cluster"] = str(Path(env_cluster).resolve())
+    elif isinstance(env_cluster, list):  # clusters drawn per episode: each one resolved
+        train_doc["env"]["cluster"] = [
+            str(Path(c).resolve()) if isinstance(c, str) and Path(c).exists() else c
+            for c in env_cluster]
     from smartsched.rl.config import TrainConfig
 
     TrainConfig.model_validate(train_doc)  # a bad override fails here, not in every trial
@@ -181,7 +198,7 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
     trainable = tune.with_resources(
         tune.with_parameters(_trial, sweep_doc=sweep.model_dump(), train_doc=train_doc,
                              base=base),
-        {"cpu": sweep.trial_cpus})
+        trial_resources(sweep.trial_cpus, train_doc))
     tuner = tune.Tuner(
         trainable,
         param_space=param_space,

@@ -1,0 +1,251 @@
+"""``smartsched bench heldout``: the decision engine's verdict table on held-out seeds.
+
+Owns the evaluation issue 17 asks for: every scheduler (the heuristics, the
+composite, the learned policy) through the same twin on the same held-out seeds,
+one table of medians with bootstrap 95 % intervals, then each scheduler's change
+against the baseline (k8s-default) and against the composite heuristic, *paired
+by seed* (both ran the same arrivals), with the targets checked.
+
+Why paired and bootstrapped: the training seed and the workload seed move these
+figures by several times their differences (docs/benchmarks.md); a median over a
+handful of seeds with an interval says how much of a gap is the scheduler. The
+interval is the percentile bootstrap of the median over seeds (resampling
+seeds, ``scipy.stats.bootstrap``); with 5 seeds it is coarse, and it says so by
+being wide. Metrics come from the twin's reports unchanged, the same for every
+scheduler.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from smartsched.bench.quality import _g, _one
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One column: where it is in the report and which way is better."""
+
+    name: str
+    paths: tuple[tuple[str, ...], ...]  # averaged when several
+    better: str  # "higher" or "lower"
+    fmt: str = "{:.1f}"
+
+    def value(self, metrics: dict[str, Any]) -> float:
+        vals = [_g(metrics, *p) for p in self.paths]
+        if any(v is None for v in vals):
+            return math.nan
+        return float(np.mean([v for v in vals if v is not None]))
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("utilization %", (("usage_on_pct", "cpu"), ("usage_on_pct", "gpu")), "higher"),
+    # Pods never started count with their wait so far (a lower bound): a scheduler that
+    # never starts a gang must not look faster than one that starts it late.
+    Figure("AI start p95 s", (("classes", "ai-train", "start_latency_all_s", "p95"),),
+           "lower", "{:.0f}"),
+    Figure("cross-zone GB/h", (("cross_zone_gb_per_h",),), "lower", "{:.0f}"),
+    Figure("online contended %", (("slo", "online_contended_time_pct"),), "lower", "{:.2f}"),
+    Figure("online queue p95 s", (("classes", "online", "queueing_delay_s", "p95"),),
+           "lower", "{:.0f}"),
+    Figure("edge SLO violations", (("slo", "latency_violations"),), "lower", "{:.0f}"),
+)
+FIG = {f.name: f for f in FIGURES}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target against the baseline, on the median of the per-seed paired figure."""
+
+    figure: str
+    # "rel_at_least" / "rel_at_most": relative change >= / <= x; "abs_at_most": difference
+    # <= x (in the figure's unit); "ratio_at_most": value / baseline's <= x.
+    kind: str
+    x: float
+    text: str
+
+
+# Issue 17's targets vs k8s-default (mixed on medium).
+TARGETS: tuple[Target, ...] = (
+    Target("utilization %", "rel_at_least", 0.30, "+30 % or more"),
+    Target("AI start p95 s", "rel_at_most", -0.676, "-67.6 % or more"),
+    Target("cross-zone GB/h", "rel_at_most", -0.417, "-41.7 % or more"),
+    Target("online contended %", "abs_at_most", 0.0, "no higher"),
+    Target("online queue p95 s", "abs_at_most", 60.0, "within 60 s"),
+    Target("edge SLO violations", "ratio_at_most", 0.10, "at most 10 % of it"),
+)
+
+
+def median_ci(values: Sequence[float], seed: int = 0) -> tuple[float, float, float]:
+    """Median of ``values`` and the percentile-bootstrap 95 % interval of the median."""
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+    if v.size == 0:
+        return math.nan, math.nan, math.nan
+    med = float(np.median(v))
+    if v.size < 2 or np.all(v == v[0]):
+        return med, med, med
+    from scipy.stats import bootstrap
+
+    res = bootstrap((v,), np.median, confidence_level=0.95, n_resamples=2000,
+                    method="percentile", random_state=np.random.default_rng(seed))
+    return med, float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def paired(fig: Figure, mine: dict[int, dict[str, Any]], base: dict[int, dict[str, Any]],
+           how: str) -> tuple[float, float, float]:
+    """Per seed, ``mine`` against ``base`` on the same arrivals -- relative change
+    (``rel``), difference (``abs``) or ratio -- then the median over seeds with its
+    interval. A relative change or ratio against a zero baseline is left out."""
+    out = []
+    for seed in sorted(set(mine) & set(base)):
+        a, b = fig.value(mine[seed]), fig.value(base[seed])
+        if not (math.isfinite(a) and math.isfinite(b)):
+            continue
+        if how == "abs":
+            out.append(a - b)
+        elif b != 0:
+            out.append((a - b) / abs(b) if how == "rel" else a / b)
+    return median_ci(out)
+
+
+def target_met(t: Target, mine: dict[int, dict[str, Any]],
+               base: dict[int, dict[str, Any]]) -> tuple[bool, tuple[float, float, float]]:
+    fig = FIG[t.figure]
+    how = {"rel_at_least": "rel", "rel_at_most": "rel", "abs_at_most": "abs",
+           "ratio_at_most": "ratio"}[t.kind]
+    m = paired(fig, mine, base, how)
+    if not math.isfinite(m[0]):
+        # ratio against a baseline with none at all: met only when there are none here too
+        if how == "ratio":
+            vals = [fig.value(x) for x in mine.values()]
+            return bool(vals) and all(v == 0 for v in vals), m
+        return False, m
+    ok = m[0] >= t.x if t.kind == "rel_at_least" else m[0] <= t.x
+    return ok, m
+
+
+def verdict_vs_composite(mine: dict[int, dict[str, Any]],
+                         comp: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Issue 17: against the composite, no figure worse by more than 5 % (relative, in
+    its better direction) and at least two better by 10 % or more."""
+    rows = {}
+    worse, better = [], []
+    for fig in FIGURES:
+        med, lo, hi = paired(fig, mine, comp, "rel")
+        gain = med if fig.better == "higher" else -med  # > 0: better than the composite
+        rows[fig.name] = {"rel_median": med, "ci": [lo, hi], "gain": gain}
+        if math.isfinite(gain):
+            if gain < -0.05:
+                worse.append(fig.name)
+            if gain >= 0.10:
+                better.append(fig.name)
+    return {"figures": rows, "worse_by_over_5pct": worse, "better_by_10pct": better,
+            "met": not worse and len(better) >= 2}
+
+
+def run_heldout(schedulers: Sequence[str], seeds: Sequence[int], *, cluster: str = "medium",
+                workload: str = "mixed", hours: float = 24.0, warmup_hours: float = 6.0,
+                baseline: str = "k8s-default", composite: str = "composite",
+                workers: int | None = None,
+                echo: Callable[[str], Any] = print) -> dict[str, Any]:
+    """Run every scheduler on every seed; return the runs, the table and the verdicts."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+
+    from smartsched.model.errors import ValidationError
+
+    if len(seeds) < 2:
+        raise ValidationError("seeds", "need at least 2 held-out seeds (5 or more to judge)")
+    scheds = list(dict.fromkeys([baseline, *schedulers]))
+    jobs = [(workload, cluster, s, seed, hours, warmup_hours) for s in scheds for seed in seeds]
+    n = workers or max(1, min(os.cpu_count() or 1, len(jobs)))
+    if n == 1:
+        runs = [_one(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(n) as pool:
+            runs = list(pool.map(_one, jobs))
+    by: dict[str, dict[int, dict[str, Any]]] = {s: {} for s in scheds}
+    for r in runs:
+        by[r["scheduler"]][r["seed"]] = r["metrics"]
+    res = summarize(by, baseline, composite)
+    res.update({"cluster": cluster, "workload": workload, "hours": hours,
+                "warmup_hours": warmup_hours, "seeds": list(seeds),
+                "wall_seconds": {s: float(np.median([r["wall_seconds"] for r in runs
+                                                     if r["scheduler"] == s])) for s in scheds}})
+    res["table"] = format_heldout(res)
+    echo(res["table"])
+    res["runs"] = runs
+    return res
+
+
+def summarize(by: dict[str, dict[int, dict[str, Any]]], baseline: str,
+              composite: str) -> dict[str, Any]:
+    """Medians with intervals, paired changes and verdicts from per-seed metrics."""
+    absolute = {s: {f.name: median_ci([f.value(m) for m in per.values()]) for f in FIGURES}
+                for s, per in by.items()}
+    vs_base: dict[str, Any] = {}
+    vs_comp: dict[str, Any] = {}
+    for s, per in by.items():
+        if s == baseline:
+            continue
+        checks = {}
+        for t in TARGETS:
+            ok, m = target_met(t, per, by[baseline])
+            checks[t.figure] = {"target": t.text, "met": ok, "median": m[0], "ci": [m[1], m[2]],
+                                "how": t.kind}
+        vs_base[s] = {"targets": checks, "all_met": all(c["met"] for c in checks.values())}
+        if composite in by and s != composite:
+            vs_comp[s] = verdict_vs_composite(per, by[composite])
+    return {"baseline": baseline, "composite": composite, "absolute": absolute,
+            "vs_baseline": vs_base, "vs_composite": vs_comp}
+
+
+def _cell(fmt: str, m: Sequence[float]) -> str:
+    if not math.isfinite(m[0]):
+        return "-"
+    if m[1] == m[2]:
+        return fmt.format(m[0])
+    return f"{fmt.format(m[0])} [{fmt.format(m[1])}, {fmt.format(m[2])}]"
+
+
+def _change(how: str, m: Sequence[float]) -> str:
+    if not math.isfinite(m[0]):
+        return "-"
+    if how.startswith("rel"):
+        return f"{100 * m[0]:+.0f} % [{100 * m[1]:+.0f}, {100 * m[2]:+.0f}]"
+    if how.startswith("ratio"):
+        return f"x{m[0]:.2f} [{m[1]:.2f}, {m[2]:.2f}]"
+    return f"{m[0]:+.2f} [{m[1]:+.2f}, {m[2]:+.2f}]"
+
+
+def format_heldout(res: dict[str, Any]) -> str:
+    names = [f.name for f in FIGURES]
+    n = len(res["seeds"])
+    out = [f"**{res['workload']} on {res['cluster']}**, {res['hours']:g} h after "
+           f"{res['warmup_hours']:g} h warm-up, held-out seeds {res['seeds'][0]}.."
+           f"{res['seeds'][-1]} ({n}): median [bootstrap 95 % interval]", "",
+           "| scheduler | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for s, row in res["absolute"].items():
+        out.append(f"| {s} | " + " | ".join(_cell(FIG[k].fmt, row[k]) for k in names) + " |")
+    out += ["", f"Against {res['baseline']}, paired by seed (median of per-seed changes "
+            "[interval]; target in brackets, met or not):", "",
+            "| scheduler | " + " | ".join(f"{t.figure} ({t.text})" for t in TARGETS)
+            + " | all |", "|---|" + "---:|" * (len(TARGETS) + 1)]
+    for s, v in res["vs_baseline"].items():
+        cells = [f"{_change(c['how'], [c['median'], *c['ci']])} "
+                 f"{'met' if c['met'] else 'not met'}" for c in v["targets"].values()]
+        out.append(f"| {s} | " + " | ".join(cells) + f" | {'yes' if v['all_met'] else 'no'} |")
+    if res["vs_composite"]:
+        out += ["", f"Against {res['composite']}, paired by seed (relative change; target: "
+                "none worse by over 5 %, two or more better by 10 %):", "",
+                "| scheduler | " + " | ".join(names) + " | met |",
+                "|---|" + "---:|" * (len(names) + 1)]
+        for s, v in res["vs_composite"].items():
+            cells = [_change("rel", [f["rel_median"], *f["ci"]]) for f in v["figures"].values()]
+            out.append(f"| {s} | " + " | ".join(cells) + f" | {'yes' if v['met'] else 'no'} |")
+    return "\n".join(out)
