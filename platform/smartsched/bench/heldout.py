@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from smartsched.bench.quality import _g, _one
+from smartsched.bench.quality import _g, run_jobs
 
 
 @dataclass(frozen=True)
@@ -154,21 +154,13 @@ def run_heldout(schedulers: Sequence[str], seeds: Sequence[int], *, cluster: str
                 workers: int | None = None,
                 echo: Callable[[str], Any] = print) -> dict[str, Any]:
     """Run every scheduler on every seed; return the runs, the table and the verdicts."""
-    import os
-    from concurrent.futures import ProcessPoolExecutor
-
     from smartsched.model.errors import ValidationError
 
     if len(seeds) < 2:
         raise ValidationError("seeds", "need at least 2 held-out seeds (5 or more to judge)")
     scheds = list(dict.fromkeys([baseline, *schedulers]))
     jobs = [(workload, cluster, s, seed, hours, warmup_hours) for s in scheds for seed in seeds]
-    n = workers or max(1, min(os.cpu_count() or 1, len(jobs)))
-    if n == 1:
-        runs = [_one(j) for j in jobs]
-    else:
-        with ProcessPoolExecutor(n) as pool:
-            runs = list(pool.map(_one, jobs))
+    runs = run_jobs(jobs, workers)
     by: dict[str, dict[int, dict[str, Any]]] = {s: {} for s in scheds}
     for r in runs:
         by[r["scheduler"]][r["seed"]] = r["metrics"]

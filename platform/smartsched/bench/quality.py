@@ -76,6 +76,19 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 )
 
 
+def run_jobs(jobs: Sequence[tuple[str, str, str, int, float, float]],
+             workers: int | None = None) -> list[dict[str, Any]]:
+    """Run (workload, cluster, scheduler, seed, hours, warm-up) jobs, each in its own
+    process from a pool sized to the machine's cores (one in this process if 1)."""
+    import os
+
+    n = workers or max(1, min(os.cpu_count() or 1, len(jobs)))
+    if n == 1:
+        return [_one(j) for j in jobs]
+    with ProcessPoolExecutor(n) as pool:
+        return list(pool.map(_one, jobs))
+
+
 def run_quality_bench(
     pairs: Sequence[tuple[str, str]],
     schedulers: Sequence[str],
@@ -85,16 +98,9 @@ def run_quality_bench(
     workers: int | None = None,
     echo: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
-    import os
-
     jobs = [(w, c, s, seed, hours, warmup_hours) for w, c in pairs for s in schedulers
             for seed in seeds]
-    n = workers or max(1, min(os.cpu_count() or 1, len(jobs)))
-    if n == 1:
-        runs = [_one(j) for j in jobs]
-    else:
-        with ProcessPoolExecutor(n) as pool:
-            runs = list(pool.map(_one, jobs))
+    runs = run_jobs(jobs, workers)
     tables = []
     medians: dict[str, dict[str, dict[str, float | None]]] = {}
     for w, c in pairs:
