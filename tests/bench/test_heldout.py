@@ -85,3 +85,14 @@ def test_a_real_held_out_run_reports_the_twins_figures(tmp_path) -> None:
     with pytest.raises(ValidationError) as e:
         run_heldout(["bestfit"], [1], echo=lambda _: None)
     assert e.value.field == "seeds"
+
+
+def test_a_composite_at_zero_still_counts_against_the_verdict() -> None:
+    """Edge SLO violations: the composite has none, the other has 830; the change is the
+    symmetric one (+200 %, the most), so it fails the verdict instead of dropping out."""
+    comp = {s: _metrics(30, 1000, 10, 1.0, 0, 0) for s in range(5)}
+    mine = {s: _metrics(40, 300, 5, 0.5, 0, 830) for s in range(5)}
+    v = verdict_vs_composite(mine, comp)
+    assert v["figures"]["edge SLO violations"]["rel_median"] == pytest.approx(2.0)
+    assert v["figures"]["online queue p95 s"]["rel_median"] == 0.0  # both 0: no change
+    assert "edge SLO violations" in v["worse_by_over_5pct"] and not v["met"]

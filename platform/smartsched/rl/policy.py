@@ -191,27 +191,48 @@ class RLScheduler:
             if deferrable:
                 return Decision(None, defer=True)
             return self.filters.rejection(ctx)
-        if self._observer is None or self._state_id != id(state):
-            self._observer = Observer(state.spec, state, self.fgd,
-                                      forecast=self.forecaster is not None,
-                                      telemetry_k=self._telemetry_k)
-            self._state_id = id(state)
-        now = state.now
-        if self._telemetry_k and not self._warned and state.telemetry_features is None:
-            self._warned = True
-            log.warning("policy %s observes %d telemetry components but the state carries "
-                        "none: they read as zeros (fill state.telemetry_features from "
-                        "prometheus.features.features_from_prometheus)", self.dir,
-                        self._telemetry_k)
-        obs = self._observer.observe(ctx, ok, deferrable, now, state.queue_length, self.weights)
         # The module's forward pass with the rows of untouched nodes reused (rl.fast_scorer).
-        a = int(np.argmax(self.scorer.logits(obs)))
+        a = int(np.argmax(self._logits(state, ctx, ok, deferrable)))
         if a == state.num_nodes:
             return Decision(None, defer=True)
         devices = None
         if self.filters.profile.binder is not None:
             devices = self.filters.profile.binder.devices(ctx, a)
         return Decision(a, devices)
+
+
+    def _logits(self, state: ClusterState, ctx: Any, ok: np.ndarray,
+                deferrable: bool) -> np.ndarray:
+        """The masked logits (nodes, then defer) of the current observation."""
+        if self._observer is None or self._state_id != id(state):
+            self._observer = Observer(state.spec, state, self.fgd,
+                                      forecast=self.forecaster is not None,
+                                      telemetry_k=self._telemetry_k)
+            self._state_id = id(state)
+        if self._telemetry_k and not self._warned and state.telemetry_features is None:
+            self._warned = True
+            log.warning("policy %s observes %d telemetry components but the state carries "
+                        "none: they read as zeros (fill state.telemetry_features from "
+                        "prometheus.features.features_from_prometheus)", self.dir,
+                        self._telemetry_k)
+        obs = self._observer.observe(ctx, ok, deferrable, state.now, state.queue_length,
+                                     self.weights)
+        return self.scorer.logits(obs)
+
+    def ranked(self, state: ClusterState, request: PodRequest, k: int
+               ) -> list[tuple[int, tuple[int, ...] | None]]:
+        """The policy's ``k`` highest-scored feasible nodes, best first, with devices (the
+        candidates a lookahead compares); empty when no node passes the filters."""
+        ok, ctx = self.filters.feasible(state, request)
+        if not ok.any():
+            return []
+        if self._dynamic is not None:
+            self._update_weights(state, request)
+        logits = self._logits(state, ctx, ok, False)[: state.num_nodes]
+        top = np.argsort(-logits, kind="stable")[:k]
+        top = top[ok[top]]
+        binder = self.filters.profile.binder
+        return [(int(n), binder.devices(ctx, int(n)) if binder else None) for n in top]
 
 
 def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:

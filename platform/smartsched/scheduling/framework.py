@@ -246,6 +246,20 @@ class ProfileScheduler:
         devices = self.profile.binder.devices(ctx, node) if self.profile.binder else None
         return Decision(node, devices)
 
+    def ranked(self, state: ClusterState, request: PodRequest, k: int
+               ) -> list[tuple[int, tuple[int, ...] | None]]:
+        """The ``k`` best feasible nodes by the profile's score, best first (ties by node
+        index), each with the devices its binder would give: the candidates a lookahead
+        compares. Empty when no node passes the filters."""
+        ok, ctx = self.feasible(state, request)
+        idx = np.flatnonzero(ok)
+        if idx.size == 0:
+            return []
+        total = self.weighted_scores(ctx, ok)[idx]
+        top = idx[np.argsort(-total, kind="stable")[:k]]
+        binder = self.profile.binder
+        return [(int(n), binder.devices(ctx, int(n)) if binder else None) for n in top]
+
     def room_only(self, ctx: CycleContext) -> np.ndarray:
         """Nodes where every check other than room passes: only evicting pods could make
         the pod fit there (the PostFilter's candidates)."""
