@@ -200,7 +200,6 @@ class RLScheduler:
             devices = self.filters.profile.binder.devices(ctx, a)
         return Decision(a, devices)
 
-
     def _logits(self, state: ClusterState, ctx: Any, ok: np.ndarray,
                 deferrable: bool) -> np.ndarray:
         """The masked logits (nodes, then defer) of the current observation."""
