@@ -48,6 +48,22 @@ def test_it_overrules_a_spreading_base_when_the_sampled_future_needs_a_whole_nod
     assert all(np.array_equal(before[k], after[k]) for k in before)
 
 
+def test_the_fragmentation_objective_charges_what_a_fork_strands() -> None:
+    """objective=frag: the same overrule for the same reason, and the charge is the
+    expected fragmented GPU the fork added on the nodes it changed (0 for a fork that
+    changed nothing GPU-wise)."""
+    st = _state()
+    la = LookaheadScheduler(make_scheduler("k8s-default"), make_scheduler("bestfit"), k=2,
+                            horizon=2, samples=2, seed=1, objective="frag")
+    la._seen.extend(_gpu_pod(f"h{i}", 8) for i in range(10))
+    assert la.decide(st, st.compile(_gpu_pod("x", 1))).node == 0
+    fork = st.fork()
+    assert la._frag_added(st, fork, {0, 1}, {}) == 0.0
+    one = fork.compile(_gpu_pod("y", 1))
+    fork.allocate(1, one, fork.pick_devices(1, one))  # b: 7 free GPUs, no 8-GPU pod fits
+    assert la._frag_added(st, fork, {1}, {}) == pytest.approx(7000.0)
+
+
 def test_ties_keep_the_base_choice_and_futures_come_only_from_the_past() -> None:
     st = _state()
     base = make_scheduler("k8s-default")
@@ -55,9 +71,9 @@ def test_ties_keep_the_base_choice_and_futures_come_only_from_the_past() -> None
     drawn: list[str] = []
     roll = la._roll
 
-    def spy(fork, seq, unit):
+    def spy(fork, seq, unit, touched):
         drawn.extend(p.id for p in seq)
-        return roll(fork, seq, unit)
+        return roll(fork, seq, unit, touched)
 
     la._roll = spy  # type: ignore[method-assign]
     offered = []
@@ -78,7 +94,8 @@ def test_bad_specs_name_the_field() -> None:
     for spec, field in (("lookahead:fgd?k=0", "scheduler.k"),
                         ("lookahead:fgd?horizon=x", "scheduler.horizon"),
                         ("lookahead:fgd?rollout=rl:models/ppo_mixed_small",
-                         "scheduler.rollout")):
+                         "scheduler.rollout"),
+                        ("lookahead:fgd?objective=speed", "scheduler.objective")):
         with pytest.raises(ValidationError) as e:
             make_scheduler(spec)
         assert e.value.field == field, spec

@@ -15,8 +15,13 @@ run's real future -- with the same draws for every candidate (common random
 numbers: the comparison is between nodes, not between draws). The real state
 is never touched: forks copy the mutable arrays (``ClusterState.fork``).
 
+``objective=frag`` also charges each fork the GPU fragmentation it added (FGD's
+expected fragmented GPU, ``twin.fragmentation``, against the typical pods of
+the pods offered so far, on the nodes the fork changed), in the same
+dominant-share units: the multi-step version of FGD's one-step measure.
+
 Spec: ``lookahead:<base>`` with options in a final ``?k=4&horizon=8&samples=2
-&rollout=fgd&history=2000`` (the part after the last ``?`` is the lookahead's
+&rollout=fgd&history=2000&objective=volume`` (the part after the last ``?`` is the lookahead's
 when every key in it is one of those; otherwise it belongs to the base, e.g.
 ``lookahead:rl:models/p?weights=green``).
 """
@@ -38,6 +43,8 @@ from smartsched.twin.decision import Decision, Migration
 from smartsched.twin.state import ClusterState, InfeasibleDecisionError, PodRequest
 
 OPTIONS = {"k": 4, "horizon": 8, "samples": 2, "history": 2000}
+OBJECTIVES = ("volume", "frag")
+RETARGET_EVERY = 500  # decisions between refits of the typical pods (objective=frag)
 MIN_HISTORY = 8  # pods seen before the lookahead starts (the base decides until then)
 
 
@@ -54,7 +61,12 @@ class LookaheadScheduler:
 
     def __init__(self, base: Scheduler, rollout: Scheduler, *, k: int = 4, horizon: int = 8,
                  samples: int = 2, history: int = 2000, seed: int = 0,
-                 name: str = "lookahead") -> None:
+                 objective: str = "volume", name: str = "lookahead") -> None:
+        if objective not in OBJECTIVES:
+            raise ValidationError("scheduler.objective", f"must be one of {OBJECTIVES}")
+        self.objective = objective
+        self._target: Any = None  # typical pods of the past (objective=frag)
+        self._target_at = -1
         if not isinstance(base, Ranks):
             raise ValidationError("scheduler", f"{getattr(base, 'name', base)!r} cannot rank "
                                   "its nodes; lookahead needs a profile or an rl: policy")
@@ -104,6 +116,9 @@ class LookaheadScheduler:
         idx = self.rng.integers(len(history), size=(self.samples, self.horizon))
         futures = [[history[i] for i in row] for row in idx]
         unit = np.maximum(state.capacity.mean(axis=0)[[CPU, MEM, GPU]], 1.0)
+        frag_now: dict[int, float] = {}
+        if self.objective == "frag":
+            self._retarget(history)
         best, best_value = cands[0], -np.inf
         for node, devices in cands:
             value = 0.0
@@ -115,7 +130,10 @@ class LookaheadScheduler:
                 except InfeasibleDecisionError:
                     value = -np.inf
                     break
-                value += self._roll(fork, seq, unit)
+                touched = {node}
+                value += self._roll(fork, seq, unit, touched)
+                if self.objective == "frag":
+                    value -= self._frag_added(state, fork, touched, frag_now) / unit[2]
             if value > best_value + 1e-9:  # strictly better: ties keep the base's order
                 best, best_value = (node, devices), value
         self.lookahead_seconds.append(time.perf_counter() - t0)
@@ -123,8 +141,35 @@ class LookaheadScheduler:
             self.changed += 1
         return Decision(best[0], best[1])
 
-    def _roll(self, fork: ClusterState, seq: Sequence[Pod], unit: np.ndarray) -> float:
-        """Dominant-share volume of ``seq`` that the rollout profile fits on ``fork``."""
+    def _retarget(self, history: Sequence[Pod]) -> None:
+        """The typical pods of the past (FGD's target), refit every RETARGET_EVERY pods."""
+        if self._target is None or len(self.lookahead_seconds) - self._target_at >= \
+                RETARGET_EVERY:
+            from smartsched.twin.fragmentation import typical_pods
+
+            self._target = typical_pods(history, include_cpu_pods=True)
+            self._target_at = len(self.lookahead_seconds)
+
+    def _frag_added(self, state: ClusterState, fork: ClusterState, touched: set[int],
+                    frag_now: dict[int, float]) -> float:
+        """Expected fragmented GPU milli the fork added, over the nodes it changed."""
+        from smartsched.twin.fragmentation import node_fragmentation
+
+        idx = np.fromiter(touched, dtype=np.int64)
+        todo = [n for n in touched if n not in frag_now]
+        if todo:
+            t = np.asarray(todo, dtype=np.int64)
+            now = node_fragmentation(state.gpu_free[t], state.free_res[t, CPU],
+                                     state.gpu_model[t], np.ones(t.size, bool), self._target)
+            frag_now.update(zip(todo, now.tolist(), strict=True))
+        after = node_fragmentation(fork.gpu_free[idx], fork.free_res[idx, CPU],
+                                   fork.gpu_model[idx], np.ones(idx.size, bool), self._target)
+        return float(after.sum() - sum(frag_now[int(n)] for n in idx))
+
+    def _roll(self, fork: ClusterState, seq: Sequence[Pod], unit: np.ndarray,
+              touched: set[int]) -> float:
+        """Dominant-share volume of ``seq`` that the rollout profile fits on ``fork``
+        (the nodes it places on are added to ``touched``)."""
         placed = 0.0
         for pod in seq:
             req = fork.compile(pod)
@@ -136,6 +181,7 @@ class LookaheadScheduler:
                 fork.allocate(d.node, req, tuple(devices))
             except InfeasibleDecisionError:
                 continue
+            touched.add(d.node)
             v = req.vector
             placed += float(max(v[0] / unit[0], v[1] / unit[1], v[2] / unit[2]))
         return placed
@@ -149,7 +195,7 @@ def make_lookahead(spec: str, seed: int) -> LookaheadScheduler:
     head, sep, query = spec.rpartition("?")
     if sep:
         parsed = parse_qs(query, keep_blank_values=True)
-        if parsed and set(parsed) <= {*OPTIONS, "rollout"}:
+        if parsed and set(parsed) <= {*OPTIONS, "rollout", "objective"}:
             base_spec, opts = head, {k: v[-1] for k, v in parsed.items()}
     if not base_spec:
         raise ValidationError("scheduler", "lookahead: needs a base, e.g. lookahead:fgd")
@@ -168,7 +214,10 @@ def make_lookahead(spec: str, seed: int) -> LookaheadScheduler:
         raise ValidationError("scheduler.rollout", f"{rollout_name!r}: the rollout must be "
                               "a scheduling profile (fast), not a prefixed scheduler")
     rollout = make_scheduler(rollout_name, seed)
+    objective = opts.get("objective", "volume")
     q = "&".join(f"{k}={nums[k]}" for k in ("k", "horizon", "samples"))
     return LookaheadScheduler(base, rollout, k=nums["k"], horizon=nums["horizon"],
                               samples=nums["samples"], history=nums["history"], seed=seed,
-                              name=f"lookahead:{base_spec}?{q}&rollout={rollout_name}")
+                              objective=objective,
+                              name=f"lookahead:{base_spec}?{q}&rollout={rollout_name}"
+                              f"&objective={objective}")
