@@ -107,11 +107,13 @@ class LookaheadScheduler:
         return plan(state, waiting) if plan is not None else ()
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
-        history = list(self._seen)
-        self._seen.append(request.pod)
+        enough = len(self._seen) >= MIN_HISTORY
         cands = self.base.ranked(state, request, self.k)  # type: ignore[attr-defined]
-        if len(cands) <= 1 or len(history) < MIN_HISTORY:
+        if len(cands) <= 1 or not enough:
+            self._seen.append(request.pod)
             return self.base.decide(state, request)
+        history = list(self._seen)  # the past only: this pod joins it after the draws
+        self._seen.append(request.pod)
         t0 = time.perf_counter()
         idx = self.rng.integers(len(history), size=(self.samples, self.horizon))
         futures = [[history[i] for i in row] for row in idx]

@@ -160,17 +160,16 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
 
         sweep = sweep.model_copy(update={"init_policy": str(resolve_policy_dir(
             sweep.init_policy))})
+    def local(c: Any) -> Any:  # a cluster file here -> its absolute path; presets stay
+        return str(Path(c).resolve()) if isinstance(c, str) and Path(c).exists() else c
+
     ev = sweep.evaluation
-    if Path(ev.cluster).exists():
-        sweep = sweep.model_copy(update={"evaluation": ev.model_copy(update={
-            "cluster": str(Path(ev.cluster).resolve())})})
-    env_cluster = train_doc.get("env", {}).get("cluster")
-    if isinstance(env_cluster, str) and Path(env_cluster).exists():
-        train_doc["env"]["cluster"] = str(Path(env_cluster).resolve())
-    elif isinstance(env_cluster, list):  # clusters drawn per episode: each one resolved
-        train_doc["env"]["cluster"] = [
-            str(Path(c).resolve()) if isinstance(c, str) and Path(c).exists() else c
-            for c in env_cluster]
+    sweep = sweep.model_copy(update={"evaluation": ev.model_copy(update={
+        "cluster": local(ev.cluster)})})
+    env = train_doc.get("env", {})
+    if "cluster" in env:  # one, or a list drawn per episode
+        c = env["cluster"]
+        env["cluster"] = [local(x) for x in c] if isinstance(c, list) else local(c)
     from smartsched.rl.config import TrainConfig
 
     TrainConfig.model_validate(train_doc)  # a bad override fails here, not in every trial
