@@ -42,11 +42,16 @@ def test_cached_logits_equal_the_module_forward_at_every_decision() -> None:
     # cached rows are reused across them too -- across a node update included.
     site = SitePlacer(site_subspec(spec, ["region-a"]), f"rl:{SHIPPED}", clock=lambda: 1000.0)
     sched: RLScheduler = site.scheduler
-    seen = {"decisions": 0, "reused": 0}
-    fast = sched.scorer.logits
+    seen = {"decisions": 0, "reused": 0, "pruned": 0}
+    fast, best = sched.scorer.logits, sched.scorer.best
+    n = len(site.spec.nodes)
 
-    def checked(obs: dict) -> np.ndarray:
+    def checked(obs: dict) -> int:
         rows_before = {k: r.nodes.copy() for k, r in sched.scorer._rows.items()}
+        scored = sched.scorer.nodes_scored
+        chosen = best(obs)  # first: it brings the cached rows up to date itself
+        if sched.scorer.nodes_scored - scored < n:
+            seen["pruned"] += 1  # decided with some nodes left unscored
         got_np = fast(obs)
         got = torch.from_numpy(got_np)
         batch = {Columns.OBS: {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
@@ -55,15 +60,15 @@ def test_cached_logits_equal_the_module_forward_at_every_decision() -> None:
         ok = want > -1e30
         assert torch.equal(got > -1e30, ok)
         assert torch.allclose(got[ok], want[ok], rtol=1e-4, atol=1e-4)
-        assert int(torch.argmax(got)) == int(torch.argmax(want))
+        assert int(torch.argmax(got)) == int(torch.argmax(want)) == chosen
         seen["decisions"] += 1
         key = np.concatenate([obs["pod"], obs["weights"]]).astype(np.float32).tobytes()
         if key in rows_before:
             changed = (obs["nodes"] != rows_before[key]).any(axis=1).sum()
             seen["reused"] += int(changed < len(obs["nodes"]))
-        return got_np
+        return chosen
 
-    sched.scorer.logits = checked
+    sched.scorer.best = checked
     results = site.place(_pods(120, 0), ttl_s=600)
     results += site.place(_pods(60, 1), ttl_s=600)  # later: the state moved on
     # A node moved to another rack: the topology embedding of its old and new rack-mates
@@ -74,6 +79,8 @@ def test_cached_logits_equal_the_module_forward_at_every_decision() -> None:
     assert sum(r.placed for r in results) > 150
     # The cache was used (rows kept between decisions), and it still matched every time.
     assert seen["decisions"] >= 150 and seen["reused"] > seen["decisions"] / 2, seen
+    assert seen["pruned"] > seen["decisions"] / 3, seen  # ``best`` skipped nodes, and agreed
+    assert n > 16
 
 
 def test_the_cache_notices_a_change_it_did_not_make() -> None:

@@ -60,6 +60,10 @@ class _Rows:
     prior: np.ndarray | None  # [N] float32
     pod_term: torch.Tensor  # [h] first layer's pod-and-weights part, plus its bias
     gate: torch.Tensor | None  # [K] the heuristic prior's coefficients for this pod
+    # ``best``'s reference: each node's logit at the score layer's context term ``ref_c``
+    # (None: not computed yet, or dropped by a full update).
+    ref_c: np.ndarray | None = None
+    ref: np.ndarray | None = None  # [N] float32
 
 
 def _f64(t: torch.Tensor) -> np.ndarray:
@@ -115,10 +119,13 @@ class FastScorer:
         self.w_e_rows = first.weight.detach().clone()[:, :h].T
         self.gate = copy.deepcopy(module.gate) if module.gate is not None else None
         self.defer = _layers(module.defer_head)
-        self.heur = list(HEURISTIC_COLS)
+        self.heur = torch.tensor(HEURISTIC_COLS, dtype=torch.long)
         self.static_cols = list(STATIC_COLS)
         self._topo: tuple[np.ndarray, np.ndarray] | None = None
         self._rows: OrderedDict[bytes, _Rows] = OrderedDict()
+        # ``best``'s work: decisions taken and node logits computed for them (benchmarks).
+        self.decisions = 0
+        self.nodes_scored = 0
 
     def _topology(self, nodes: np.ndarray) -> torch.Tensor | None:
         """[N, h] first-layer term of the cluster's topology embedding, cached per cluster
@@ -134,8 +141,9 @@ class FastScorer:
             self._rows.clear()
         return self._topo[1]
 
-    def logits(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """[N + 1] masked logits (nodes, then defer), as ``forward_inference`` gives them."""
+    def _prepare(self, obs: dict[str, np.ndarray]) -> tuple[_Rows, np.ndarray, np.ndarray]:
+        """The pod's cached rows, brought up to date with ``obs``; the feasible-node mean
+        of the embeddings (context) and the pod-and-weights vector."""
         nodes = obs["nodes"]
         podw = np.concatenate([obs["pod"], obs["weights"]]).astype(np.float32, copy=False)
         key = podw.tobytes()
@@ -161,23 +169,77 @@ class FastScorer:
             self._rows.popitem(last=False)
         if todo is None or todo.size:
             self._update(rows, todo, nodes, topo)
-        mask = obs["action_mask"]
-        n = nodes.shape[0]
-        feasible = mask[:n]
+        feasible = obs["action_mask"][: nodes.shape[0]]
         ctx = (feasible @ rows.emb) / np.float32(max(float(feasible.sum()), 1.0))
-        hidden = rows.a + (self.w_c @ ctx + self.b1)
+        return rows, ctx, podw
+
+    def _node_logits(self, rows: _Rows, c: np.ndarray, sel: np.ndarray | slice) -> np.ndarray:
+        """Unmasked node logits of rows ``sel`` for the score layer's context term ``c``."""
+        hidden = rows.a[sel] + c
         np.maximum(hidden, 0.0, out=hidden)
-        out = np.empty(n + 1, np.float32)
         # einsum's own loop: the same arithmetic for every row wherever it sits (a BLAS
-        # matrix-vector product may round rows at a block's edge differently).
-        np.einsum("nh,h->n", hidden, self.w_last, out=out[:n])
-        out[:n] += self.b_last
+        # matrix-vector product may round rows at a block's edge differently), so a row's
+        # logit is the same bits whether it is computed alone or with every other row.
+        out = np.einsum("nh,h->n", hidden, self.w_last)
+        out += self.b_last
         if rows.prior is not None:
-            out[:n] += rows.prior
+            out += rows.prior[sel]
+        return out
+
+    def logits(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """[N + 1] masked logits (nodes, then defer), as ``forward_inference`` gives them."""
+        rows, ctx, podw = self._prepare(obs)
+        mask = obs["action_mask"]
+        n = rows.nodes.shape[0]
+        out = np.empty(n + 1, np.float32)
+        out[:n] = self._node_logits(rows, self.w_c @ ctx + self.b1, slice(None))
         out[n:] = _run(self.defer, np.concatenate([podw, ctx]).astype(np.float64))
         with np.errstate(divide="ignore"):
             out += np.maximum(np.log(mask), FLOAT_MIN)
         return out
+
+    def best(self, obs: dict[str, np.ndarray]) -> int:
+        """``argmax(logits(obs))`` (N = defer) without scoring every node.
+
+        Between decisions the context term ``c`` of the score layer moves a little (one
+        node's embedding in the mean changed); every node logit is ``w . relu(a_n + c)``
+        plus terms of the node alone, and relu is 1-Lipschitz, so it moves by at most
+        ``B = sum_j |w_j| |c_j - c0_j|`` from its value at a reference ``c0``. Only nodes
+        whose reference logit is within ``2B`` of the best feasible one can win; those are
+        scored exactly (the same bits as ``logits``, see ``_node_logits``) and the first
+        of the highest wins, as argmax picks it. The reference is refreshed when too
+        many nodes come that close. Rows changed since are rescored at ``c0`` first.
+        """
+        rows, ctx, podw = self._prepare(obs)
+        n = rows.nodes.shape[0]
+        self.decisions += 1
+        feasible = obs["action_mask"][:n] > 0
+        c = (self.w_c @ ctx + self.b1).astype(np.float32, copy=False)
+        defer = -np.inf
+        if obs["action_mask"][n] > 0:
+            defer = float(_run(self.defer, np.concatenate([podw, ctx]).astype(np.float64))[0])
+        if not feasible.any():
+            return n if obs["action_mask"][n] > 0 else 0
+        cand = None
+        if rows.ref is not None and rows.ref_c is not None:
+            bound = float(np.abs(self.w_last) @ np.abs(c - rows.ref_c))
+            ref = rows.ref
+            top = float(ref[feasible].max())
+            slack = 2.0 * bound + 1e-4 * (1.0 + abs(top))  # float rounding, generously
+            cand = np.flatnonzero(feasible & (ref >= top - slack))
+            if cand.size > max(MIN_ROWS, n // 8):
+                cand = None
+        if cand is None:  # a new reference at this context: every node scored once
+            rows.ref_c = c.copy()
+            rows.ref = self._node_logits(rows, c, slice(None))
+            self.nodes_scored += n
+            vals = np.where(feasible, rows.ref, -np.inf)
+            i = int(np.argmax(vals))
+            return n if defer > vals[i] else i
+        vals = self._node_logits(rows, c, cand)
+        self.nodes_scored += cand.size
+        j = int(np.argmax(vals))
+        return n if defer > vals[j] else int(cand[j])
 
     def _update(self, rows: _Rows, todo: np.ndarray | None, nodes: np.ndarray,
                 topo: torch.Tensor | None) -> None:
@@ -193,10 +255,15 @@ class FastScorer:
                 pre[:k] += topo if todo is None else topo[torch.from_numpy(todo)]
             emb = torch.relu(torch.addmm(self.b2, torch.relu(pre), self.w2_t))
             a = emb @ self.w_e_rows
-            prior = xt[:, self.heur] @ rows.gate if rows.gate is not None else None
+            prior = (xt.index_select(1, self.heur) @ rows.gate if rows.gate is not None
+                     else None)
         sel = slice(None) if todo is None else todo
         rows.emb[sel] = emb[:k].numpy()
         rows.a[sel] = a[:k].numpy()
         if rows.prior is not None:
             assert prior is not None
             rows.prior[sel] = prior[:k].numpy()
+        if todo is None:
+            rows.ref = rows.ref_c = None
+        elif rows.ref is not None and rows.ref_c is not None:
+            rows.ref[todo] = self._node_logits(rows, rows.ref_c, todo)

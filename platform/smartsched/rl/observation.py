@@ -119,6 +119,7 @@ class FeatureBuilder:
             for x in spec.nodes
         ]
         self.static[:, RACK_COL - ZONE_COL] = (state.rack_id % 1000) / 100.0
+        self.gpu_rows = np.flatnonzero(state.gpu_count > 0)
         self.prev_usage = state.usage.copy()
         self.trend = np.zeros_like(state.usage, dtype=np.float32)
         self.prev_usage_time = -1.0
@@ -130,7 +131,9 @@ class FeatureBuilder:
         n = st.num_nodes
         cap = st.capacity.astype(np.float32)
         gpu_cap = np.maximum(cap[:, GPU], 1.0)
-        f = np.zeros((n, self.width), dtype=np.float32)
+        # Filled column by column: a column-major buffer makes each column one contiguous
+        # write (row-major, every column write touched every row's cache line).
+        f = np.zeros((self.width, n), dtype=np.float32).T
         f[:, c["cap_cpu"]] = cap[:, CPU] / CPU_SCALE
         f[:, c["cap_mem"]] = cap[:, MEM] / MEM_SCALE
         f[:, c["gpu_count"]] = st.gpu_count / DEVICE_SLOTS
@@ -139,9 +142,11 @@ class FeatureBuilder:
         f[:, c["free_gpu"]] = np.where(st.gpu_count > 0, st.gpu_free.sum(axis=1) / gpu_cap, 0.0)
         f[:, c["gpu_max_free"]] = st.gpu_max_free / MILLI_PER_DEVICE
         f[:, c["gpu_full_devices"]] = st.gpu_full / DEVICE_SLOTS
-        dev = -np.sort(-st.gpu_free, axis=1)[:, :DEVICE_SLOTS] / MILLI_PER_DEVICE
         d0 = c["device_free_0"]
-        f[:, d0 : d0 + dev.shape[1]] = dev
+        slots = min(DEVICE_SLOTS, st.gpu_free.shape[1])
+        gpu_rows = self.gpu_rows  # only nodes with GPUs have devices to sort
+        dev = -np.sort(-st.gpu_free[gpu_rows], axis=1)[:, :slots] / MILLI_PER_DEVICE
+        f[gpu_rows, d0 : d0 + slots] = dev
         scale = np.stack([cap[:, CPU], cap[:, MEM], gpu_cap], axis=1)
         f[:, c["use_cpu"] : c["use_gpu"] + 1] = st.usage / scale
         if now != self.prev_usage_time and not np.array_equal(st.usage, self.prev_usage):

@@ -192,7 +192,7 @@ class RLScheduler:
                 return Decision(None, defer=True)
             return self.filters.rejection(ctx)
         # The module's forward pass with the rows of untouched nodes reused (rl.fast_scorer).
-        a = int(np.argmax(self._logits(state, ctx, ok, deferrable)))
+        a = self.scorer.best(self._observe(state, ctx, ok, deferrable))
         if a == state.num_nodes:
             return Decision(None, defer=True)
         devices = None
@@ -200,9 +200,9 @@ class RLScheduler:
             devices = self.filters.profile.binder.devices(ctx, a)
         return Decision(a, devices)
 
-    def _logits(self, state: ClusterState, ctx: Any, ok: np.ndarray,
-                deferrable: bool) -> np.ndarray:
-        """The masked logits (nodes, then defer) of the current observation."""
+    def _observe(self, state: ClusterState, ctx: Any, ok: np.ndarray,
+                 deferrable: bool) -> dict[str, np.ndarray]:
+        """The policy's observation of this decision."""
         if self._observer is None or self._state_id != id(state):
             self._observer = Observer(state.spec, state, self.fgd,
                                       forecast=self.forecaster is not None,
@@ -214,9 +214,8 @@ class RLScheduler:
                         "none: they read as zeros (fill state.telemetry_features from "
                         "prometheus.features.features_from_prometheus)", self.dir,
                         self._telemetry_k)
-        obs = self._observer.observe(ctx, ok, deferrable, state.now, state.queue_length,
-                                     self.weights)
-        return self.scorer.logits(obs)
+        return self._observer.observe(ctx, ok, deferrable, state.now, state.queue_length,
+                                      self.weights)
 
     def ranked(self, state: ClusterState, request: PodRequest, k: int
                ) -> list[tuple[int, tuple[int, ...] | None]]:
@@ -227,7 +226,7 @@ class RLScheduler:
             return []
         if self._dynamic is not None:
             self._update_weights(state, request)
-        logits = self._logits(state, ctx, ok, False)[: state.num_nodes]
+        logits = self.scorer.logits(self._observe(state, ctx, ok, False))[: state.num_nodes]
         top = np.argsort(-logits, kind="stable")[:k]
         top = top[ok[top]]
         binder = self.filters.profile.binder

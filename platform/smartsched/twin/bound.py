@@ -31,7 +31,9 @@ class BoundPods:
         self.num_nodes = num_nodes
         self.num_resources = num_resources
         self.max_devices = max_devices
-        self.row_of: dict[int, list[int]] = {}  # id(request) -> its rows
+        # id(request) -> its rows; tuples, never changed in place, so a copy of the dict
+        # is a copy of the table's index (forks are taken per decision by lookahead/sandbox)
+        self.row_of: dict[int, tuple[int, ...]] = {}
         self.pods: list[Pod | None] = []
         self.requests: list[Any] = []
         self._gang_ids: dict[str, int] = {}
@@ -74,7 +76,7 @@ class BoundPods:
             self._grow(2 * self.used.size)
         r = self._free.pop()
         pod = req.pod
-        self.row_of.setdefault(id(req), []).append(r)
+        self.row_of[id(req)] = (*self.row_of.get(id(req), ()), r)
         self.pods[r] = pod
         self.requests[r] = req
         self.used[r] = True
@@ -102,8 +104,10 @@ class BoundPods:
     def remove(self, req: Any, node: int) -> None:
         rows = self.row_of[id(req)]
         r = next((x for x in rows if self.node[x] == node), rows[0])
-        rows.remove(r)
-        if not rows:
+        rest = tuple(x for x in rows if x != r)
+        if rest:
+            self.row_of[id(req)] = rest
+        else:
             del self.row_of[id(req)]
         self.used[r] = False
         self.node[r] = -1
@@ -151,7 +155,7 @@ class BoundPods:
         for name in ("used", "node", "priority", "charged", "be_req", "devices", "gang", "app",
                      "cls", "since", "until"):
             setattr(other, name, getattr(self, name).copy())
-        other.row_of = {k: list(v) for k, v in self.row_of.items()}
+        other.row_of = dict(self.row_of)
         other.pods = list(self.pods)
         other.requests = list(self.requests)
         other._free = list(self._free)

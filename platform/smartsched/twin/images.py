@@ -45,6 +45,9 @@ class ImageCaches:
         self._lru: list[OrderedDict[int, int]] = [OrderedDict() for _ in range(n)]
         self._pins: list[dict[int, int]] = [{} for _ in range(n)]
         self._ready: list[dict[int, float]] = [{} for _ in range(n)]  # layers in flight
+        # Nodes whose three dicts above belong to this object alone; a copy shares them
+        # all and each side copies a node's on its first change (forks are cheap).
+        self._owned = np.ones(n, dtype=bool)
         self.layer_ids: dict[str, int] = {}
         self.layer_mib: list[int] = []
         self.image_ids: dict[str, int] = {}
@@ -86,6 +89,7 @@ class ImageCaches:
         """Start (or join) the pull of ``image`` on ``node`` at ``now``: returns when its
         layers are all on the node, the MiB this pull downloads, and the layers it pinned
         (``release`` unpins exactly those when the pod leaves)."""
+        self._own(node)
         lru, ready, pins = self._lru[node], self._ready[node], self._pins[node]
         done, fetch, pinned = now, [], []
         for j in self.image_layers[image]:
@@ -118,6 +122,7 @@ class ImageCaches:
 
     def release(self, node: int, pinned: tuple[int, ...]) -> None:
         """A pod left ``node``: the layers its pull pinned may be evicted again."""
+        self._own(node)
         pins = self._pins[node]
         for j in pinned:
             c = pins.get(j)
@@ -126,6 +131,14 @@ class ImageCaches:
                     del pins[j]
                 else:
                     pins[j] = c - 1
+
+    def _own(self, node: int) -> None:
+        """Copy ``node``'s dicts before changing them, if a copy shares them."""
+        if not self._owned[node]:
+            self._lru[node] = OrderedDict(self._lru[node])
+            self._pins[node] = dict(self._pins[node])
+            self._ready[node] = dict(self._ready[node])
+            self._owned[node] = True
 
     def _make_room(self, node: int, mib: int) -> bool:
         """Evict unused layers, least recently used first, until ``mib`` fits."""
@@ -162,9 +175,11 @@ class ImageCaches:
         other.__dict__.update(self.__dict__)
         other.used_mib = self.used_mib.copy()
         other.free_at = self.free_at.copy()
-        other._lru = [OrderedDict(d) for d in self._lru]
-        other._pins = [dict(d) for d in self._pins]
-        other._ready = [dict(d) for d in self._ready]
+        other._lru = list(self._lru)
+        other._pins = list(self._pins)
+        other._ready = list(self._ready)
+        self._owned = np.zeros(self.num_nodes, dtype=bool)  # both share every node now
+        other._owned = np.zeros(self.num_nodes, dtype=bool)
         other.cached = self.cached.copy()
         other.present = self.present.copy()
         other.layer_ids = dict(self.layer_ids)

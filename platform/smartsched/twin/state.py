@@ -41,8 +41,11 @@ DEFAULT_MEMORY_REQUEST_MIB: Final = 200
 NO_SCHEDULE_EFFECTS: Final = ("NoSchedule", "NoExecute")
 
 # Every mutation of a node stamps it with a number unique across all states and
-# forks, so a plugin may cache per-node results keyed by (node, version).
+# forks, so a plugin may cache per-node results keyed by (node, version). A new state
+# starts its nodes at negative numbers of their own (never 0 for all): a state rebuilt
+# from a changed node list must not match what was cached for the old one.
 _VERSIONS = itertools.count(1)
+_STATES = itertools.count(1)
 
 _ALL_NODES: Final = slice(None)
 # Room on top of free resources, per node: charged resources [N, R], best-effort pool
@@ -224,7 +227,8 @@ class ClusterState:
         # Reduced telemetry [N, k] (twin.telemetry.reduction), when a projection provides it.
         self.telemetry_features: np.ndarray | None = None
         self.pod_count = np.zeros(n, dtype=np.int32)
-        self.version = np.zeros(n, dtype=np.int64)
+        self.version = -((next(_STATES) << 32) + np.arange(n, dtype=np.int64))
+        self.bound_frozen = False  # see ``fork(share_bound=True)``
         # Set by the engine when it offers a pod: simulated time and pods waiting.
         self.now = 0.0
         self.queue_length = 0
@@ -426,7 +430,8 @@ class ClusterState:
             self.nonzero_alloc[node] += req.nonzero
         self.pod_count[node] += 1
         self.version[node] = next(_VERSIONS)
-        self.bound.add(node, req, v, devices, self.now, until)
+        if not self.bound_frozen:
+            self.bound.add(node, req, v, devices, self.now, until)
         if req.num_gpu:
             self.gpu_pod_tags[node, gpu_tag(req)] += 1
         if req.pod.app:
@@ -438,7 +443,8 @@ class ClusterState:
     def release(self, node: int, req: PodRequest, devices: tuple[int, ...]) -> None:
         """Give back exactly what :meth:`allocate` took."""
         v = self.charged(req)
-        self.bound.remove(req, node)
+        if not self.bound_frozen:
+            self.bound.remove(req, node)
         self.allocated[node] -= v
         self.free_res[node] += v
         if req.best_effort:
@@ -474,12 +480,18 @@ class ClusterState:
         self.gpu_max_free[node] = row.max()
         self.gpu_full[node] = np.count_nonzero(row == MILLI_PER_DEVICE)
 
-    def fork(self) -> ClusterState:
-        """An independent copy of the mutable arrays (static metadata is shared)."""
+    def fork(self, share_bound: bool = False) -> ClusterState:
+        """An independent copy of the mutable arrays (static metadata is shared).
+
+        ``share_bound``: the fork reads this state's bound-pod table and never changes it
+        (``bound_frozen``: allocate and release leave it as it is). A rollout that keeps
+        its own account of the pods it places (``scheduling.sandbox``) saves copying the
+        table, the largest part of a loaded state, and must not read it for them."""
         other = object.__new__(ClusterState)
         other.__dict__.update(self.__dict__)
         other.app_pods = {k: v.copy() for k, v in self.app_pods.items()}
-        other.bound = self.bound.copy()
+        other.bound = self.bound if share_bound else self.bound.copy()
+        other.bound_frozen = share_bound or self.bound_frozen
         other.images = self.images.copy()
         other.reservations = self.reservations.copy()
         other.disrupted = dict(self.disrupted)

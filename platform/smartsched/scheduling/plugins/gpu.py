@@ -195,10 +195,14 @@ class FGD:
         self.target: TargetWorkload | None = None
         self._to_warm: list[Pod] = []
         self._cache: OrderedDict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        # Each node's expected fragmentation as it is (``before`` of every pod shape), by
+        # node version: [N] versions, [N] values.
+        self._before: tuple[np.ndarray, np.ndarray] | None = None
 
     def prepare(self, pods: Sequence[Pod]) -> None:
         self.target = typical_pods(pods, self.args.coverage, self.args.include_cpu_pods)
         self._cache.clear()
+        self._before = None
         shapes: dict[tuple, Pod] = {}
         for p in pods:
             shapes.setdefault((p.cpu_milli, p.gpu_milli, p.num_gpu, p.gpu_models), p)
@@ -258,7 +262,7 @@ class FGD:
         cpu_left = _cpu_left(st)[nodes]
         model = st.gpu_model[nodes]
         up = np.ones(nodes.size, dtype=bool)
-        before = node_fragmentation(free, cpu_left, model, up, target)
+        before = self._fragmentation_now(st, nodes, free, cpu_left, model, up)
         cpu_after = cpu_left - _pod_cpu(req)
         n_dev = free.shape[1]
         if req.num_gpu == 0:
@@ -284,6 +288,24 @@ class FGD:
         trial = free - np.where(take, req.gpu_milli, 0)
         after = node_fragmentation(trial, cpu_after, model, up, target)
         return _sigmoid_score(before - after), np.zeros(nodes.size, dtype=np.int64)
+
+    def _fragmentation_now(self, st: ClusterState, nodes: np.ndarray, free: np.ndarray,
+                           cpu_left: np.ndarray, model: np.ndarray, up: np.ndarray
+                           ) -> np.ndarray:
+        """``node_fragmentation`` of ``nodes`` as they are: it does not depend on the pod,
+        so it is computed once per node version for every shape."""
+        assert self.target is not None
+        if self._before is None or self._before[0].size != st.num_nodes:
+            self._before = (np.zeros(st.num_nodes, dtype=np.int64), np.zeros(st.num_nodes))
+        versions, values = self._before
+        stale = versions[nodes] != st.version[nodes]
+        if stale.any():
+            idx = np.flatnonzero(stale)
+            rows = nodes[idx]
+            values[rows] = node_fragmentation(free[idx], cpu_left[idx], model[idx], up[idx],
+                                              self.target)
+            versions[rows] = st.version[rows]
+        return values[nodes]
 
 
 def _sigmoid_score(delta: np.ndarray) -> np.ndarray:
