@@ -463,6 +463,145 @@ def telemetry_panel(url: str, dashboard: str, title: str, minutes: float, step_s
     click.echo(f"{res['panel']}: {res['series']} series, {res['points']} points -> {out}")
 
 
+@main.command()
+@click.option("--config", "config_path", required=True,
+              type=click.Path(dir_okay=False, exists=True),
+              help="Learning settings (YAML): store, interval_s, fine_tune, gate, workload.")
+@click.option("--rounds", type=click.IntRange(min=1), default=None,
+              help="Stop after this many rounds (default: run until interrupted).")
+@click.option("--service", default=None, help="Placement service URL: experience from its "
+              "sites, and each promotion reloaded into --sites (operator token from "
+              "SMARTSCHED_OPERATOR_TOKEN).")
+@click.option("--sites", default="", help="Sites to reload on promotion (comma-separated).")
+@click.option("--served-as", default=None, help="The store's path as the service's "
+              "models_dir names it (default: the store path).")
+def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
+          served_as: str | None) -> None:
+    """Continuous learning: every interval, fine-tune the current policy on recent
+    experience, gate it against the incumbent, promote it only if it is surely better.
+    Runs as a Ray actor on the local Ray (or RAY_ADDRESS)."""
+    import ray
+
+    from smartsched.model.configfile import read_yaml
+    from smartsched.rl.learning import load_learn_config, start_learner
+
+    doc = read_yaml(config_path, "learn")
+    cfg = load_learn_config(doc)
+    if service and not sites:
+        raise click.UsageError("--service needs --sites (the sites to reload on promotion)")
+    svc = ({"url": service, "sites": [s for s in sites.split(",") if s],
+            "served_as": served_as or cfg.store} if service else None)
+    from smartsched.rl.train import init_ray
+
+    init_ray(Path(cfg.work_dir).resolve())
+    actor = start_learner(doc, svc)
+    ref = actor.run.remote(rounds)
+    seen = 0
+    try:
+        while True:
+            done, _ = ray.wait([ref], timeout=5.0)
+            st = ray.get(actor.status.remote())
+            for out in st["outcomes"][seen:]:
+                click.echo(f"round: {out['outcome']} (current {out.get('version')}, "
+                           f"gain {out.get('gain_mean', float('nan')):+.3f}, lower "
+                           f"{out.get('gain_lower', float('nan')):+.3f}, "
+                           f"{out['seconds']:.0f} s) {'; '.join(out.get('reasons', []))}"
+                           f"{out.get('error', '')}")
+            seen = len(st["outcomes"])
+            if done:
+                break
+    except KeyboardInterrupt:
+        actor.stop.remote()
+        click.echo("stopping after the current round")
+        ray.get(ref)
+
+
+@main.group()
+def policy() -> None:
+    """Policy versions: the promotion gate, promote, roll back (a store folder each)."""
+
+
+@policy.command("gate")
+@click.option("--candidate", required=True, help="Scheduler name, e.g. rl:models/new.")
+@click.option("--incumbent", required=True, help="Scheduler name, e.g. rl:models/current.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              default=None, help="Gate settings (YAML: cluster, workload, seeds, hours, ...).")
+@click.option("--seeds", type=click.IntRange(min=2), default=None)
+@click.option("--store", type=click.Path(file_okay=False), default=None,
+              help="With a candidate rl:PATH: add and promote it here if the gate passes, "
+              "log the refusal if not.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def policy_gate(candidate: str, incumbent: str, config_path: str | None, seeds: int | None,
+                store: str | None, json_path: str | None) -> None:
+    """Run the promotion gate: paired twin episodes, bootstrap lower bound of the gain."""
+    from smartsched.model.configfile import read_yaml
+    from smartsched.rl.gate import parse_gate_config, run_gate
+
+    doc = read_yaml(config_path, "gate") if config_path else {}
+    if seeds is not None:
+        doc = {**(doc or {}), "seeds": seeds}
+    cfg = parse_gate_config(doc)
+    res = run_gate(candidate, incumbent, cfg)
+    verdict = "PROMOTE" if res.promoted else "REFUSE"
+    click.echo(f"{verdict}: gain {res.gain_mean:+.3f} (mean of {len(res.gains)} paired "
+               f"episodes), {100 * cfg.confidence:.0f} % lower bound {res.gain_lower:+.3f}; "
+               f"hard-constraint violations {res.violations}; {res.seconds:.1f} s")
+    for why in res.reasons:
+        click.echo(f"  {why}")
+    if store is not None:
+        from smartsched.rl.versions import PolicyStore
+
+        if not candidate.startswith("rl:"):
+            raise click.ClickException("--store needs a candidate rl:PATH")
+        st = PolicyStore(store)
+        if res.promoted:
+            v = st.promote(st.add(candidate[3:].split("?", 1)[0]), res.to_dict())
+            click.echo(f"promoted as {v} in {store}")
+        else:
+            st.refuse(candidate, res.to_dict())
+    _write_json(json_path, res.to_dict())
+
+
+@policy.command("rollback")
+@click.option("--store", required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--service", default=None, help="Also reload --sites of this service with it "
+              "(operator token from SMARTSCHED_OPERATOR_TOKEN).")
+@click.option("--sites", default="", help="Sites to reload (comma-separated).")
+@click.option("--served-as", default=None, help="The store's path as the service's "
+              "models_dir names it (default: the store path).")
+def policy_rollback(store: str, service: str | None, sites: str,
+                    served_as: str | None) -> None:
+    """Make the previous promoted version current again (and serve it, with --service)."""
+    from smartsched.rl.versions import PolicyStore
+
+    st = PolicyStore(store)
+    v = st.rollback()
+    click.echo(f"current: {v} ({st.path_of(v)})")
+    if service:
+        from smartsched.rl.learning import service_hooks
+
+        names = [x for x in sites.split(",") if x]
+        if not names:
+            raise click.UsageError("--service needs --sites")
+        _, reload = service_hooks(service, names, served_as or store)
+        reload(v, st.path_of(v))
+        click.echo(f"reloaded {', '.join(names)} with {v}")
+
+
+@policy.command("versions")
+@click.option("--store", required=True, type=click.Path(file_okay=False, exists=True))
+def policy_versions(store: str) -> None:
+    """List the versions, the current one marked, and the log's last events."""
+    from smartsched.rl.versions import PolicyStore
+
+    st = PolicyStore(store)
+    cur = st.current()
+    for v in st.versions():
+        click.echo(f"{'*' if v == cur else ' '} {v}")
+    for e in st.log()[-10:]:
+        click.echo(f"  {e['event']}: {e.get('version') or e.get('source')}")
+
+
 @main.group()
 def bench() -> None:
     """Benchmark suites that print figures (and write them with --json)."""
@@ -558,6 +697,69 @@ def bench_heldout(schedulers: str, seeds: str, cluster: str, workload: str, hour
                       warmup_hours=warmup_hours, baseline=baseline, composite=composite,
                       workers=workers, echo=click.echo)
     _write_json(json_path, res)
+
+
+@bench.command("sandbox")
+@click.option("--profiles", default="composite,rl:models/ppo_mixed_small", show_default=True,
+              help="Each run as it is and as sandboxed:<profile> on the same seed.")
+@click.option("--nodes", type=click.IntRange(min=2, max=100_000), default=1500,
+              show_default=True, help="Region size for the validation latency.")
+@click.option("--decisions", type=click.IntRange(min=1, max=100_000), default=200,
+              show_default=True)
+@click.option("--cluster", default="medium", show_default=True)
+@click.option("--workload", default="mixed", show_default=True)
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=24.0,
+              show_default=True)
+@click.option("--warmup-hours", type=click.FloatRange(min=0), default=6.0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=30000, show_default=True)
+@click.option("--options", default="", help="The sandboxed: wrapper's options, e.g. "
+              "'validate=preemption,gangs&samples=1'.")
+@click.option("--skip-twin", is_flag=True, help="Only the validation latency.")
+@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_sandbox(profiles: str, nodes: int, decisions: int, cluster: str, workload: str,
+                  hours: float, warmup_hours: float, seed: int, options: str, skip_twin: bool,
+                  workers: int | None, json_path: str | None) -> None:
+    """Sandbox validation: time per decision at --nodes, and what it refuses on the twin."""
+    from smartsched.bench.sandbox import run_sandbox_bench
+
+    res = run_sandbox_bench([p for p in profiles.split(",") if p], nodes=nodes,
+                            decisions=decisions, cluster=cluster, workload=workload,
+                            hours=hours, warmup_hours=warmup_hours, seed=seed,
+                            options=options, workers=workers, skip_twin=skip_twin,
+                            echo=click.echo)
+    _write_json(json_path, res)
+
+
+@bench.command("gate")
+@click.option("--incumbent", default="rl:models/ppo_mixed_small", show_default=True)
+@click.option("--trials", type=click.IntRange(min=1), default=40, show_default=True)
+@click.option("--seeds", type=click.IntRange(min=2), default=8, show_default=True,
+              help="Paired episodes per gate.")
+@click.option("--cluster", default="medium", show_default=True)
+@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=2.0,
+              show_default=True)
+@click.option("--warmup-hours", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option("--degrade", type=click.FloatRange(min=0, max=1), default=0.5, show_default=True,
+              help="The 'better' case: the incumbent vs itself with this share of decisions "
+              "made by k8s-default.")
+@click.option("--kinds", default="random,worst,nofilter,identical,better", show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_gate(incumbent: str, trials: int, seeds: int, cluster: str, hours: float,
+               warmup_hours: float, degrade: float, kinds: str, workers: int | None,
+               json_path: str | None) -> None:
+    """The promotion gate's verdicts over many trials: broken, identical, better candidates."""
+    from smartsched.bench.gate import run_gate_bench
+
+    names = tuple(k for k in kinds.split(",") if k)
+    bad = set(names) - {"random", "worst", "nofilter", "identical", "better"}
+    if bad:
+        raise click.BadParameter(f"unknown kind {sorted(bad)[0]!r}", param_hint="--kinds")
+    _write_json(json_path, run_gate_bench(incumbent, trials=trials, seeds=seeds,
+                                          cluster=cluster, hours=hours,
+                                          warmup_hours=warmup_hours, degrade=degrade,
+                                          workers=workers, kinds=names, echo=click.echo))
 
 
 @bench.command("rl")

@@ -81,17 +81,23 @@ class PlacementClient:
         raise AssertionError("unreachable")
 
     def place(self, pod: PodSpec | Mapping[str, Any], *, request_id: str | None = None,
-              ttl_s: float = 60.0) -> PlacementResponse:
+              ttl_s: float = 60.0, validate: bool = False) -> PlacementResponse:
+        """``validate``: have the site validate the placement in its sandbox first."""
         spec = pod if isinstance(pod, PodSpec) else PodSpec.model_validate(pod)
         body = {"request_id": request_id or uuid.uuid4().hex, "ttl_s": ttl_s,
                 "pod": spec.model_dump(by_alias=True, exclude_none=True)}
+        if validate:
+            body["validate"] = True
         return PlacementResponse.model_validate(self._call("POST", "/v1/placements", body))
 
     def place_batch(self, pods: Sequence[PodSpec | Mapping[str, Any]], *,
-                    request_id: str | None = None, ttl_s: float = 60.0) -> PlacementResponse:
+                    request_id: str | None = None, ttl_s: float = 60.0,
+                    validate: bool = False) -> PlacementResponse:
         specs = [p if isinstance(p, PodSpec) else PodSpec.model_validate(p) for p in pods]
         body = {"request_id": request_id or uuid.uuid4().hex, "ttl_s": ttl_s,
                 "pods": [s.model_dump(by_alias=True, exclude_none=True) for s in specs]}
+        if validate:
+            body["validate"] = True
         return PlacementResponse.model_validate(
             self._call("POST", "/v1/placements:batch", body))
 
@@ -108,6 +114,15 @@ class PlacementClient:
         """Reload a site's profile (operator token)."""
         return self._call("PUT", f"/v1/admin/sites/{site}/profile", {"profile": profile},
                           operator=True)
+
+    def experience(self, limit: int = 2000) -> list[Any]:
+        """The pods the service's sites were recently asked to place, ordered by arrival
+        (operator token): continuous learning's experience."""
+        from smartsched.serving.journal import pod_from_dict
+
+        doc = self._call("GET", f"/v1/admin/experience?limit={int(limit)}", operator=True)
+        pods = [pod_from_dict(d) for site in doc["sites"].values() for d in site]
+        return sorted(pods, key=lambda p: p.arrival)
 
     def put_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Register or change nodes, or report their usage (operator token)."""

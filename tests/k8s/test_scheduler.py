@@ -270,3 +270,22 @@ def test_two_preemptors_never_evict_the_same_pod_twice(objects) -> None:
             api.finish_terminating()
         assert set(bound) == {"prod/web", "prod/web-2"}
         assert len(api.evictions) == len(set(api.evictions)) == 2
+
+
+def test_a_sandboxed_profile_refuses_a_preemption_that_strands_an_online_pod(objects) -> None:
+    """The same preemption as above, but the victims are online pods with nowhere else to
+    go: the sandbox refuses it, nobody is evicted, and the event says why."""
+    from smartsched.k8s.snapshot import CLASS_LABEL
+
+    nodes, pods = _preemption_case(objects)
+    for p in pods[:2]:
+        p["metadata"]["labels"] = {CLASS_LABEL: "online"}
+    with FakeAPIServer(nodes, pods) as api:
+        core, _ = _client(api.url)
+        loop = SchedulerLoop(core, "smartsched", "sandboxed:k8s-default?max_arrivals=0",
+                             preemption=True)
+        res = loop.run_once()
+        assert res.bound == {} and not res.preempting and api.evictions == []
+        assert "sandbox: refused the preemption" in res.failed["prod/web"]
+        assert "online_pending_s" in res.failed["prod/web"]
+        assert loop.sched.refused == {"preemption": 1}

@@ -31,6 +31,11 @@ def test_each_tier_answers(service: str, auth: dict) -> None:
     e = _place(service, auth, _pod(**{"class": "edge-rt"}, origin_site="mec-0",
                                    latency_slo_ms=20)).json()["placements"][0]
     assert e["placed"] and e["tier"] == "edge" and e["site"] == "mec-0"
+    assert p["validation"] is None and e["validation"] is None
+    # Asked for, the site validates the placement in its sandbox first and says so.
+    v = _place(service, auth, _pod(), validate=True).json()["placements"][0]
+    assert v["placed"] and v["validation"]["accepted"] and v["validation"]["kind"] == "placement"
+    assert set(v["validation"]["figures"]) >= {"online_pending_s", "gpu_frag_pct"}
 
 
 def test_full_edge_site_escalates_to_its_region(service: str, auth: dict) -> None:
@@ -498,3 +503,52 @@ def test_hostile_bodies_are_4xx_naming_the_field(service: str, operator: dict, p
     assert r.status_code == status, r.text[:300]
     assert r.json()["detail"][0]["loc"] == loc, r.text[:300]
     assert "\\ud800" not in r.text and "9999999999" not in r.text
+
+
+def test_learning_reads_experience_and_a_promotion_reloads_with_its_version(
+        service: str, auth: dict, operator: dict, serve_args: dict, monkeypatch) -> None:
+    """The learner is an operator client of the service: it reads the recent pods
+    (GET /v1/admin/experience, operator token only) and a promotion reloads the sites with
+    the store's new version, which answers then name; requests keep being answered."""
+    from pathlib import Path
+
+    from smartsched.rl.learning import LearningLoop, load_learn_config, service_hooks
+    from smartsched.rl.versions import PolicyStore
+    from tests.serving.conftest import OPERATOR_TOKEN
+
+    ids = [f"exp-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+    for pid in ids:
+        assert _place(service, auth, _pod(id=pid)).status_code == 200
+    assert requests.get(f"{service}/v1/admin/experience", headers=auth,
+                        timeout=10).status_code in (401, 403)  # a client token is not enough
+    monkeypatch.setenv("SMARTSCHED_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    shipped = Path(__file__).resolve().parents[2] / "models" / "ppo_mixed_small"
+    store = PolicyStore(Path(serve_args["models_dir"]) / "store")
+    store.promote(store.add(shipped))
+    experience, reload = service_hooks(service, ["region-a", "region-b"], "store")
+    seen = [p.id for p in experience()]
+    assert set(ids) <= set(seen)
+
+    def copy(inc: Path, workload: str, out: Path) -> Path:
+        import shutil
+
+        shutil.copytree(inc, out / "policy")
+        return out / "policy"
+
+    from smartsched.rl.gate import GateResult
+
+    cfg = load_learn_config({"store": str(store.root), "work_dir": str(store.root / "work"),
+                             "min_pods": 1})
+    loop = LearningLoop(cfg, experience=experience, on_promote=reload, fine_tune=copy,
+                        gate=lambda c, i, g: GateResult(True, [], 1.0, 0.5, [1.0], 0, 0.0))
+    with ThreadPoolExecutor(4) as pool:  # placements keep flowing during the reload
+        flowing = [pool.submit(_place, service, auth, _pod()) for _ in range(20)]
+        out = loop.round()
+        codes = [f.result().status_code for f in flowing]
+    assert out["outcome"] == "promoted" and out["version"] == "v0002", out
+    assert codes == [200] * 20
+    p = _place(service, auth, _pod()).json()["placements"][0]
+    assert p["profile"] == "rl:store/versions/v0002"
+    for region in ("region-a", "region-b"):
+        requests.put(f"{service}/v1/admin/sites/{region}/profile", headers=operator,
+                     json={"profile": "k8s-default"}, timeout=30).raise_for_status()

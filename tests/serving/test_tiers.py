@@ -416,3 +416,60 @@ def test_journal_codec_round_trips_every_pod_field() -> None:
     assert request_fingerprint([pod], 30) != request_fingerprint(
         [dataclasses.replace(pod, image_layers=(("sha256:" + "b" * 64, 300),))], 30)
     assert request_fingerprint([pod], 30) != request_fingerprint([pod], 31)
+
+
+def _validated_site(tmp_path, mode: str) -> SitePlacer:
+    from smartsched.scheduling.sandbox import SandboxConfig
+    from smartsched.serving.journal import Journal
+    from tests.builders import cluster, node
+
+    spec = cluster(node("only", cpu=4000, mem=65536))
+    return SitePlacer(spec, "k8s-default", journal=Journal(tmp_path / "s.jsonl"),
+                      preemption=True, sandbox_mode=mode,
+                      sandbox=SandboxConfig(max_arrivals=0))
+
+
+def test_a_preemption_the_sandbox_refuses_changes_nothing(tmp_path) -> None:
+    from smartsched.serving.journal import Journal
+
+    site = _validated_site(tmp_path, "risky")
+    web = site.place([_pod("web", cpu=4000, priority=100, pod_class=PodClass.ONLINE)],
+                     ttl_s=500, request_id="r-web")[0]
+    assert web.placed and web.validation is None  # one pod, no preemption: not risky
+    allocated = site.state.allocated.copy()
+    state_obj = site.state
+    high = site.place([_pod("high", cpu=2000, priority=1000)], ttl_s=500)[0]
+    # The online pod would have nowhere to go for the whole horizon: refused, with why.
+    assert not high.placed and "refused by sandbox validation" in high.reason
+    assert "online_pending_s +600.0" in high.reason
+    assert high.validation is not None and not high.validation["accepted"]
+    assert set(site.reservations) == {web.reservation_id}
+    assert site.state is state_obj and np.array_equal(site.state.allocated, allocated)
+    assert site.place([], ttl_s=500, request_id="r-web")[0].placed  # its answer kept
+    # Nothing of the refused request reached the journal.
+    site.journal.close()
+    again = SitePlacer(site.spec, "k8s-default", journal=Journal(tmp_path / "s.jsonl"))
+    assert set(again.reservations) == {web.reservation_id}
+
+
+def test_a_request_asking_for_validation_gets_the_verdict_and_is_kept(tmp_path) -> None:
+    site = _validated_site(tmp_path, "request")
+    out = site.place([_pod("a", cpu=1000), _pod("b", cpu=1000)], ttl_s=500, validate=True)
+    assert all(r.placed for r in out)
+    assert all(r.validation["accepted"] and r.validation["kind"] == "batch" for r in out)
+    assert len(site.reservations) == 2 and site.state.allocated[0, 0] == 2000
+    plain = site.place([_pod("c", cpu=1000)], ttl_s=500)[0]
+    assert plain.placed and plain.validation is None  # not asked, not risky
+    off = _validated_site(tmp_path / "off", "off")
+    assert off.sandbox is None
+    assert off.place([_pod("d")], ttl_s=500, validate=True)[0].validation is None
+
+
+def test_the_cloud_passes_the_request_option_down(medium: Hierarchy) -> None:
+    from smartsched.serving.tiers import IdempotencyConflict
+
+    cloud, _ = _cloud(medium)
+    r = asyncio.run(cloud.place([_pod("v")], 60, "req-v", True))[0]
+    assert r["placed"] and r["validation"]["accepted"]
+    with pytest.raises(IdempotencyConflict):  # the option is part of what the key binds
+        asyncio.run(cloud.place([_pod("v")], 60, "req-v", False))

@@ -88,6 +88,7 @@ class SchedulerLoop:
         self._terminating: set[str] = set()
         self.last_rv: str | None = None
         self.metrics = SchedulerMetrics()
+        self._started = time.time()
         self.name = scheduler_name
         self.sched = make_scheduler(profile, seed)
         if prometheus_url is not None and not prometheus_url.startswith(("http://", "https://")):
@@ -140,6 +141,11 @@ class SchedulerLoop:
             -int((p.get("spec") or {}).get("priority") or 0),
             str((p.get("metadata") or {}).get("creationTimestamp") or "")))
         snap = build_snapshot(nodes, others)
+        # Seconds since this scheduler started: schedulers that keep a history of the pods
+        # offered (sandboxed:, lookahead:) draw arrival rates from it. When bound pods
+        # started is not known: they count as started now (no work claimed lost).
+        snap.state.now = time.time() - self._started
+        snap.state.bound.since[:] = snap.state.now
         if self.prometheus_url:
             self._read_usage(snap.state)
         from smartsched.k8s.snapshot import pod_model

@@ -39,6 +39,12 @@ FORECASTER_SUBDIR = "forecaster"  # inside an exported policy; env.forecaster is
 TELEMETRY_SUBDIR = "telemetry"  # likewise env.telemetry
 
 
+def init_ray(out: Path, num_cpus: int | None = None) -> None:
+    """Connect to RAY_ADDRESS, or start the embedded locked-down Ray (results under
+    ``out``), unless Ray is up already: what ``train``, ``learn`` and friends share."""
+    _init_ray(out, num_cpus)
+
+
 def _init_ray(out: Path, num_cpus: int | None) -> None:
     import ray
 

@@ -190,6 +190,12 @@ class SplitScheduler:
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         return self._route(request).decide(state, request)
 
+    def ranked(self, state: ClusterState, request: PodRequest, k: int
+               ) -> list[tuple[int, tuple[int, ...] | None]]:
+        """The pod's route's best feasible nodes (empty when that route cannot rank)."""
+        inner = getattr(self._route(request), "ranked", None)
+        return inner(state, request, k) if inner is not None else []
+
     @property
     def deschedule_interval_s(self) -> float | None:
         """The shortest pass interval of any route (the routes share one cluster)."""

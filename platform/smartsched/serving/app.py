@@ -86,15 +86,16 @@ class SiteDeployment:
         h = _hierarchy(cfg)
         tier = "region" if site in h.regions else "edge"
 
-        async def call_parent(pods: list, ttl_s: float, rid: str | None) -> list:
-            return await parent.place.remote(pods, ttl_s, rid)
+        async def call_parent(pods: list, ttl_s: float, rid: str | None,
+                              validate: bool = False) -> list:
+            return await parent.place.remote(pods, ttl_s, rid, validate)
 
         # The real profile arrives through reconfigure(user_config) right after this,
         # so that changing it later is an in-place update, not a new replica.
         self.tier = SiteTier(h, site, cfg.profile_of(site, tier),
                              parent=call_parent if parent is not None else None, seed=cfg.seed,
                              journal_dir=cfg.journal_dir, usage=cfg.prometheus,
-                             preemption=cfg.preemption)
+                             preemption=cfg.preemption, sandbox=cfg.sandbox)
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Live policy reload: ``{profile: <name|rl:PATH>}`` swaps the profile in place."""
@@ -102,8 +103,9 @@ class SiteDeployment:
         if profile:
             self.tier.set_profile(str(profile))
 
-    async def place(self, pods: list, ttl_s: float, rid: str | None) -> list[dict[str, Any]]:
-        return await self.tier.place(pods, ttl_s, rid)
+    async def place(self, pods: list, ttl_s: float, rid: str | None,
+                    validate: bool = False) -> list[dict[str, Any]]:
+        return await self.tier.place(pods, ttl_s, rid, validate)
 
     async def confirm(self, rid: str) -> dict[str, Any]:
         return self.tier.confirm(rid)
@@ -116,6 +118,9 @@ class SiteDeployment:
 
     async def free(self) -> dict[str, float]:
         return self.tier.free()
+
+    async def recent(self, limit: int) -> list[dict[str, Any]]:
+        return self.tier.recent(limit)
 
     async def set_profile(self, profile: str, label: str | None = None) -> str:
         return self.tier.set_profile(profile, label)
@@ -329,7 +334,7 @@ async def place_one(body: PlacementRequest, request: Request,
                     ing: Any = Depends(_ingress)) -> Any:
     if (denied := ing.authorize(request)) is not None:
         return denied
-    return await ing.place([body.pod], body.ttl_s, body.request_id)
+    return await ing.place([body.pod], body.ttl_s, body.request_id, body.validate_)
 
 
 @app_api.post("/v1/placements:batch", response_model=PlacementResponse,
@@ -341,7 +346,7 @@ async def place_batch(body: BatchPlacementRequest, request: Request,
     ids = [p.id for p in body.pods]
     if len(set(ids)) != len(ids):
         raise ValidationError("pods.id", "pod ids in a batch must be unique")
-    return await ing.place(body.pods, body.ttl_s, body.request_id)
+    return await ing.place(body.pods, body.ttl_s, body.request_id, body.validate_)
 
 
 async def _reservation_op(ing: Any, request: Request, rid: str, op: str, event: str) -> Any:
@@ -407,6 +412,20 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
     return {"sites": out}
 
 
+@app_api.get("/v1/admin/experience", dependencies=OPERATOR_AUTH)
+async def experience(request: Request, limit: int = 2000,
+                     ing: Any = Depends(_ingress)) -> Any:
+    """The pods the sites were recently asked to place (each site's last ``limit``), oldest
+    first per site: what continuous learning replays on the twin (operator credential)."""
+    if (denied := ing.authorize(request, OPERATOR)) is not None:
+        return denied
+    if not 0 <= limit <= 100_000:
+        raise ValidationError("limit", "must be between 0 and 100000")
+    names = list(ing.sites)
+    got = await asyncio.gather(*(ing.sites[n].recent.remote(limit) for n in names))
+    return {"sites": {n: pods for n, pods in zip(names, got, strict=True)}}
+
+
 @app_api.put("/v1/admin/sites/{site}/profile", dependencies=OPERATOR_AUTH)
 async def set_profile(site: str, body: ProfileUpdate, request: Request,
                       ing: Any = Depends(_ingress)) -> Any:
@@ -443,8 +462,9 @@ class Ingress:
         self._refresher: asyncio.Task | None = None
 
         def caller(handle: Any) -> Any:
-            async def call(pods: list, ttl_s: float, rid: str | None) -> list:
-                return await handle.place.remote(pods, ttl_s, rid)
+            async def call(pods: list, ttl_s: float, rid: str | None,
+                           validate: bool = False) -> list:
+                return await handle.place.remote(pods, ttl_s, rid, validate)
             return call
 
         self.cloud = CloudTier(self.h, {k: caller(v) for k, v in regions.items()},
@@ -492,7 +512,8 @@ class Ingress:
             raise UnknownReferenceError("reservation_id", f"unknown reservation {rid!r}")
         return self.sites[site], local
 
-    async def place(self, specs: list, ttl_s: float, rid: str | None) -> PlacementResponse:
+    async def place(self, specs: list, ttl_s: float, rid: str | None,
+                    validate: bool = False) -> PlacementResponse:
         now = time.time()
         pods = []
         for i, spec in enumerate(specs):
@@ -503,7 +524,7 @@ class Ingress:
             self._check_refs(pod, i)
             pods.append(pod)
         self._check_gangs(pods)
-        results = await self.cloud.place(pods, ttl_s, rid)
+        results = await self.cloud.place(pods, ttl_s, rid, validate)
         self.metrics.observe_placements(results)
         return PlacementResponse(request_id=rid, placements=results)
 

@@ -12,12 +12,15 @@ import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from smartsched.model.configfile import validate
 from smartsched.model.errors import ValidationError
+from smartsched.scheduling.sandbox import SandboxConfig
+
+SandboxMode = Literal["off", "request", "risky", "all"]
 
 
 class Ranking(BaseModel):
@@ -59,6 +62,23 @@ class UsageFromPrometheus(BaseModel):
     stale_after_s: float = Field(60.0, gt=0, le=86_400)
 
 
+class SandboxPolicy(BaseModel):
+    """When a site validates placements in the sandbox (``scheduling.sandbox``) first.
+
+    ``request``: when the request asks (``validate: true``); ``risky``: also batches,
+    gangs asking ``gang_gpus`` GPUs or more, and placements that preempt; ``all``: every
+    request; ``off``: never, even when asked. ``sites`` overrides the mode per site."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: SandboxMode = "request"
+    sites: dict[str, SandboxMode] = Field(default_factory=dict)
+    gang_gpus: int = Field(8, ge=1, le=100_000)
+    settings: SandboxConfig = Field(default_factory=SandboxConfig)
+
+    def mode_of(self, site: str) -> str:
+        return self.sites.get(site, self.mode)
+
+
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cluster: str = "medium"
@@ -84,6 +104,7 @@ class ServiceConfig(BaseModel):
     # None: reloads accept packaged profile names only. (The profiles in this file are the
     # operator's own and are not restricted.)
     models_dir: str | None = None
+    sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"

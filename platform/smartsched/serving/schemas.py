@@ -84,6 +84,9 @@ class PlacementRequest(BaseModel):
                                    description="Idempotency key: a retry returns the same answer")
     pod: PodSpec
     ttl_s: float = Field(60.0, gt=0, le=86_400, description="Reservation lifetime")
+    validate_: bool = Field(False, alias="validate", description=(
+        "Validate the placement in the twin's sandbox before it is made (the site's "
+        "sandbox policy may validate it anyway)"))
 
 
 class BatchPlacementRequest(BaseModel):
@@ -91,6 +94,8 @@ class BatchPlacementRequest(BaseModel):
     request_id: Text | None = Field(None, min_length=1, max_length=128)
     pods: list[PodSpec] = Field(min_length=1, max_length=MAX_BATCH)
     ttl_s: float = Field(60.0, gt=0, le=86_400)
+    validate_: bool = Field(False, alias="validate", description=(
+        "Validate the whole batch in the twin's sandbox before it is made"))
 
 
 class StageReason(BaseModel):
@@ -110,6 +115,19 @@ class Preempted(BaseModel):
     pod_ids: list[str]
 
 
+class Validation(BaseModel):
+    """The sandbox's verdict on the request this placement was part of."""
+
+    accepted: bool
+    kind: str
+    reasons: list[str] = Field(default_factory=list)
+    # figure -> {"with": value with the request, "without": value without it}
+    figures: dict[str, dict[str, float]] = Field(default_factory=dict)
+    horizon_s: float = 0.0
+    arrivals: float = 0.0
+    seconds: float = 0.0
+
+
 class Placement(BaseModel):
     pod_id: str
     placed: bool
@@ -124,6 +142,7 @@ class Placement(BaseModel):
     expires_at: float | None = None
     reasons: list[StageReason] = Field(default_factory=list)
     preempted: list[Preempted] = Field(default_factory=list)
+    validation: Validation | None = None
 
 
 class PlacementResponse(BaseModel):

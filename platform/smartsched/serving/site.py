@@ -36,6 +36,7 @@ from smartsched.model.pod import Pod
 from smartsched.model.resources import CPU, GPU, MEM
 from smartsched.scheduling.base import WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import unschedulable_message
+from smartsched.scheduling.sandbox import Placement, Proposal, Sandbox, SandboxConfig
 from smartsched.serving.journal import Journal, pod_from_dict, pod_to_dict
 from smartsched.twin.state import ClusterState, PodRequest
 
@@ -78,6 +79,8 @@ class SiteResult:
     extra: dict[str, Any] = field(default_factory=dict)
     # Reservations released to place it (preemption): (reservation id, its pod ids).
     preempted: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The sandbox's verdict on the request (``Verdict.to_dict``), when it was validated.
+    validation: dict[str, Any] | None = None
 
 
 def site_subspec(spec: ClusterSpec, sites: Sequence[str]) -> ClusterSpec:
@@ -99,7 +102,8 @@ class SitePlacer:
 
     def __init__(self, spec: ClusterSpec, profile: str, *, seed: int = 0,
                  clock: Callable[[], float] = time.time, journal: Journal | None = None,
-                 preemption: bool = False) -> None:
+                 preemption: bool = False, sandbox_mode: str = "request",
+                 sandbox: SandboxConfig | None = None, gang_gpus: int = 8) -> None:
         self.spec = spec
         self.state = ClusterState(spec)
         self.clock = clock
@@ -116,6 +120,16 @@ class SitePlacer:
         self.preemption = preemption
         self._made_now: set[str] = set()
         self.registered: dict[str, NodeSpec] = {}  # nodes added or changed through the API
+        # Sandbox validation (see ``place``): mode, the sandbox (it keeps the recent pods
+        # its arrivals are drawn from), and what a validated request collects.
+        self.sandbox_mode = sandbox_mode
+        self._sandbox_settings = sandbox or SandboxConfig()
+        self.sandbox = (Sandbox(self._sandbox_settings.model_copy(
+            update={"rollout": self._rollout_for(profile)})) if sandbox_mode != "off" else None)
+        self.gang_gpus = gang_gpus
+        self._buffer: list[dict[str, Any]] | None = None  # journal events held back
+        self._victims: list[Pod] | None = None
+        self._popped: list[tuple[str, Any]] | None = None
         if journal is not None:
             self._recover(journal)
 
@@ -128,14 +142,33 @@ class SitePlacer:
         if self._recent and isinstance(sched, WorkloadAware):
             sched.prepare(list(self._recent))
         self.scheduler, self.profile = sched, label or profile
+        if self.sandbox is not None and self._rollout_for(profile) != \
+                self.sandbox.config.rollout:
+            sandbox = Sandbox(self.sandbox.config.model_copy(
+                update={"rollout": self._rollout_for(profile)}))
+            for t, p in self.sandbox._seen:  # the recent pods stay the arrivals' source
+                sandbox.observe(p, t)
+            if self._recent:
+                sandbox.prepare(list(self._recent))
+            self.sandbox = sandbox
+
+    def _rollout_for(self, profile: str) -> str:
+        """The sandbox's rollout (what a request is compared with): as configured, else the
+        site's own profile, or the composite heuristic for a policy (``rl:...``)."""
+        if "rollout" in self._sandbox_settings.model_fields_set:
+            return self._sandbox_settings.rollout
+        return profile if ":" not in profile else "composite"
 
     def _maybe_prepare(self, pods: Sequence[Pod]) -> None:
         """Give heuristics that need the workload (FGD's target) the recently seen pods."""
         self._recent.extend(pods)
-        if not isinstance(self.scheduler, WorkloadAware):
+        if not isinstance(self.scheduler, WorkloadAware) and self.sandbox is None:
             return
         if self._since_prepare is None or self._since_prepare >= REPREPARE_EVERY:
-            self.scheduler.prepare(list(self._recent))
+            if isinstance(self.scheduler, WorkloadAware):
+                self.scheduler.prepare(list(self._recent))
+            if self.sandbox is not None:
+                self.sandbox.prepare(list(self._recent))
             self._since_prepare = 0
         self._since_prepare += len(pods)
 
@@ -146,11 +179,13 @@ class SitePlacer:
         return bool(self.state.resource_fit(req).any())
 
     def place(self, pods: Sequence[Pod], ttl_s: float,
-              request_id: str | None = None) -> list[SiteResult]:
+              request_id: str | None = None, validate: bool = False) -> list[SiteResult]:
         """Place ``pods`` (a gang or unrelated pods); reserve what was placed for ``ttl_s``.
 
         Pods sharing a ``gang_id`` succeed or fail together. The answer for a
         ``request_id`` seen before is returned again without a second reservation.
+        ``validate`` (or the site's sandbox mode) rolls the request's outcome forward in
+        the sandbox before it counts: refused, nothing of it is kept (``_place_validated``).
         """
         if request_id is not None and request_id in self.answers:
             self.answers.move_to_end(request_id)
@@ -159,8 +194,24 @@ class SitePlacer:
         now = self.clock()
         self.state.now = now - self.t0
         self._maybe_prepare(pods)
+        if self.sandbox is not None:
+            for p in pods:
+                self.sandbox.observe(p, self.state.now)
+        mode = self.sandbox_mode
+        if self.sandbox is not None and (validate or mode in ("risky", "all")):
+            results = self._place_validated(pods, now, ttl_s, request_id, validate)
+        else:
+            results = self._place_all(pods, now, ttl_s, request_id)
+        if request_id is not None:
+            self.answers[request_id] = results
+            while len(self.answers) > IDEMPOTENCY_KEEP:
+                self.answers.popitem(last=False)
+        return results
+
+    def _place_all(self, pods: Sequence[Pod], now: float, ttl_s: float,
+                   request_id: str | None) -> list[SiteResult]:
         results: list[SiteResult] = []
-        self._made_now: set[str] = set()  # reservations of this request: never victims
+        self._made_now = set()  # reservations of this request: never victims
         groups: dict[str, list[Pod]] = {}
         for p in pods:
             groups.setdefault(p.gang_id or f"\0{p.id}", []).append(p)
@@ -168,11 +219,63 @@ class SitePlacer:
             results.extend(self._place_group(members, now + ttl_s, request_id))
         order = {p.id: i for i, p in enumerate(pods)}
         results.sort(key=lambda r: order[r.pod_id])
-        if request_id is not None:
-            self.answers[request_id] = results
-            while len(self.answers) > IDEMPOTENCY_KEEP:
-                self.answers.popitem(last=False)
         return results
+
+    def _place_validated(self, pods: Sequence[Pod], now: float, ttl_s: float,
+                         request_id: str | None, asked: bool) -> list[SiteResult]:
+        """Place as usual, holding back the journal; then validate what was done (the
+        placements and the pods they preempted) against the state before it. Refused (or
+        an error), the state, the reservations and the remembered answers are put back as
+        they were and nothing is journaled: every pod is answered unplaced, with the
+        sandbox's reasons. In ``risky`` mode, a request that is not risky (one pod or one
+        small gang, no preemption) is kept without validation."""
+        assert self.sandbox is not None
+        before = self.state.fork()
+        saved = (dict(self.reservations), list(self._expiry))
+        self._buffer, self._victims, self._popped = [], [], []
+        try:
+            results = self._place_all(pods, now, ttl_s, request_id)
+            bookings = [b for rid in self._made_now for b in self.reservations[rid].bookings]
+            victims = list(self._victims)
+            gangs = {p.gang_id for p in pods if p.gang_id is not None and p.gang_size > 1}
+            many_gpus = any(p.num_gpu * p.gang_size >= self.gang_gpus for p in pods
+                            if p.gang_id in gangs)
+            batch = len({p.gang_id or p.id for p in pods}) > 1
+            kind = ("preemption" if victims else "batch" if batch
+                    else "gang" if gangs else "placement")
+            risky = asked or self.sandbox_mode == "all" or bool(victims) or batch or many_gpus
+            verdict = None
+            if bookings and risky:
+                verdict = self.sandbox.validate(before, Proposal(
+                    tuple(Placement(b.request, b.node, b.devices) for b in bookings),
+                    evictions=tuple(victims), kind=kind, whole_gangs=True))
+        except BaseException:
+            self._undo(before, saved)
+            raise
+        finally:
+            events, self._buffer, self._victims = self._buffer or [], None, None
+        if verdict is not None and not verdict.accepted:
+            self._undo(before, saved)
+            why = "refused by sandbox validation: " + "; ".join(verdict.reasons)
+            return [SiteResult(p.id, False, reason=why, validation=verdict.to_dict())
+                    for p in pods]
+        self._popped = None
+        for e in events:
+            self._log(e)
+        if verdict is not None:
+            for r in results:
+                r.validation = verdict.to_dict()
+        return results
+
+    def _undo(self, before: ClusterState, saved: tuple[dict[str, Reservation], list]) -> None:
+        """Put back the state (the same object: schedulers keep per-state caches), the
+        reservations, the expiry heap and the answers a preemption forgot."""
+        self.state.__dict__.update(before.__dict__)
+        self.reservations, self._expiry = saved
+        for key, value in self._popped or ():
+            self.answers[key] = value
+        self._popped = None
+        self._made_now = set()
 
     def _place_group(self, members: list[Pod], expires_at: float,
                      request_id: str | None) -> list[SiteResult]:
@@ -248,8 +351,12 @@ class SitePlacer:
             released = []
             for rid in rids:
                 r = self.release(rid)
+                if self._victims is not None:
+                    self._victims.extend(b.pod for b in r.bookings)
                 if r.request_id is not None:  # a retry must not see it as placed
-                    self.answers.pop(r.request_id, None)
+                    answer = self.answers.pop(r.request_id, None)
+                    if answer is not None and self._popped is not None:
+                        self._popped.append((r.request_id, answer))
                 released.append((rid, tuple(b.pod.id for b in r.bookings)))
             preempted = tuple(released)
         devices = decision.devices
@@ -408,6 +515,9 @@ class SitePlacer:
         return nodes + [self._reserve_event(r) for r in self.reservations.values()]
 
     def _log(self, event: dict[str, Any]) -> None:
+        if self._buffer is not None:  # a request under validation: kept until it counts
+            self._buffer.append(event)
+            return
         if self.journal is None:
             return
         self.journal.append(event)

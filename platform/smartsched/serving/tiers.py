@@ -42,18 +42,19 @@ class IdempotencyConflict(SmartSchedError):
     """A request id reused with a different body (HTTP 409)."""
 
 
-def request_fingerprint(pods: Sequence[Pod], ttl_s: float) -> str:
+def request_fingerprint(pods: Sequence[Pod], ttl_s: float, validate: bool = False) -> str:
     """A digest of what a placement request asks: every pod field the client gives (not
-    ``arrival``, which the service stamps on receipt), and the TTL."""
+    ``arrival``, which the service stamps on receipt), the TTL and whether to validate."""
     from smartsched.serving.journal import pod_to_dict
 
     asked = [{k: v for k, v in pod_to_dict(p).items() if k != "arrival"} for p in pods]
-    doc = json.dumps([asked, ttl_s], sort_keys=True, default=str)
+    doc = json.dumps([asked, ttl_s] + ([True] if validate else []), sort_keys=True,
+                     default=str)
     return hashlib.sha256(doc.encode()).hexdigest()
 
 class SiteCaller(Protocol):
-    def __call__(self, pods: list[Pod], ttl_s: float,
-                 request_id: str | None) -> Awaitable[list[dict[str, Any]]]: ...
+    def __call__(self, pods: list[Pod], ttl_s: float, request_id: str | None,
+                 validate: bool = False) -> Awaitable[list[dict[str, Any]]]: ...
 
 
 def _stage(tier: str, site: str, outcome: str, reason: str,
@@ -68,9 +69,10 @@ class SiteTier:
     def __init__(self, hierarchy: Hierarchy, site: str, profile: str, *,
                  parent: SiteCaller | None = None, seed: int = 0,
                  clock: Callable[[], float] = time.time, journal_dir: str | None = None,
-                 usage: Any = None, preemption: bool = False) -> None:
+                 usage: Any = None, preemption: bool = False, sandbox: Any = None) -> None:
         """``usage``: a ``serving.config.UsageFromPrometheus`` (or None): node usage is
-        then pulled from Prometheus in the background of requests."""
+        then pulled from Prometheus in the background of requests. ``sandbox``: a
+        ``serving.config.SandboxPolicy`` (None: validate only requests that ask)."""
         self.h = hierarchy
         self.site = site
         self.tier = "region" if site in hierarchy.regions else "edge"
@@ -82,8 +84,12 @@ class SiteTier:
             from smartsched.serving.journal import Journal
 
             journal = Journal(Path(journal_dir) / f"{site}.jsonl")
+        mode, settings, gang_gpus = "request", None, 8
+        if sandbox is not None:
+            mode, settings, gang_gpus = sandbox.mode_of(site), sandbox.settings, sandbox.gang_gpus
         self.placer = SitePlacer(site_subspec(hierarchy.spec, [site]), profile, seed=seed,
-                                 clock=clock, journal=journal, preemption=preemption)
+                                 clock=clock, journal=journal, preemption=preemption,
+                                 sandbox_mode=mode, sandbox=settings, gang_gpus=gang_gpus)
         self.parent = parent
         self.usage_cfg = usage
         self._usage_src: Any = None
@@ -139,22 +145,26 @@ class SiteTier:
             "expires_at": r.expires_at,
             "preempted": [{"reservation_id": f"{self.site}{RID_SEP}{rid}", "pod_ids": list(ids)}
                           for rid, ids in r.preempted],
+            "validation": r.validation,
             "reasons": [*stages, _stage(self.tier, self.site,
                                         "placed" if r.placed else "full", r.reason or
                                         f"placed by {self.placer.profile}", r.plugins)],
         }
 
-    async def place(self, pods: list[Pod], ttl_s: float,
-                    request_id: str | None) -> list[dict[str, Any]]:
-        """Place here; an edge site escalates what it cannot place to its parent region."""
+    async def place(self, pods: list[Pod], ttl_s: float, request_id: str | None,
+                    validate: bool = False) -> list[dict[str, Any]]:
+        """Place here; an edge site escalates what it cannot place to its parent region.
+        ``validate``: the request asked for sandbox validation."""
         self._maybe_refresh_usage()
-        results = [self._result(r, []) for r in self.placer.place(pods, ttl_s, request_id)]
+        results = [self._result(r, []) for r in self.placer.place(pods, ttl_s, request_id,
+                                                                  validate)]
         if self.parent is None or all(r["placed"] for r in results):
             return results
         # Escalate the pods (whole gangs) that did not fit here.
         missing = [p for p, r in zip(pods, results, strict=True) if not r["placed"]]
         up = await self.parent(missing, ttl_s,
-                               None if request_id is None else f"{request_id}@{self.site}")
+                               None if request_id is None else f"{request_id}@{self.site}",
+                               validate)
         by_id = {r["pod_id"]: r for r in up}
         out = []
         for r in results:
@@ -195,6 +205,14 @@ class SiteTier:
     def free(self) -> dict[str, float]:
         return self.placer.free_fraction()
 
+    def recent(self, limit: int) -> list[dict[str, Any]]:
+        """The last ``limit`` pods this site was asked to place (the learner's experience),
+        oldest first, as the journal writes pods."""
+        from smartsched.serving.journal import pod_to_dict
+
+        pods = list(self.placer._recent)[-limit:] if limit > 0 else []
+        return [pod_to_dict(p) for p in pods]
+
     def set_profile(self, profile: str, label: str | None = None) -> str:
         self.placer.set_profile(profile, label=label)
         return self.placer.profile
@@ -219,12 +237,12 @@ class CloudTier:
         self.answers: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
 
     async def place(self, pods: Sequence[Pod], ttl_s: float,
-                    request_id: str | None) -> list[dict[str, Any]]:
+                    request_id: str | None, validate: bool = False) -> list[dict[str, Any]]:
         """Place ``pods``; a retry with the same ``request_id`` and the same body gets the
         first answer again, the same ``request_id`` with another body is refused
         (``IdempotencyConflict``: the key binds the request's content, as in the IETF
         Idempotency-Key draft)."""
-        body = request_fingerprint(pods, ttl_s) if request_id is not None else ""
+        body = request_fingerprint(pods, ttl_s, validate) if request_id is not None else ""
         if request_id is not None and request_id in self.answers:
             self.answers.move_to_end(request_id)
             first, answer = self.answers[request_id]
@@ -250,7 +268,8 @@ class CloudTier:
                     buckets.setdefault((kind, site), []).append(plan)
             if not buckets:
                 break
-            await asyncio.gather(*(self._call(kind, site, bucket, ttl_s, request_id, rnd)
+            await asyncio.gather(*(self._call(kind, site, bucket, ttl_s, request_id, rnd,
+                                              validate)
                                    for (kind, site), bucket in buckets.items()))
         out: dict[str, dict[str, Any]] = {}
         for plan in plans:
@@ -292,7 +311,7 @@ class CloudTier:
         return _Plan(members, seq, final)
 
     async def _call(self, kind: str, site: str, bucket: list[_Plan], ttl_s: float,
-                    request_id: str | None, rnd: int) -> None:
+                    request_id: str | None, rnd: int, validate: bool = False) -> None:
         pods = [p for plan in bucket for p in plan.members]
         rid = None
         if request_id is not None:  # the same pods at the same site give the same key
@@ -303,7 +322,7 @@ class CloudTier:
             if kind == "region":
                 plan.stages.append(_stage("cloud", "global", "escalated", f"try {site}: {why}"))
         call = self.edges[site] if kind == "edge" else self.regions[site]
-        res = await call(pods, ttl_s, rid)
+        res = await call(pods, ttl_s, rid, validate)
         by_id = {r["pod_id"]: r for r in res}
         for plan in bucket:
             mine = [by_id[p.id] for p in plan.members]

@@ -1,0 +1,258 @@
+"""Continuous learning: fine-tune the incumbent on recent experience, gate, promote (issue 18).
+
+Owns one round of the loop and the loop itself:
+
+1. experience: the recent pods (a callable gives them, e.g. what the service was
+   asked to place) become a twin workload (a pod file, arrivals rebased to 0);
+   with too few of them, the configured workload is used instead;
+2. fine-tune: PPO starting from the incumbent's weights (``TrainConfig.init_policy``,
+   read without pickle), with the incumbent's own env and model settings (from its
+   ``smartsched_policy.json``), on that workload, for ``iterations`` (the budget);
+3. gate: ``rl.gate.run_gate`` on paired episodes of the same workload;
+4. promote (add to the ``PolicyStore`` and make it current, then the
+   ``on_promote`` hook, e.g. a live reload of the service's sites) or record the
+   refusal. Every verdict, and every failure, goes to the store's log.
+
+A round that fails (training crashes, the gate cannot run) changes nothing: the
+incumbent stays current and keeps serving; the loop logs the error and tries
+again at the next interval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from smartsched.model.configfile import read_yaml, validate
+from smartsched.model.errors import ValidationError
+from smartsched.model.pod import Pod
+from smartsched.rl.gate import GateConfig, GateResult, run_gate
+from smartsched.rl.versions import PolicyStore
+
+log = logging.getLogger(__name__)
+
+
+class FineTune(BaseModel):
+    """The bounded budget of one round's training (PPO knobs kept small on purpose)."""
+
+    model_config = ConfigDict(extra="forbid")
+    iterations: int = Field(2, ge=1, le=10_000)
+    train_batch_size_per_learner: int = Field(256, ge=8, le=1_000_000)
+    minibatch_size: int = Field(64, ge=1, le=1_000_000)
+    num_epochs: int = Field(2, ge=1, le=100)
+    lr: float = Field(1e-4, gt=0, le=1)
+    num_env_runners: int = Field(0, ge=0, le=256)
+    max_decisions: int = Field(200, ge=1, le=1_000_000)
+    seed: int = Field(0, ge=0)
+
+
+class LearnConfig(BaseModel):
+    """``smartsched learn`` settings (YAML; errors name ``learn.<field>``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    store: str
+    interval_s: float = Field(300.0, gt=0, le=7 * 86_400)
+    work_dir: str = "runs/learn"
+    workload: str = "mixed"  # used while there is too little experience
+    min_pods: int = Field(100, ge=1, le=10_000_000)
+    fine_tune: FineTune = Field(default_factory=FineTune)
+    gate: GateConfig = Field(default_factory=GateConfig)
+    keep_rounds: int = Field(3, ge=1, le=1000)
+
+
+def load_learn_config(path: str | Path | dict[str, Any]) -> LearnConfig:
+    doc = path if isinstance(path, dict) else read_yaml(path, "learn")
+    return validate(LearnConfig, doc, prefix="learn")
+
+
+def experience_workload(pods: Sequence[Pod], path: Path) -> Path:
+    """Write the recent pods as a twin workload: arrivals from 0 in their order, names made
+    unique (a client may reuse a pod name across requests)."""
+    from smartsched.workloads.parquet_io import write_pods
+
+    t0 = min(p.arrival for p in pods)
+    seen: dict[str, int] = {}
+    out = []
+    for p in pods:
+        k = seen.get(p.id, 0)
+        seen[p.id] = k + 1
+        out.append(replace(p, id=p.id if k == 0 else f"{p.id}#{k}", arrival=p.arrival - t0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_pods(out, path)
+    return path
+
+
+class LearningLoop:
+    """Rounds of fine-tune -> gate -> promote against a policy store."""
+
+    def __init__(self, config: LearnConfig, *,
+                 experience: Callable[[], Sequence[Pod]] | None = None,
+                 on_promote: Callable[[str, Path], Any] | None = None,
+                 fine_tune: Callable[[Path, str, Path], Path] | None = None,
+                 gate: Callable[[str, str, GateConfig], GateResult] | None = None) -> None:
+        self.cfg = config
+        self.store = PolicyStore(config.store)
+        self.store.path_of()  # a store with a current policy, or a clear error now
+        self.experience = experience
+        self.on_promote = on_promote
+        self._fine_tune = fine_tune or self.fine_tune
+        self._gate = gate or run_gate
+        self.rounds = 0
+        self.stopped = threading.Event()
+
+    # ------------------------------------------------------------ one round
+    def round(self) -> dict[str, Any]:
+        """One round; returns what happened (``outcome``: promoted, refused or error)."""
+        self.rounds += 1
+        work = Path(self.cfg.work_dir) / f"round_{self.rounds:05d}"
+        incumbent = self.store.current()
+        t0 = time.perf_counter()
+        try:
+            workload = self.cfg.workload
+            pods = list(self.experience()) if self.experience is not None else []
+            if len(pods) >= self.cfg.min_pods:
+                workload = str(experience_workload(pods, work / "experience.parquet"))
+            inc_dir = self.store.path_of(incumbent)
+            cand_dir = self._fine_tune(inc_dir, workload, work / "train")
+            gate_cfg = self.cfg.gate.model_copy(update={"workload": workload})
+            res = self._gate(f"rl:{cand_dir}", f"rl:{inc_dir}", gate_cfg)
+            figures = {**res.to_dict(), "workload": workload, "experience_pods": len(pods),
+                       "incumbent": incumbent}
+            if res.promoted:
+                version = self.store.promote(self.store.add(cand_dir), figures)
+                outcome: dict[str, Any] = {"outcome": "promoted", "version": version}
+                if self.on_promote is not None:
+                    self.on_promote(version, self.store.path_of(version))
+            else:
+                self.store.refuse(str(cand_dir), figures)
+                outcome = {"outcome": "refused", "version": incumbent}
+            outcome.update(gain_mean=res.gain_mean, gain_lower=res.gain_lower,
+                           reasons=res.reasons)
+        except Exception as e:  # the incumbent keeps serving; the next round tries again
+            log.warning("learning round %d failed: %s", self.rounds, e)
+            self.store.record({"event": "error", "round": self.rounds,
+                                "error": f"{type(e).__name__}: {e}",
+                                "trace": traceback.format_exc(limit=3)})
+            outcome = {"outcome": "error", "version": incumbent,
+                       "error": f"{type(e).__name__}: {e}"}
+        outcome["seconds"] = time.perf_counter() - t0
+        self._prune()
+        return outcome
+
+    def fine_tune(self, incumbent: Path, workload: str, out: Path) -> Path:
+        """PPO from the incumbent's weights with its env and model settings; the export."""
+        from smartsched.rl.config import TrainConfig
+        from smartsched.rl.train import train
+
+        meta = json.loads((incumbent / "smartsched_policy.json").read_text())
+        ft = self.cfg.fine_tune
+        env = {**meta.get("env", {}), "workload": workload, "mode": "replay",
+               "max_decisions": ft.max_decisions}
+        env.pop("warmup_hours", None)
+        env.pop("hours", None)
+        cfg = TrainConfig(
+            env=env, model=meta.get("model", {"hidden": 64}), iterations=ft.iterations,
+            checkpoint_every=ft.iterations, seed=ft.seed, output_dir=str(out),
+            init_policy=str(incumbent),
+            env_runners={"num_env_runners": ft.num_env_runners, "num_envs_per_env_runner": 1},
+            training={"train_batch_size_per_learner": ft.train_batch_size_per_learner,
+                      "minibatch_size": min(ft.minibatch_size,
+                                            ft.train_batch_size_per_learner),
+                      "num_epochs": ft.num_epochs, "lr": ft.lr})
+        summary = train(cfg, echo=lambda _: None)
+        if not summary.get("policy"):
+            raise ValidationError("learn.fine_tune", "training exported no policy")
+        return Path(summary["policy"])
+
+    def _prune(self) -> None:
+        """Keep the work folders of the last ``keep_rounds`` rounds (promoted policies are
+        copied into the store, so nothing promoted is lost)."""
+        root = Path(self.cfg.work_dir)
+        if not root.is_dir():
+            return
+        rounds = sorted(p for p in root.iterdir() if p.name.startswith("round_"))
+        for p in rounds[: -self.cfg.keep_rounds]:
+            shutil.rmtree(p, ignore_errors=True)
+
+    # ------------------------------------------------------------ the loop
+    def run(self, rounds: int | None = None,
+            report: Callable[[dict[str, Any]], Any] | None = None) -> None:
+        """Round after round, ``interval_s`` apart (from the start of each), until
+        ``rounds`` are done or ``stop()``."""
+        done = 0
+        while not self.stopped.is_set() and (rounds is None or done < rounds):
+            start = time.monotonic()
+            out = self.round()
+            done += 1
+            if report is not None:
+                report(out)
+            if rounds is not None and done >= rounds:
+                break
+            self.stopped.wait(max(0.0, self.cfg.interval_s - (time.monotonic() - start)))
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+
+def service_hooks(url: str, sites: Sequence[str], served_as: str,
+                  limit: int = 2000) -> tuple[Callable[[], Sequence[Pod]],
+                                              Callable[[str, Path], Any]]:
+    """Experience from a running placement service, and a promotion hook that reloads its
+    ``sites`` with the new version (``rl:<served_as>/versions/<v>``: the store as the
+    service's ``models_dir`` names it, so answers show the version). Tokens come from
+    ``SMARTSCHED_OPERATOR_TOKEN``, as for every operator command."""
+    from smartsched.client import PlacementClient
+
+    client = PlacementClient(url)
+
+    def experience() -> Sequence[Pod]:
+        return client.experience(limit)
+
+    def reload(version: str, _: Path) -> None:
+        for site in sites:
+            client.set_profile(site, f"rl:{served_as.rstrip('/')}/versions/{version}")
+
+    return experience, reload
+
+
+class LearnerActor:
+    """The loop as a Ray actor (threaded: ``status``/``stop`` answer while ``run`` runs)."""
+
+    def __init__(self, config: dict[str, Any], service: dict[str, Any] | None = None) -> None:
+        experience = on_promote = None
+        if service:
+            experience, on_promote = service_hooks(service["url"], service["sites"],
+                                                   service["served_as"])
+        self.loop = LearningLoop(load_learn_config(config), experience=experience,
+                                 on_promote=on_promote)
+        self.outcomes: list[dict[str, Any]] = []
+
+    def run(self, rounds: int | None = None) -> list[dict[str, Any]]:
+        self.loop.run(rounds, report=self.outcomes.append)
+        return self.outcomes
+
+    def status(self) -> dict[str, Any]:
+        return {"rounds": self.loop.rounds, "current": self.loop.store.current(),
+                "outcomes": list(self.outcomes[-20:])}
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+
+def start_learner(config: dict[str, Any], service: dict[str, Any] | None = None) -> Any:
+    """A ``LearnerActor`` on the connected Ray (no CPU of its own: its training asks for
+    what it needs), restarted by nobody: a crash leaves the served policy as it is."""
+    import ray
+
+    actor = ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)(LearnerActor)
+    return actor.remote(config, service)

@@ -1,0 +1,140 @@
+"""Policy versions: every promoted policy kept, one current, a log of every verdict.
+
+Owns the store continuous learning promotes into and operators roll back with
+(issue 18). A store is a folder:
+
+    versions/v0001/ ...      exported policies (``smartsched_policy.json`` + weights), as promoted
+    store.json               {"current": "v0002", "history": ["v0001", "v0002"]}
+    log.jsonl                one line per event: add, promote, refuse, rollback (with figures)
+
+Nothing is deleted: a rollback moves ``current`` back along ``history``. A
+policy is loaded (``RLScheduler``, which reads no pickle) before it is added,
+so a store only holds policies that load. ``store.json`` is replaced
+atomically (write, fsync, rename): a crash leaves the old or the new pointer,
+never half of one, and the serving side reads ``current`` at reload time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from smartsched.model.errors import ValidationError
+
+POINTER = "store.json"
+LOG = "log.jsonl"
+
+
+class PolicyStore:
+    """The versions of one policy, in ``root``."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.versions_dir = self.root / "versions"
+
+    # ------------------------------------------------------------ reading
+    def _pointer(self) -> dict[str, Any]:
+        path = self.root / POINTER
+        if not path.exists():
+            return {"current": None, "history": []}
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValidationError("store", f"{path}: unreadable ({type(e).__name__})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("history"), list):
+            raise ValidationError("store", f"{path}: not a policy store pointer")
+        return doc
+
+    def versions(self) -> list[str]:
+        if not self.versions_dir.is_dir():
+            return []
+        return sorted(p.name for p in self.versions_dir.iterdir() if p.is_dir())
+
+    def current(self) -> str | None:
+        return self._pointer().get("current")
+
+    def path_of(self, version: str | None = None) -> Path:
+        """The folder of ``version`` (default: the current one)."""
+        v = version or self.current()
+        if v is None:
+            raise ValidationError("store", f"{self.root}: no current policy version")
+        if v not in self.versions():
+            raise ValidationError("version", f"unknown version {v!r} in {self.root}")
+        return self.versions_dir / v
+
+    def log(self) -> list[dict[str, Any]]:
+        path = self.root / LOG
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    # ------------------------------------------------------------ writing
+    def add(self, policy_dir: str | Path, note: dict[str, Any] | None = None) -> str:
+        """Copy a loadable exported policy in as the next version (not made current)."""
+        from smartsched.rl.policy import RLScheduler
+
+        src = Path(policy_dir)
+        RLScheduler(src)  # loads (no pickle) or raises a ValidationError naming it
+        self.versions_dir.mkdir(parents=True, exist_ok=True)
+        existing = self.versions()
+        version = f"v{(int(existing[-1][1:]) + 1) if existing else 1:04d}"
+        tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=self.versions_dir))
+        try:
+            for f in src.iterdir():
+                if f.is_file():
+                    shutil.copy2(f, tmp / f.name)
+            os.replace(tmp, self.versions_dir / version)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._append({"event": "add", "version": version, "source": str(src), **(note or {})})
+        return version
+
+    def promote(self, version: str, figures: dict[str, Any] | None = None) -> str:
+        """Make ``version`` current; the one before it stays in the history."""
+        self.path_of(version)
+        ptr = self._pointer()
+        previous = ptr.get("current")
+        history = [v for v in ptr["history"] if v != version] + [version]
+        self._write_pointer({"current": version, "history": history})
+        self._append({"event": "promote", "version": version, "previous": previous,
+                      **({"gate": figures} if figures else {})})
+        return version
+
+    def refuse(self, source: str, figures: dict[str, Any]) -> None:
+        """Record a candidate the gate refused (kept out of the store)."""
+        self._append({"event": "refuse", "source": source, "gate": figures})
+
+    def rollback(self) -> str:
+        """Make the version before the current one current again."""
+        ptr = self._pointer()
+        history = list(ptr["history"])
+        if len(history) < 2:
+            raise ValidationError("store", f"{self.root}: no earlier version to roll back to")
+        dropped = history.pop()
+        self._write_pointer({"current": history[-1], "history": history})
+        self._append({"event": "rollback", "version": history[-1], "from": dropped})
+        return history[-1]
+
+    def _write_pointer(self, doc: dict[str, Any]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".store-", dir=self.root)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / POINTER)
+
+    def record(self, event: dict[str, Any]) -> None:
+        """Add an event of the caller's own (e.g. a learning round that failed) to the log."""
+        self._append(event)
+
+    def _append(self, event: dict[str, Any]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / LOG, "a") as f:
+            f.write(json.dumps({"time": time.time(), **event}, default=str) + "\n")

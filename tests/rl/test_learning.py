@@ -1,0 +1,144 @@
+"""Continuous learning: a round promotes only through the gate, a crash keeps the
+incumbent, experience becomes a replayable workload, a real fine-tune round runs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from smartsched.model.errors import ValidationError
+from smartsched.model.pod import Pod
+from smartsched.rl.gate import GateConfig, GateResult
+from smartsched.rl.learning import (
+    LearningLoop,
+    experience_workload,
+    load_learn_config,
+)
+from smartsched.rl.versions import PolicyStore
+
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "ppo_mixed_small"
+
+
+def _store(tmp_path: Path) -> PolicyStore:
+    store = PolicyStore(tmp_path / "store")
+    store.promote(store.add(SHIPPED))
+    return store
+
+
+def _gate(promoted: bool):
+    def gate(candidate: str, incumbent: str, cfg: GateConfig) -> GateResult:
+        assert candidate.startswith("rl:") and incumbent.startswith("rl:")
+        return GateResult(promoted, [] if promoted else ["gain not shown"], 1.0 if promoted
+                          else 0.0, 0.5 if promoted else -0.1, [1.0, 1.0], 0, 0.1)
+    return gate
+
+
+def _copy_policy(inc: Path, workload: str, out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(inc, out / "policy", dirs_exist_ok=True)
+    return out / "policy"
+
+
+def test_a_round_promotes_through_the_gate_and_reloads(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    reloaded = []
+    cfg = load_learn_config({"store": str(store.root), "work_dir": str(tmp_path / "work")})
+    loop = LearningLoop(cfg, fine_tune=_copy_policy, gate=_gate(True),
+                        on_promote=lambda v, p: reloaded.append((v, p)))
+    out = loop.round()
+    assert out["outcome"] == "promoted" and out["version"] == "v0002"
+    assert store.current() == "v0002" and reloaded == [("v0002", store.path_of("v0002"))]
+    refused = LearningLoop(cfg, fine_tune=_copy_policy, gate=_gate(False)).round()
+    assert refused["outcome"] == "refused" and store.current() == "v0002"
+    events = [e["event"] for e in store.log()]
+    assert events[-3:] == ["add", "promote", "refuse"]
+    assert store.log()[-2]["gate"]["gain_lower"] == 0.5  # the figures are logged
+
+
+def test_a_crash_mid_fine_tune_keeps_the_incumbent(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+
+    def crash(inc: Path, workload: str, out: Path) -> Path:
+        raise RuntimeError("learner died")
+
+    cfg = load_learn_config({"store": str(store.root), "work_dir": str(tmp_path / "w"),
+                             "interval_s": 0.01})
+    loop = LearningLoop(cfg, fine_tune=crash, gate=_gate(True))
+    outs: list[dict] = []
+    loop.run(rounds=2, report=outs.append)  # the loop goes on after a failed round
+    assert [o["outcome"] for o in outs] == ["error", "error"]
+    assert "learner died" in outs[0]["error"] and store.current() == "v0001"
+    assert [e["event"] for e in store.log()][-2:] == ["error", "error"]
+
+
+def test_experience_becomes_a_workload(tmp_path: Path) -> None:
+    from smartsched.model.presets import load_cluster
+    from smartsched.workloads.resolve import load_workload
+
+    pods = [Pod(id="a", cpu_milli=500, memory_mib=256, arrival=1000.0),
+            Pod(id="b", cpu_milli=500, memory_mib=256, arrival=1010.0),
+            Pod(id="a", cpu_milli=700, memory_mib=256, arrival=1020.0)]  # a reused name
+    path = experience_workload(pods, tmp_path / "x" / "exp.parquet")
+    got = load_workload(str(path), load_cluster("small"), 1.0, 0)
+    assert [(p.id, p.arrival, p.cpu_milli) for p in got] == [
+        ("a", 0.0, 500), ("b", 10.0, 500), ("a#1", 20.0, 700)]
+
+
+@pytest.mark.parametrize(("doc", "field"), [
+    ({"store": "s", "interval_s": -5}, "learn.interval_s"),
+    ({"store": "s", "gate": {"confidence": 2}}, "learn.gate.confidence"),
+    ({"store": "s", "fine_tune": {"iterations": 0}}, "learn.fine_tune.iterations"),
+    ({"interval_s": 5}, "learn.store"),
+])
+def test_bad_learning_settings_name_the_field(doc: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        load_learn_config(doc)
+    assert e.value.field == field
+
+
+def test_a_store_without_a_current_policy_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="no current policy"):
+        LearningLoop(load_learn_config({"store": str(tmp_path / "empty")}))
+
+
+@pytest.mark.slow
+def test_a_real_round_fine_tunes_gates_and_logs(ray_session, tmp_path: Path) -> None:
+    """One real round on a tiny budget: PPO from the incumbent's weights on the twin, the
+    gate on paired episodes; whatever the verdict, the store and its log agree."""
+    store = _store(tmp_path)
+    cfg = load_learn_config({
+        "store": str(store.root), "work_dir": str(tmp_path / "work"),
+        "fine_tune": {"iterations": 1, "train_batch_size_per_learner": 64,
+                      "minibatch_size": 32, "num_epochs": 1, "max_decisions": 40},
+        "gate": {"cluster": "small", "hours": 1, "warmup_hours": 0, "seeds": 2,
+                 "workers": 1}})
+    out = LearningLoop(cfg).round()
+    assert out["outcome"] in ("promoted", "refused"), out
+    last = store.log()[-1]
+    assert last["event"] == ("promote" if out["outcome"] == "promoted" else "refuse")
+    assert set(last["gate"]) >= {"gain_mean", "gain_lower", "violations", "workload"}
+    assert store.current() == ("v0002" if out["outcome"] == "promoted" else "v0001")
+
+
+@pytest.mark.slow
+def test_learn_command_runs_rounds_in_a_ray_actor(ray_session, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    store = _store(tmp_path)
+    cfg = tmp_path / "learn.yaml"
+    cfg.write_text(
+        f"store: {store.root}\nwork_dir: {tmp_path / 'work'}\ninterval_s: 1\n"
+        "fine_tune: {iterations: 1, train_batch_size_per_learner: 64, minibatch_size: 32, "
+        "num_epochs: 1, max_decisions: 40}\n"
+        "gate: {cluster: small, hours: 1, warmup_hours: 0, seeds: 2, workers: 1}\n")
+    r = CliRunner().invoke(main, ["learn", "--config", str(cfg), "--rounds", "1"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("round: ") and ("promoted" in r.output or "refused" in r.output)
+    assert store.log()[-1]["event"] in ("promote", "refuse")
+    bad = CliRunner().invoke(main, ["learn", "--config", str(cfg), "--service",
+                                    "http://127.0.0.1:9"])
+    assert bad.exit_code != 0 and "--sites" in bad.output
