@@ -500,14 +500,14 @@ def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
     try:
         while True:
             done, _ = ray.wait([ref], timeout=5.0)
-            st = ray.get(actor.status.remote())
-            for out in st["outcomes"][seen:]:
+            st = ray.get(actor.status.remote(seen))
+            for out in st["outcomes"]:
                 click.echo(f"round: {out['outcome']} (current {out.get('version')}, "
                            f"gain {out.get('gain_mean', float('nan')):+.3f}, lower "
                            f"{out.get('gain_lower', float('nan')):+.3f}, "
                            f"{out['seconds']:.0f} s) {'; '.join(out.get('reasons', []))}"
                            f"{out.get('error', '')}")
-            seen = len(st["outcomes"])
+            seen = st["total"]
             if done:
                 break
     except KeyboardInterrupt:

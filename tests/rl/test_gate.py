@@ -93,6 +93,8 @@ def test_the_store_keeps_versions_promotes_and_rolls_back(tmp_path: Path) -> Non
         store.add(bad)
     assert store.versions() == ["v0001", "v0002"]
     assert not [p for p in (tmp_path / "store" / "versions").iterdir() if p.name.startswith(".")]
+    (tmp_path / "store" / "versions" / ".v0003-left-by-a-crash").mkdir()
+    assert store.versions() == ["v0001", "v0002"]  # a crashed copy is not a version
 
 
 def test_gate_cli_refuses_an_identical_policy_and_logs_it(tmp_path: Path) -> None:

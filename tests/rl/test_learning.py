@@ -118,7 +118,7 @@ def test_a_real_round_fine_tunes_gates_and_logs(ray_session, tmp_path: Path) -> 
     assert out["outcome"] in ("promoted", "refused"), out
     last = store.log()[-1]
     assert last["event"] == ("promote" if out["outcome"] == "promoted" else "refuse")
-    assert set(last["gate"]) >= {"gain_mean", "gain_lower", "violations", "workload"}
+    assert set(last["gate"]) >= {"gain_mean", "gain_lower", "violations", "gated_on"}
     assert store.current() == ("v0002" if out["outcome"] == "promoted" else "v0001")
 
 
@@ -142,3 +142,45 @@ def test_learn_command_runs_rounds_in_a_ray_actor(ray_session, tmp_path: Path) -
     bad = CliRunner().invoke(main, ["learn", "--config", str(cfg), "--service",
                                     "http://127.0.0.1:9"])
     assert bad.exit_code != 0 and "--sites" in bad.output
+
+
+def test_a_failed_reload_keeps_the_incumbent_current_and_served(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    calls: list[str] = []
+
+    def reload(version: str, path: Path) -> None:
+        calls.append(version)
+        if version == "v0002":
+            raise ConnectionError("site unreachable")
+
+    cfg = load_learn_config({"store": str(store.root), "work_dir": str(tmp_path / "w")})
+    out = LearningLoop(cfg, fine_tune=_copy_policy, gate=_gate(True), on_promote=reload).round()
+    assert out["outcome"] == "error" and "site unreachable" in out["error"]
+    assert store.current() == "v0001" and calls == ["v0002", "v0001"]  # put back
+
+
+def test_the_candidate_is_judged_on_newer_experience_than_it_trained_on(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    pods = [Pod(id=f"p{i}", cpu_milli=500, memory_mib=256, arrival=float(i)) for i in range(40)]
+    seen: dict[str, str] = {}
+
+    def fine_tune(inc: Path, workload: str, out: Path) -> Path:
+        seen["train"] = workload
+        return _copy_policy(inc, workload, out)
+
+    def gate(c: str, i: str, g: GateConfig) -> GateResult:
+        seen["gate"] = g.workload
+        return _gate(False)(c, i, g)
+
+    cfg = load_learn_config({"store": str(store.root), "work_dir": str(tmp_path / "w"),
+                             "min_pods": 10})
+    LearningLoop(cfg, experience=lambda: pods, fine_tune=fine_tune, gate=gate).round()
+    from smartsched.workloads.parquet_io import read_pods
+
+    trained = {p.id for p in read_pods(seen["train"])}
+    judged = {p.id for p in read_pods(seen["gate"])}
+    assert trained == {f"p{i}" for i in range(20)} and judged == {f"p{i}" for i in range(20, 40)}
+    # A restarted loop numbers its rounds on from the last one.
+    again = LearningLoop(cfg, experience=lambda: pods, fine_tune=fine_tune, gate=gate)
+    assert again.rounds == 1 and again.round()["outcome"] == "refused"
+    assert (tmp_path / "w" / "round_00002").is_dir()

@@ -222,3 +222,15 @@ def test_bad_wrapper_options_name_the_field(spec: str, field: str) -> None:
     with pytest.raises(ValidationError) as e:
         make_scheduler(spec)
     assert e.value.field == field
+
+
+def test_a_migration_moves_the_pod_without_counting_it_twice() -> None:
+    st = _state(node("a"), node("b"))
+    web = pod("w", cpu=2000, app="web", pod_class=PodClass.ONLINE)
+    st.allocate(0, st.compile(web), ())
+    v = Sandbox({"max_arrivals": 0}).validate(st, Proposal(
+        (Placement(st.compile(web), 1),), evictions=(web,), kind="migration"))
+    assert v.accepted, v.reasons
+    assert v.figures["pending_s"] == (0.0, 0.0) and v.figures["online_pending_s"] == (0.0, 0.0)
+    twice = Sandbox().validate(st, Proposal((), evictions=(web, web)))
+    assert not twice.accepted and "evicted twice" in twice.reasons[0]

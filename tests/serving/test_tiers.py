@@ -473,3 +473,22 @@ def test_the_cloud_passes_the_request_option_down(medium: Hierarchy) -> None:
     assert r["placed"] and r["validation"]["accepted"]
     with pytest.raises(IdempotencyConflict):  # the option is part of what the key binds
         asyncio.run(cloud.place([_pod("v")], 60, "req-v", False))
+
+
+def test_sandbox_settings_naming_unknown_sites_or_profiles_are_refused() -> None:
+    from smartsched.model.errors import ValidationError
+    from smartsched.serving.app import _hierarchy
+    from smartsched.serving.config import parse_service_config
+
+    with pytest.raises(ValidationError) as e:
+        _hierarchy(parse_service_config({"sandbox": {"sites": {"region-z": "all"}}}))
+    assert e.value.field == "service.sandbox.sites.region-z"
+    with pytest.raises(ValidationError) as e:
+        parse_service_config({"sandbox": {"mode": "sometimes"}})
+    assert e.value.field == "service.sandbox.mode"
+    from smartsched.serving.app import build_app
+
+    with pytest.raises(ValidationError) as e:
+        build_app({"auth": {"disabled": True},
+                   "sandbox": {"settings": {"rollout": "no-such-profile"}}})
+    assert e.value.field == "service.sandbox.settings.rollout"

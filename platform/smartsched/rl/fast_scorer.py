@@ -64,6 +64,8 @@ class _Rows:
     # (None: not computed yet, or dropped by a full update).
     ref_c: np.ndarray | None = None
     ref: np.ndarray | None = None  # [N] float32
+    amax: np.ndarray | None = None  # [h] upper bound of |a| over the rows (never shrinks)
+    pmax: float = 0.0  # upper bound of |prior| over the rows
 
 
 def _f64(t: torch.Tensor) -> np.ndarray:
@@ -216,16 +218,21 @@ class FastScorer:
         feasible = obs["action_mask"][:n] > 0
         c = (self.w_c @ ctx + self.b1).astype(np.float32, copy=False)
         defer = -np.inf
-        if obs["action_mask"][n] > 0:
-            defer = float(_run(self.defer, np.concatenate([podw, ctx]).astype(np.float64))[0])
+        if obs["action_mask"][n] > 0:  # float32, as ``logits`` stores it
+            defer = float(np.float32(
+                _run(self.defer, np.concatenate([podw, ctx]).astype(np.float64))[0]))
         if not feasible.any():
             return n if obs["action_mask"][n] > 0 else 0
         cand = None
         if rows.ref is not None and rows.ref_c is not None:
-            bound = float(np.abs(self.w_last) @ np.abs(c - rows.ref_c))
+            w = np.abs(self.w_last).astype(np.float64)
+            bound = float(w @ np.abs(c.astype(np.float64) - rows.ref_c))
             ref = rows.ref
             top = float(ref[feasible].max())
-            slack = 2.0 * bound + 1e-4 * (1.0 + abs(top))  # float rounding, generously
+            # Float32 rounding of both values: relative to the largest magnitude the sums
+            # could reach (terms may cancel), far above what 64 float32 products lose.
+            mag = float(w @ (rows.amax + np.abs(c))) + abs(float(self.b_last)) + rows.pmax
+            slack = 2.0 * bound + 1e-4 * (1.0 + mag)
             cand = np.flatnonzero(feasible & (ref >= top - slack))
             if cand.size > max(MIN_ROWS, n // 8):
                 cand = None
@@ -263,6 +270,13 @@ class FastScorer:
         if rows.prior is not None:
             assert prior is not None
             rows.prior[sel] = prior[:k].numpy()
+        new_amax = np.abs(a[:k].numpy()).max(axis=0).astype(np.float64) if k else None
+        if new_amax is not None:
+            rows.amax = (new_amax if todo is None or rows.amax is None
+                         else np.maximum(rows.amax, new_amax))
+        if rows.prior is not None and k:
+            pm = float(np.abs(rows.prior[sel]).max())
+            rows.pmax = pm if todo is None else max(rows.pmax, pm)
         if todo is None:
             rows.ref = rows.ref_c = None
         elif rows.ref is not None and rows.ref_c is not None:

@@ -107,7 +107,10 @@ class LearningLoop:
         self.on_promote = on_promote
         self._fine_tune = fine_tune or self.fine_tune
         self._gate = gate or run_gate
-        self.rounds = 0
+        root = Path(config.work_dir)
+        done = [int(p.name[6:]) for p in root.glob("round_*") if p.name[6:].isdigit()] \
+            if root.is_dir() else []
+        self.rounds = max(done, default=0)  # a restarted loop goes on numbering
         self.stopped = threading.Event()
 
     # ------------------------------------------------------------ one round
@@ -118,21 +121,31 @@ class LearningLoop:
         incumbent = self.store.current()
         t0 = time.perf_counter()
         try:
-            workload = self.cfg.workload
-            pods = list(self.experience()) if self.experience is not None else []
+            train_on = gate_on = self.cfg.workload
+            pods = sorted(self.experience(), key=lambda p: p.arrival) \
+                if self.experience is not None else []
             if len(pods) >= self.cfg.min_pods:
-                workload = str(experience_workload(pods, work / "experience.parquet"))
+                # Trained on the older half, judged on the newer: the gate's episodes are
+                # not the ones the candidate was fitted to.
+                half = len(pods) // 2
+                train_on = str(experience_workload(pods[:half], work / "train.parquet"))
+                gate_on = str(experience_workload(pods[half:], work / "gate.parquet"))
             inc_dir = self.store.path_of(incumbent)
-            cand_dir = self._fine_tune(inc_dir, workload, work / "train")
-            gate_cfg = self.cfg.gate.model_copy(update={"workload": workload})
+            cand_dir = self._fine_tune(inc_dir, train_on, work / "train")
+            gate_cfg = self.cfg.gate.model_copy(update={"workload": gate_on})
             res = self._gate(f"rl:{cand_dir}", f"rl:{inc_dir}", gate_cfg)
-            figures = {**res.to_dict(), "workload": workload, "experience_pods": len(pods),
-                       "incumbent": incumbent}
+            figures = {**res.to_dict(), "trained_on": train_on, "gated_on": gate_on,
+                       "experience_pods": len(pods), "incumbent": incumbent}
             if res.promoted:
-                version = self.store.promote(self.store.add(cand_dir), figures)
+                version = self.store.add(cand_dir)
+                if self.on_promote is not None:  # serve it first: the store follows
+                    try:
+                        self.on_promote(version, self.store.path_of(version))
+                    except Exception:
+                        self._restore(incumbent)
+                        raise
+                self.store.promote(version, figures)
                 outcome: dict[str, Any] = {"outcome": "promoted", "version": version}
-                if self.on_promote is not None:
-                    self.on_promote(version, self.store.path_of(version))
             else:
                 self.store.refuse(str(cand_dir), figures)
                 outcome = {"outcome": "refused", "version": incumbent}
@@ -148,6 +161,15 @@ class LearningLoop:
         outcome["seconds"] = time.perf_counter() - t0
         self._prune()
         return outcome
+
+    def _restore(self, incumbent: str | None) -> None:
+        """After a failed reload: put the incumbent back where it may have been replaced."""
+        if self.on_promote is None or incumbent is None:
+            return
+        try:
+            self.on_promote(incumbent, self.store.path_of(incumbent))
+        except Exception as e:  # logged with the round's error
+            log.warning("could not reload the incumbent %s: %s", incumbent, e)
 
     def fine_tune(self, incumbent: Path, workload: str, out: Path) -> Path:
         """PPO from the incumbent's weights with its env and model settings; the export."""
@@ -180,7 +202,9 @@ class LearningLoop:
         root = Path(self.cfg.work_dir)
         if not root.is_dir():
             return
-        rounds = sorted(p for p in root.iterdir() if p.name.startswith("round_"))
+        rounds = sorted((p for p in root.iterdir()
+                         if p.name.startswith("round_") and p.name[6:].isdigit()),
+                        key=lambda p: int(p.name[6:]))
         for p in rounds[: -self.cfg.keep_rounds]:
             shutil.rmtree(p, ignore_errors=True)
 
@@ -241,9 +265,10 @@ class LearnerActor:
         self.loop.run(rounds, report=self.outcomes.append)
         return self.outcomes
 
-    def status(self) -> dict[str, Any]:
+    def status(self, since: int = 0) -> dict[str, Any]:
+        """The rounds' outcomes from number ``since`` on (0-based), and the total."""
         return {"rounds": self.loop.rounds, "current": self.loop.store.current(),
-                "outcomes": list(self.outcomes[-20:])}
+                "total": len(self.outcomes), "outcomes": list(self.outcomes[since:])}
 
     def stop(self) -> None:
         self.loop.stop()

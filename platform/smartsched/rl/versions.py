@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -53,7 +54,9 @@ class PolicyStore:
     def versions(self) -> list[str]:
         if not self.versions_dir.is_dir():
             return []
-        return sorted(p.name for p in self.versions_dir.iterdir() if p.is_dir())
+        found = [p.name for p in self.versions_dir.iterdir()
+                 if p.is_dir() and re.fullmatch(r"v\d+", p.name)]
+        return sorted(found, key=lambda v: int(v[1:]))
 
     def current(self) -> str | None:
         return self._pointer().get("current")
@@ -82,7 +85,7 @@ class PolicyStore:
         RLScheduler(src)  # loads (no pickle) or raises a ValidationError naming it
         self.versions_dir.mkdir(parents=True, exist_ok=True)
         existing = self.versions()
-        version = f"v{(int(existing[-1][1:]) + 1) if existing else 1:04d}"
+        version = f"v{(int(existing[-1][1:]) + 1) if existing else 1:04d}"  # numeric order
         tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=self.versions_dir))
         try:
             for f in src.iterdir():

@@ -61,7 +61,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from smartsched.model.configfile import validate
-from smartsched.model.errors import ValidationError
+from smartsched.model.errors import SmartSchedError, ValidationError
 from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.model.resources import CPU, MEM
 from smartsched.scheduling.base import Scheduler, WorkloadAware, make_scheduler
@@ -196,11 +196,20 @@ class _Branch:
 class Sandbox:
     """Validates proposals on forks of the twin; remembers recent pods for the arrivals."""
 
-    def __init__(self, config: SandboxConfig | dict[str, Any] | None = None) -> None:
-        self.config = validate_config(config or {})
+    def __init__(self, config: SandboxConfig | dict[str, Any] | None = None, *,
+                 field: str = "sandbox") -> None:
+        """``field``: where the settings came from, for errors (``scheduler``,
+        ``service.sandbox.settings``)."""
+        self.config = validate_config(config or {}, prefix=field)
         cfg = self.config
-        self.rollout: Scheduler = make_scheduler(cfg.rollout, cfg.seed)
-        self.filters = ProfileScheduler(load_profile(cfg.filters), cfg.seed)
+        try:
+            self.rollout: Scheduler = make_scheduler(cfg.rollout, cfg.seed)
+        except (SmartSchedError, OSError) as e:
+            raise ValidationError(f"{field}.rollout", f"{cfg.rollout!r}: {e}") from None
+        try:
+            self.filters = ProfileScheduler(load_profile(cfg.filters), cfg.seed)
+        except (SmartSchedError, OSError) as e:
+            raise ValidationError(f"{field}.filters", f"{cfg.filters!r}: {e}") from None
         self.rng = np.random.default_rng(cfg.seed)
         self._seen: deque[tuple[float, Pod]] = deque(maxlen=cfg.history)
         self._target: Any = None
@@ -257,7 +266,12 @@ class Sandbox:
         victims: list[tuple[PodRequest, int, int]] = []
         lost = 0.0
         evicted_per_app: dict[str, int] = {}
+        seen: set[int] = set()
         for pod in proposal.evictions:
+            if id(pod) in seen:
+                hard.append(f"victim {pod.id}: evicted twice in one proposal")
+                continue
+            seen.add(id(pod))
             rows = [r for r in np.flatnonzero(bound.used).tolist() if bound.pods[r] is pod]
             if not rows:
                 hard.append(f"victim {pod.id}: not a pod bound in this state")
@@ -341,6 +355,10 @@ class Sandbox:
               victims: list[tuple[PodRequest, int, int]], lost: float
               ) -> tuple[dict[str, tuple[float, float]], float, float]:
         draws, horizon = self._arrivals(state.now)
+        # A migration evicts a pod and places it again: placed in "with", still bound in
+        # "without" -- queued in neither.
+        moved = ({p.request.pod.id for p in proposal.placements}
+                 & {v.id for v in proposal.evictions})
         self._retarget()
         frag_base = self._frag(state, None)
         sums = {name: np.zeros(2) for name in FIGURES}
@@ -349,8 +367,9 @@ class Sandbox:
                 last = with_it and k == len(draws) - 1  # the trial itself: one fork less
                 branch = self._branch(state, trial, proposal, victims, lost, with_it, last)
                 self._run(branch, draw, horizon, queued_first=(
-                    [v for v, _, _ in victims] if with_it
-                    else [p.request for p in proposal.placements]))
+                    [v for v, _, _ in victims if v.pod.id not in moved] if with_it
+                    else [p.request for p in proposal.placements
+                          if p.request.pod.id not in moved]))
                 figs = self._figures(state, branch, frag_base)
                 for name in FIGURES:
                     sums[name][b] += figs[name]

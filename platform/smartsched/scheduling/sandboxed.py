@@ -112,9 +112,11 @@ class SandboxedScheduler:
             return d
         self._refused(kind, state.now, pod.id, verdict.reasons)
         fallback = self.sandbox.rollout.decide(state, request)
-        if fallback.victims:  # the default without preemption: the pod waits
-            return Decision.reject("sandbox: refused the preemption; "
-                                   + "; ".join(verdict.reasons))
+        if fallback.victims or fallback.node == d.node:
+            # The default would preempt too, or choose the refused node again: the pod
+            # waits (and is offered again later).
+            what = "the preemption" if d.victims else f"{kind} placement"
+            return Decision.reject(f"sandbox: refused {what}; " + "; ".join(verdict.reasons))
         return fallback
 
     def _risk(self, state: ClusterState, request: PodRequest, d: Decision) -> str | None:
@@ -197,5 +199,6 @@ def make_sandboxed(spec: str, seed: int) -> SandboxedScheduler:
             raise ValidationError(f"scheduler.{key}", "must be an integer") from None
     kinds = tuple(k for k in opts.get("validate", ",".join(DEFAULT_KINDS)).split(",") if k)
     base = make_scheduler(base_spec, seed)
-    return SandboxedScheduler(base, Sandbox(config), kinds=kinds, gang_gpus=ints["gang_gpus"],
+    return SandboxedScheduler(base, Sandbox(config, field="scheduler"), kinds=kinds,
+                              gang_gpus=ints["gang_gpus"],
                               top=ints["top"], name=f"sandboxed:{base_spec}")

@@ -72,7 +72,14 @@ def _hierarchy(cfg: ServiceConfig) -> Any:
     from smartsched.model.presets import load_cluster
     from smartsched.serving.hierarchy import Hierarchy
 
-    return Hierarchy.from_spec(load_cluster(cfg.cluster), cfg.edge_parents)
+    h = Hierarchy.from_spec(load_cluster(cfg.cluster), cfg.edge_parents)
+    known = {*h.regions, *h.edges}
+    for field, names in (("profiles", cfg.profiles), ("sandbox.sites", cfg.sandbox.sites)):
+        for name in names:
+            if name not in known:
+                raise ValidationError(f"service.{field}.{name}", "unknown site (known: "
+                                      f"{', '.join(sorted(known))})")
+    return h
 
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=2000)
@@ -579,6 +586,10 @@ def build_app(args: dict[str, Any]) -> Any:
     cfg = parse_service_config(args)
     h = _hierarchy(cfg)
     load_credentials(cfg.auth)  # fail here, before any replica starts, when no token is set
+    if cfg.sandbox.mode != "off" or any(m != "off" for m in cfg.sandbox.sites.values()):
+        from smartsched.scheduling.sandbox import Sandbox
+
+        Sandbox(cfg.sandbox.settings, field="service.sandbox.settings")  # names bad profiles
     opts = {"ray_actor_options": {"num_cpus": cfg.replica_cpus}}
     # Profiles travel as user_config only: a changed profile (here or in the YAML's
     # deployments section) reaches the running replica through reconfigure, keeping

@@ -235,7 +235,8 @@ class SitePlacer:
         self._buffer, self._victims, self._popped = [], [], []
         try:
             results = self._place_all(pods, now, ttl_s, request_id)
-            bookings = [b for rid in self._made_now for b in self.reservations[rid].bookings]
+            bookings = [b for rid, r in self.reservations.items() if rid in self._made_now
+                        for b in r.bookings]  # in the order they were made
             victims = list(self._victims)
             gangs = {p.gang_id for p in pods if p.gang_id is not None and p.gang_size > 1}
             many_gpus = any(p.num_gpu * p.gang_size >= self.gang_gpus for p in pods
