@@ -224,6 +224,12 @@ class Sandbox:
         """A pod offered at ``t`` (seconds): the recent distribution arrivals come from."""
         self._seen.append((float(t), pod))
 
+    def with_rollout(self, rollout: str) -> Sandbox:
+        """The same settings and recent pods, compared with (and rolled by) ``rollout``."""
+        other = Sandbox(self.config.model_copy(update={"rollout": rollout}))
+        other._seen.extend(self._seen)
+        return other
+
     def prepare(self, pods: Sequence[Pod]) -> None:
         """Workload-aware rollout profiles (FGD's typical pods)."""
         if isinstance(self.rollout, WorkloadAware):
@@ -389,7 +395,7 @@ class Sandbox:
                 self._placed(br, req, node, 0.0)
                 br.rolled[id(req)] = (req, node, devices)
             for req, node, row in victims:
-                br.extra_use[node] -= _peak(req.pod) * req.vector[[CPU, MEM]]
+                br.extra_use[node] -= _peak_use(req)
                 br.touched.add(node)
                 br.gone.add(row)
         return br
@@ -397,7 +403,7 @@ class Sandbox:
     def _placed(self, br: _Branch, req: PodRequest, node: int, t: float) -> None:
         """Book-keeping of a pod placed on the branch at offset ``t``."""
         pod = req.pod
-        br.extra_use[node] += _peak(pod) * req.vector[[CPU, MEM]]
+        br.extra_use[node] += _peak_use(req)
         br.touched.add(node)
         st = br.state
         if pod.latency_slo_ms is not None and pod.origin_site in st.site_ids:
@@ -437,7 +443,7 @@ class Sandbox:
                     continue
                 req, node, devices = got
             st.release(node, req, devices)
-            br.extra_use[node] -= _peak(req.pod) * req.vector[[CPU, MEM]]
+            br.extra_use[node] -= _peak_use(req)
             br.touched.add(node)
             if pending:
                 pending = self._retry(br, pending, t, events, order)
@@ -529,15 +535,9 @@ class Sandbox:
         return 100.0 * (frag_base + delta) / total
 
 
-def _peak(pod: Pod) -> float:
-    """A pod's expected peak use as a fraction of its request (its usage profile)."""
-    u = pod.usage
+def _peak_use(req: PodRequest) -> np.ndarray:
+    """A pod's expected peak [cpu, mem] use: its request times its usage profile's peak."""
+    u = req.pod.usage
     burst = u.burst_factor if u.burst_probability > 0 else 1.0
-    return float(u.mean * (1.0 + u.amplitude) * max(burst, 1.0))
+    return float(u.mean * (1.0 + u.amplitude) * max(burst, 1.0)) * req.vector[[CPU, MEM]]
 
-
-def parse_margins(doc: Any, prefix: str = "sandbox.margins") -> Margins:
-    """``Margins`` from a parsed document; errors name ``prefix.field``."""
-    if not isinstance(doc, dict):
-        raise ValidationError(prefix, "must be a mapping of figure -> allowed worsening")
-    return validate(Margins, doc, prefix=prefix)

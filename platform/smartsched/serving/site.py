@@ -144,10 +144,7 @@ class SitePlacer:
         self.scheduler, self.profile = sched, label or profile
         if self.sandbox is not None and self._rollout_for(profile) != \
                 self.sandbox.config.rollout:
-            sandbox = Sandbox(self.sandbox.config.model_copy(
-                update={"rollout": self._rollout_for(profile)}))
-            for t, p in self.sandbox._seen:  # the recent pods stay the arrivals' source
-                sandbox.observe(p, t)
+            sandbox = self.sandbox.with_rollout(self._rollout_for(profile))
             if self._recent:
                 sandbox.prepare(list(self._recent))
             self.sandbox = sandbox
@@ -173,6 +170,10 @@ class SitePlacer:
         self._since_prepare += len(pods)
 
     # ------------------------------------------------------------ placing
+    def recent_pods(self, limit: int) -> list[Pod]:
+        """The last ``limit`` pods this site was asked to place, oldest first."""
+        return list(self._recent)[-limit:] if limit > 0 else []
+
     def can_host(self, pod: Pod) -> bool:
         """Whether any node of the site could hold ``pod`` now (resources only)."""
         req = self.state.compile(pod)

@@ -210,8 +210,7 @@ class SiteTier:
         oldest first, as the journal writes pods."""
         from smartsched.serving.journal import pod_to_dict
 
-        pods = list(self.placer._recent)[-limit:] if limit > 0 else []
-        return [pod_to_dict(p) for p in pods]
+        return [pod_to_dict(p) for p in self.placer.recent_pods(limit)]
 
     def set_profile(self, profile: str, label: str | None = None) -> str:
         self.placer.set_profile(profile, label=label)
