@@ -173,10 +173,17 @@ def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
 @click.option("--ray-address", default=None,
               help="Use this Ray cluster (its own auth settings) instead of an embedded one "
                    "bound to loopback with token auth.")
+@click.option("--learn", "learn_path", type=click.Path(dir_okay=False, exists=True),
+              default=None, help="Also run continuous learning (settings YAML as for "
+              "`smartsched learn`; its store inside --models-dir): the sites serve the "
+              "store's current version, and each promotion reloads them.")
+@click.option("--learn-sites", default="", help="Sites the learning loop reloads "
+              "(comma-separated) [default: every region]")
 @click.pass_context
 def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
           region_profile: str | None, edge_profile: str | None, host: str, port: int,
-          state_dir: str, models_dir: str, ray_address: str | None) -> None:
+          state_dir: str, models_dir: str, ray_address: str | None,
+          learn_path: str | None, learn_sites: str) -> None:
     """Run the placement service on a local Ray (Ctrl-C stops it)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -188,7 +195,8 @@ def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
     run_local(config_path, {"cluster": cluster, "region_profile": region_profile,
                             "edge_profile": edge_profile,
                             "models_dir": str(models) if models else None},
-              host, port, state_dir, echo=click.echo, ray_address=ray_address)
+              host, port, state_dir, echo=click.echo, ray_address=ray_address,
+              learn=learn_path, learn_sites=[s for s in learn_sites.split(",") if s] or None)
 
 
 @serve.command("reload")

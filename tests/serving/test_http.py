@@ -552,3 +552,59 @@ def test_learning_reads_experience_and_a_promotion_reloads_with_its_version(
     for region in ("region-a", "region-b"):
         requests.put(f"{service}/v1/admin/sites/{region}/profile", headers=operator,
                      json={"profile": "k8s-default"}, timeout=30).raise_for_status()
+
+
+def test_serve_learn_serves_the_store_and_runs_the_loop_beside_the_service(
+        service: str, auth: dict, operator: dict, serve_args: dict, tmp_path) -> None:
+    """``serve --learn``: the plan is checked before anything starts (a store outside the
+    models dir, an unknown site, a store without a current version: errors naming the
+    field); then the sites serve the store's current version and the loop runs as an
+    actor that answers status and stops."""
+    import shutil
+    from pathlib import Path
+
+    import ray
+    import yaml
+
+    from smartsched.model.errors import ValidationError
+    from smartsched.rl.versions import PolicyStore
+    from smartsched.serving.local import learning_plan, start_service_learner
+
+    models = Path(serve_args["models_dir"])
+    store = PolicyStore(models / "learnstore")
+    shipped = Path(__file__).resolve().parents[2] / "models" / "ppo_mixed_small"
+    sites = ["region-a", "region-b", "mec-1", "mec-2"]
+    learn = tmp_path / "learn.yaml"
+    learn.write_text(yaml.safe_dump({"store": str(store.root), "interval_s": 3600,
+                                     "work_dir": str(tmp_path / "work")}))
+    with pytest.raises(ValidationError, match="no current policy version"):
+        learning_plan(learn, str(models), ["region-a"], sites)
+    store.promote(store.add(shipped))
+    with pytest.raises(ValidationError) as e:
+        learning_plan(learn, str(models), ["region-z"], sites)
+    assert e.value.field == "learn_sites" and "region-z" in str(e.value)
+    with pytest.raises(ValidationError) as e:
+        learning_plan(learn, str(tmp_path), ["region-a"], sites)
+    assert e.value.field == "learn.store"
+    outside = tmp_path / "bad.yaml"
+    outside.write_text(yaml.safe_dump({"store": str(store.root), "interval_s": -5}))
+    with pytest.raises(ValidationError) as e:
+        learning_plan(outside, str(models), ["region-a"], sites)
+    assert e.value.field.startswith("learn.interval_s")
+
+    plan = learning_plan(learn, str(models), ["region-a", "region-b"], sites)
+    assert plan["served_as"] == "learnstore"
+    actor = start_service_learner(plan, service, serve_args["auth"]["operator_token_file"],
+                                  echo=lambda _: None)
+    try:
+        p = _place(service, auth, _pod()).json()["placements"][0]
+        assert p["profile"] == "rl:learnstore/versions/v0001"
+        st = ray.get(actor.status.remote(0), timeout=60)
+        assert st["current"] == "v0001" and st["rounds"] == 0  # first round an hour away
+    finally:
+        ray.get(actor.stop.remote(), timeout=60)
+        ray.kill(actor)
+        for region in ("region-a", "region-b"):
+            requests.put(f"{service}/v1/admin/sites/{region}/profile", headers=operator,
+                         json={"profile": "k8s-default"}, timeout=30).raise_for_status()
+        shutil.rmtree(store.root, ignore_errors=True)

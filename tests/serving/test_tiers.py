@@ -477,11 +477,11 @@ def test_the_cloud_passes_the_request_option_down(medium: Hierarchy) -> None:
 
 def test_sandbox_settings_naming_unknown_sites_or_profiles_are_refused() -> None:
     from smartsched.model.errors import ValidationError
-    from smartsched.serving.app import _hierarchy
+    from smartsched.serving.app import service_hierarchy
     from smartsched.serving.config import parse_service_config
 
     with pytest.raises(ValidationError) as e:
-        _hierarchy(parse_service_config({"sandbox": {"sites": {"region-z": "all"}}}))
+        service_hierarchy(parse_service_config({"sandbox": {"sites": {"region-z": "all"}}}))
     assert e.value.field == "service.sandbox.sites.region-z"
     with pytest.raises(ValidationError) as e:
         parse_service_config({"sandbox": {"mode": "sometimes"}})

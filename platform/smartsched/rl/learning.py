@@ -210,10 +210,14 @@ class LearningLoop:
 
     # ------------------------------------------------------------ the loop
     def run(self, rounds: int | None = None,
-            report: Callable[[dict[str, Any]], Any] | None = None) -> None:
+            report: Callable[[dict[str, Any]], Any] | None = None,
+            wait_first: bool = False) -> None:
         """Round after round, ``interval_s`` apart (from the start of each), until
-        ``rounds`` are done or ``stop()``."""
+        ``rounds`` are done or ``stop()``; with ``wait_first``, the first round one
+        interval from now (a service that has just started has no experience yet)."""
         done = 0
+        if wait_first:
+            self.stopped.wait(self.cfg.interval_s)
         while not self.stopped.is_set() and (rounds is None or done < rounds):
             start = time.monotonic()
             out = self.round()
@@ -228,16 +232,17 @@ class LearningLoop:
         self.stopped.set()
 
 
-def service_hooks(url: str, sites: Sequence[str], served_as: str,
-                  limit: int = 2000) -> tuple[Callable[[], Sequence[Pod]],
-                                              Callable[[str, Path], Any]]:
+def service_hooks(url: str, sites: Sequence[str], served_as: str, limit: int = 2000,
+                  operator_token: str | None = None) -> tuple[Callable[[], Sequence[Pod]],
+                                                             Callable[[str, Path], Any]]:
     """Experience from a running placement service, and a promotion hook that reloads its
     ``sites`` with the new version (``rl:<served_as>/versions/<v>``: the store as the
-    service's ``models_dir`` names it, so answers show the version). Tokens come from
-    ``SMARTSCHED_OPERATOR_TOKEN``, as for every operator command."""
+    service's ``models_dir`` names it, so answers show the version). The operator token
+    is ``operator_token``, else ``SMARTSCHED_OPERATOR_TOKEN``, as for every operator
+    command."""
     from smartsched.client import PlacementClient
 
-    client = PlacementClient(url)
+    client = PlacementClient(url, operator_token=operator_token)
 
     def experience() -> Sequence[Pod]:
         return client.experience(limit)
@@ -255,14 +260,19 @@ class LearnerActor:
     def __init__(self, config: dict[str, Any], service: dict[str, Any] | None = None) -> None:
         experience = on_promote = None
         if service:
+            # A token file (mode 0600, read here) rather than the token in the actor's
+            # arguments, which Ray keeps in its object store.
+            tf = service.get("operator_token_file")
+            token = Path(tf).read_text().strip() if tf else None
             experience, on_promote = service_hooks(service["url"], service["sites"],
-                                                   service["served_as"])
+                                                   service["served_as"],
+                                                   operator_token=token)
         self.loop = LearningLoop(load_learn_config(config), experience=experience,
                                  on_promote=on_promote)
         self.outcomes: list[dict[str, Any]] = []
 
-    def run(self, rounds: int | None = None) -> list[dict[str, Any]]:
-        self.loop.run(rounds, report=self.outcomes.append)
+    def run(self, rounds: int | None = None, wait_first: bool = False) -> list[dict[str, Any]]:
+        self.loop.run(rounds, report=self.outcomes.append, wait_first=wait_first)
         return self.outcomes
 
     def status(self, since: int = 0) -> dict[str, Any]:

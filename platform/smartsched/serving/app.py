@@ -68,7 +68,7 @@ def required_role(method: str, path: str) -> str | None:
     return CLIENT
 
 
-def _hierarchy(cfg: ServiceConfig) -> Any:
+def service_hierarchy(cfg: ServiceConfig) -> Any:
     from smartsched.model.presets import load_cluster
     from smartsched.serving.hierarchy import Hierarchy
 
@@ -90,7 +90,7 @@ class SiteDeployment:
         from smartsched.serving.tiers import SiteTier
 
         cfg = parse_service_config(args)
-        h = _hierarchy(cfg)
+        h = service_hierarchy(cfg)
         tier = "region" if site in h.regions else "edge"
 
         async def call_parent(pods: list, ttl_s: float, rid: str | None,
@@ -462,7 +462,7 @@ class Ingress:
 
         self.cfg = parse_service_config(args)
         self.creds = load_credentials(self.cfg.auth)
-        self.h = _hierarchy(self.cfg)
+        self.h = service_hierarchy(self.cfg)
         self.sites = {**regions, **edges}
         self._regions = regions
         self._free: dict[str, dict[str, float]] | None = None
@@ -584,7 +584,7 @@ class Ingress:
 def build_app(args: dict[str, Any]) -> Any:
     """The application for ``serve run serve_apps/placement.yaml`` (``args`` = ServiceConfig)."""
     cfg = parse_service_config(args)
-    h = _hierarchy(cfg)
+    h = service_hierarchy(cfg)
     load_credentials(cfg.auth)  # fail here, before any replica starts, when no token is set
     if cfg.sandbox.mode != "off" or any(m != "off" for m in cfg.sandbox.sites.values()):
         from smartsched.scheduling.sandbox import Sandbox
