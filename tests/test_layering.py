@@ -23,8 +23,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     # ray_local: how SmartSched starts Ray itself (imports nothing of SmartSched).
     frozenset({"paths", "model", "ray_local"}),
     # Sources of pods, and the load forecaster: a model the twin runs with (the run
-    # builder attaches it), importing only model.
-    frozenset({"workloads", "forecast"}),
+    # builder attaches it), importing only model. audit: the tamper-evident decision
+    # log, which every driver above writes to.
+    frozenset({"workloads", "forecast", "audit"}),
     frozenset({"twin"}),
     frozenset({"scheduling"}),
     frozenset({"objectives", "prometheus", "perception", "rl", "serving", "k8s",

@@ -189,6 +189,7 @@ def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
         return
     from pathlib import Path
 
+    from smartsched.rl.learning import ServiceLearning
     from smartsched.serving.local import run_local
 
     models = Path(models_dir).resolve() if Path(models_dir).is_dir() else None
@@ -196,7 +197,8 @@ def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
                             "edge_profile": edge_profile,
                             "models_dir": str(models) if models else None},
               host, port, state_dir, echo=click.echo, ray_address=ray_address,
-              learn=learn_path, learn_sites=[s for s in learn_sites.split(",") if s] or None)
+              beside=ServiceLearning(learn_path, [s for s in learn_sites.split(",") if s],
+                                     echo=click.echo) if learn_path else None)
 
 
 @serve.command("reload")
@@ -611,6 +613,96 @@ def policy_versions(store: str) -> None:
 
 
 @main.group()
+def audit() -> None:
+    """The tamper-evident audit log: keys, verification, inclusion proofs."""
+
+
+@audit.command("keygen")
+@click.option("--out", required=True, type=click.Path(dir_okay=False),
+              help="Private key file (created 0600; the public key beside it, .pub).")
+def audit_keygen(out: str) -> None:
+    """Make the Ed25519 key pair that signs the log's heads."""
+    from smartsched.audit.keys import generate_key
+
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    kid = generate_key(out)
+    click.echo(f"key {kid}: private {out}, public {Path(out).with_suffix('.pub')}")
+
+
+_LOG_OPTS = [
+    click.option("--log", "log_dir", required=True, type=click.Path(file_okay=False,
+                                                                    exists=True)),
+    click.option("--heads", required=True, type=click.Path(dir_okay=False, exists=True),
+                 help="The signed heads file (kept apart from the log)."),
+]
+
+
+def _log_options(fn: Any) -> Any:
+    for opt in reversed(_LOG_OPTS):
+        fn = opt(fn)
+    return fn
+
+
+@audit.command("verify")
+@_log_options
+@click.option("--public-key", required=True,
+              help="The public key: a PEM file, or its 64 hex digits.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def audit_verify(log_dir: str, heads: str, public_key: str, json_path: str | None) -> None:
+    """Check the chain, the Merkle roots and the signatures; name the first bad record.
+    Exits 1 when anything fails."""
+    from smartsched.audit.keys import load_public_key
+    from smartsched.audit.verify import verify_log
+
+    rep = verify_log(log_dir, heads, load_public_key(public_key))
+    _write_json(json_path, rep.to_dict())
+    if rep.ok:
+        tail = (f"; {rep.unsigned_tail} records at the end not signed yet"
+                if rep.unsigned_tail else "")
+        click.echo(f"OK: {rep.records:,} records in {rep.blocks:,} signed blocks "
+                   f"({rep.seconds:.1f} s){tail}")
+        return
+    click.echo(f"FAILED after {rep.records:,} good records: {rep.problem}")
+    raise SystemExit(1)
+
+
+@audit.command("prove")
+@_log_options
+@click.option("--seq", required=True, type=click.IntRange(0), help="The record's number.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False),
+              help="Proof file; the record goes beside it as <out>.record.json.")
+def audit_prove(log_dir: str, heads: str, seq: int, out: str) -> None:
+    """Write an inclusion proof for one record (checkable with the public key alone)."""
+    from smartsched.audit.verify import prove
+
+    record, proof = prove(log_dir, heads, seq)
+    Path(out).write_bytes(proof)
+    Path(out + ".record.json").write_text(json.dumps(record, indent=2) + "\n")
+    click.echo(f"record {seq} ({record['kind']} by {record['principal']}): proof of "
+               f"{len(proof)} bytes in {out}, record in {out}.record.json")
+
+
+@audit.command("check-proof")
+@click.option("--proof", required=True, type=click.Path(dir_okay=False, exists=True))
+@click.option("--record", "record_path", required=True,
+              type=click.Path(dir_okay=False, exists=True))
+@click.option("--public-key", required=True)
+def audit_check_proof(proof: str, record_path: str, public_key: str) -> None:
+    """Check a proof against a record (JSON) and the public key. Exits 1 when it fails."""
+    from smartsched.audit.keys import load_public_key
+    from smartsched.audit.verify import check_proof
+
+    try:
+        record = json.loads(Path(record_path).read_text())
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not JSON: {e}", param_hint="--record") from None
+    ok, why = check_proof(Path(proof).read_bytes(), record, load_public_key(public_key))
+    click.echo(("OK: " if ok else "FAILED: ") + why)
+    if not ok:
+        raise SystemExit(1)
+
+
+@main.group()
 def bench() -> None:
     """Benchmark suites that print figures (and write them with --json)."""
 
@@ -779,6 +871,22 @@ def bench_rl(policy: str | None, skip_sampling: bool, json_path: str | None) -> 
     from smartsched.bench.rl import run_rl_bench
 
     _write_json(json_path, run_rl_bench(policy, echo=click.echo, skip_sampling=skip_sampling))
+
+
+@bench.command("audit")
+@click.option("--records", default=1_000_000, show_default=True, type=click.IntRange(1))
+@click.option("--proofs", default=100, show_default=True, type=click.IntRange(1))
+@click.option("--no-fsync", is_flag=True, help="Skip fsync (shows what the disk costs).")
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
+              help="Keep the log here (default: a temporary folder, removed).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_audit(records: int, proofs: int, no_fsync: bool, work_dir: str | None,
+                json_path: str | None) -> None:
+    """The audit log: append rate, verify time, inclusion proof size and time."""
+    from smartsched.bench.audit import run_audit_bench
+
+    _write_json(json_path, run_audit_bench(records, proofs, not no_fsync, work_dir,
+                                           echo=click.echo))
 
 
 @bench.command("telemetry")

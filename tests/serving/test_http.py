@@ -567,8 +567,8 @@ def test_serve_learn_serves_the_store_and_runs_the_loop_beside_the_service(
     import yaml
 
     from smartsched.model.errors import ValidationError
+    from smartsched.rl.learning import learning_plan, start_service_learner
     from smartsched.rl.versions import PolicyStore
-    from smartsched.serving.local import learning_plan, start_service_learner
 
     models = Path(serve_args["models_dir"])
     store = PolicyStore(models / "learnstore")

@@ -291,3 +291,87 @@ def start_learner(config: dict[str, Any], service: dict[str, Any] | None = None)
 
     actor = ray.remote(num_cpus=0, max_concurrency=4, max_restarts=0)(LearnerActor)
     return actor.remote(config, service)
+
+
+def learning_plan(learn: str | Path, models_dir: str | None, sites: Sequence[str],
+                  known_sites: Sequence[str]) -> dict[str, Any]:
+    """Check ``serve --learn`` before anything starts: the learning settings, a store with
+    a current policy inside the service's ``models_dir`` (a live reload reads nothing
+    else), and the sites to reload. Returns the learner's config and its service part
+    (without the URL). Raises ValidationError naming the field."""
+    doc = read_yaml(learn, "learn") or {}
+    cfg = load_learn_config(doc)
+    PolicyStore(cfg.store).path_of()  # a current version, or an error naming the store
+    if models_dir is None:
+        raise ValidationError("models_dir", "serve --learn needs a models directory holding "
+                              "the learning store (the service reloads only from there)")
+    root, store = Path(models_dir).resolve(), Path(cfg.store).resolve()
+    if not store.is_relative_to(root):
+        raise ValidationError("learn.store", f"{cfg.store} is not inside the service's "
+                              f"models_dir {models_dir}")
+    unknown = [s for s in sites if s not in known_sites]
+    if unknown:
+        raise ValidationError("learn_sites", f"unknown site(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(known_sites)}")
+    return {"config": doc, "sites": list(sites), "served_as": str(store.relative_to(root))}
+
+
+def start_service_learner(plan: dict[str, Any], url: str, operator_token_file: str | None,
+                          echo: Callable[[str], Any] = print) -> Any:
+    """Serve the store's current version at the plan's sites, then start the learning loop
+    (a Ray actor) against this service: its first round one interval from now."""
+    from smartsched.client import PlacementClient
+
+    token = Path(operator_token_file).read_text().strip() if operator_token_file else None
+    store = PolicyStore(plan["config"]["store"])
+    version = store.current()
+    client = PlacementClient(url, operator_token=token)
+    for site in plan["sites"]:
+        client.set_profile(site, f"rl:{plan['served_as']}/versions/{version}")
+    service = {"url": url, "sites": plan["sites"], "served_as": plan["served_as"],
+               "operator_token_file": operator_token_file}
+    actor = start_learner(plan["config"], service)
+    actor.run.remote(None, True)
+    echo(f"learning: {', '.join(plan['sites'])} serve {version} from {store.root}; a round "
+         f"every {float(plan['config'].get('interval_s', 300.0)):.0f} s")
+    return actor
+
+
+class ServiceLearning:
+    """``serve --learn``: the learning loop as the service's side loop (``SideLoop``)."""
+
+    def __init__(self, learn: str | Path, sites: Sequence[str] | None = None,
+                 echo: Callable[[str], Any] = print) -> None:
+        self.learn, self.sites, self.echo = learn, list(sites or []), echo
+        self.plan: dict[str, Any] | None = None
+        self.actor: Any = None
+        self.seen = 0
+
+    def check(self, cfg: Any) -> None:
+        from smartsched.serving.app import service_hierarchy
+
+        h = service_hierarchy(cfg)
+        self.plan = learning_plan(self.learn, cfg.models_dir, self.sites or list(h.regions),
+                                  [*h.regions, *h.edges])
+
+    def start(self, url: str, operator_token_file: str | None) -> None:
+        assert self.plan is not None, "check() first"
+        self.actor = start_service_learner(self.plan, url, operator_token_file, self.echo)
+
+    def poll(self) -> bool:
+        import ray
+
+        try:
+            st = ray.get(self.actor.status.remote(self.seen), timeout=30)
+        except Exception as e:  # the loop died: the service goes on serving
+            self.echo(f"learning stopped ({type(e).__name__}); the incumbent serves")
+            return False
+        for out in st["outcomes"]:
+            self.echo(f"learning round: {out['outcome']} (current {out.get('version')}) "
+                      f"{'; '.join(out.get('reasons', []))}{out.get('error', '')}")
+        self.seen = int(st["total"])
+        return True
+
+    def stop(self) -> None:
+        if self.actor is not None:
+            self.actor.stop.remote()

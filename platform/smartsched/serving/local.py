@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from smartsched.model.configfile import read_yaml
 from smartsched.model.errors import ValidationError
@@ -46,73 +46,27 @@ def service_args(config: str | Path | None, overrides: dict[str, Any]) -> dict[s
     return args
 
 
-def learning_plan(learn: str | Path, models_dir: str | None, sites: Sequence[str],
-                  known_sites: Sequence[str]) -> dict[str, Any]:
-    """Check ``serve --learn`` before anything starts: the learning settings, a store with
-    a current policy inside the service's ``models_dir`` (a live reload reads nothing
-    else), and the sites to reload. Returns the learner's config and its service part
-    (without the URL). Raises ValidationError naming the field."""
-    from smartsched.rl.learning import load_learn_config
-    from smartsched.rl.versions import PolicyStore
+class SideLoop(Protocol):
+    """Something that runs beside the service (``serve --learn``'s learning loop): checked
+    before anything starts, started once the service answers, polled while it serves."""
 
-    doc = read_yaml(learn, "learn") or {}
-    cfg = load_learn_config(doc)
-    PolicyStore(cfg.store).path_of()  # a current version, or an error naming the store
-    if models_dir is None:
-        raise ValidationError("models_dir", "serve --learn needs a models directory holding "
-                              "the learning store (the service reloads only from there)")
-    root, store = Path(models_dir).resolve(), Path(cfg.store).resolve()
-    if not store.is_relative_to(root):
-        raise ValidationError("learn.store", f"{cfg.store} is not inside the service's "
-                              f"models_dir {models_dir}")
-    unknown = [s for s in sites if s not in known_sites]
-    if unknown:
-        raise ValidationError("learn_sites", f"unknown site(s) {', '.join(unknown)}; "
-                              f"known: {', '.join(known_sites)}")
-    return {"config": doc, "sites": list(sites), "served_as": str(store.relative_to(root))}
+    def check(self, cfg: Any) -> None: ...
 
+    def start(self, url: str, operator_token_file: str | None) -> None: ...
 
-def start_service_learner(plan: dict[str, Any], url: str, operator_token_file: str | None,
-                          echo: Callable[[str], Any] = print) -> Any:
-    """Serve the store's current version at the plan's sites, then start the learning loop
-    (a Ray actor) against this service: its first round one interval from now."""
-    from smartsched.client import PlacementClient
-    from smartsched.rl.learning import start_learner
-    from smartsched.rl.versions import PolicyStore
+    def poll(self) -> bool:  # False: it has stopped (the service goes on)
+        ...
 
-    token = Path(operator_token_file).read_text().strip() if operator_token_file else None
-    store = PolicyStore(plan["config"]["store"])
-    version = store.current()
-    client = PlacementClient(url, operator_token=token)
-    for site in plan["sites"]:
-        client.set_profile(site, f"rl:{plan['served_as']}/versions/{version}")
-    service = {"url": url, "sites": plan["sites"], "served_as": plan["served_as"],
-               "operator_token_file": operator_token_file}
-    actor = start_learner(plan["config"], service)
-    actor.run.remote(None, True)
-    echo(f"learning: {', '.join(plan['sites'])} serve {version} from {store.root}; a round "
-         f"every {float(plan['config'].get('interval_s', 300.0)):.0f} s")
-    return actor
-
-
-def _report_rounds(actor: Any, seen: int, echo: Callable[[str], Any]) -> int:
-    import ray
-
-    st = ray.get(actor.status.remote(seen), timeout=30)
-    for out in st["outcomes"]:
-        echo(f"learning round: {out['outcome']} (current {out.get('version')}) "
-             f"{'; '.join(out.get('reasons', []))}{out.get('error', '')}")
-    return int(st["total"])
+    def stop(self) -> None: ...
 
 
 def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, port: int,
               state_dir: str | Path, echo: Callable[[str], Any] = print,
               block: bool = True, ray_address: str | None = None,
-              learn: str | Path | None = None,
-              learn_sites: Sequence[str] | None = None) -> str | tuple[str, Any]:
-    """Start the service; return its URL (and keep serving while ``block``). With
-    ``learn`` (a learning settings YAML), also the continuous-learning loop reloading
-    ``learn_sites`` (default: every region); unblocked, returns (URL, learner actor)."""
+              beside: SideLoop | None = None) -> str:
+    """Start the service; return its URL (and keep serving while ``block``). ``beside``
+    (e.g. the learning loop) is checked first, started once the service is up and
+    polled while it serves."""
     from smartsched.serving.config import parse_service_config
 
     if config is None and DEFAULT_CONFIG.is_file():
@@ -122,13 +76,8 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, p
     if not args.get("journal_dir"):
         args["journal_dir"] = str(private_dir(state / "journal"))
     cfg = parse_service_config(args)
-    plan = None
-    if learn is not None:
-        from smartsched.serving.app import service_hierarchy
-
-        h = service_hierarchy(cfg)
-        plan = learning_plan(learn, cfg.models_dir, list(learn_sites or h.regions),
-                             [*h.regions, *h.edges])
+    if beside is not None:
+        beside.check(cfg)
     auth = cfg.auth.model_dump()
     if not cfg.auth.disabled:
         if not cfg.auth.token_file and not os.environ.get(cfg.auth.token_env):
@@ -151,21 +100,16 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, p
     serve.run(build_app(args), name="placement", route_prefix="/")
     url = f"http://{host}:{port}"
     echo(f"placement service ready at {url}  (OpenAPI: {url}/docs, metrics: {url}/metrics)")
-    learner = (start_service_learner(plan, url, auth.get("operator_token_file"), echo)
-               if plan is not None else None)
+    if beside is not None:
+        beside.start(url, auth.get("operator_token_file"))
     if block:
-        seen = 0
         try:
             while True:
-                time.sleep(5.0 if learner is not None else 3600)
-                if learner is not None:
-                    try:
-                        seen = _report_rounds(learner, seen, echo)
-                    except Exception as e:  # the loop died: the service goes on serving
-                        echo(f"learning stopped ({type(e).__name__}); the incumbent serves")
-                        learner = None
+                time.sleep(5.0 if beside is not None else 3600)
+                if beside is not None and not beside.poll():
+                    beside = None
         except KeyboardInterrupt:
-            if learner is not None:
-                learner.stop.remote()
+            if beside is not None:
+                beside.stop()
             serve.shutdown()
-    return (url, learner) if learn is not None else url
+    return url

@@ -1,0 +1,79 @@
+"""Ed25519 keys for signing audit heads (the ``cryptography`` package).
+
+The private key is a PEM file created 0600 and never overwritten; the verifier needs
+only the public key (a PEM file, or the 64 hex digits of the raw key). A key id (the
+first 8 bytes of SHA-256 of the raw public key) goes with every head, so a log
+signed across a key rotation names which key each head needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+from smartsched.model.errors import ValidationError
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def generate_key(private_path: str | Path, public_path: str | Path | None = None) -> str:
+    """Write a new key pair (private 0600, never over an existing file); return its id."""
+    private_path = Path(private_path)
+    public_path = Path(public_path) if public_path else private_path.with_suffix(".pub")
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    try:
+        fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise ValidationError("key", f"{private_path} exists; not overwriting a key") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    public_path.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return key_id(key.public_key())
+
+
+def load_private_key(path: str | Path) -> Ed25519PrivateKey:
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as e:
+        raise ValidationError("audit.key_file", f"{path}: not a readable PEM private key "
+                              f"({type(e).__name__})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValidationError("audit.key_file", f"{path}: not an Ed25519 key")
+    return key
+
+
+def load_public_key(spec: str | Path) -> Ed25519PublicKey:
+    """A PEM public key file, or 64 hex digits of the raw key."""
+    text = str(spec)
+    if len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text):
+        return Ed25519PublicKey.from_public_bytes(bytes.fromhex(text))
+    try:
+        key = serialization.load_pem_public_key(Path(text).read_bytes())
+    except (OSError, ValueError, TypeError) as e:
+        raise ValidationError("public_key", f"{text}: not a readable PEM public key "
+                              f"({type(e).__name__})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValidationError("public_key", f"{text}: not an Ed25519 key")
+    return key
+
+
+def signature_ok(public: Ed25519PublicKey, signature: bytes, message: bytes) -> bool:
+    try:
+        public.verify(signature, message)
+    except InvalidSignature:
+        return False
+    return True

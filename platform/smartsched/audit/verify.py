@@ -1,0 +1,254 @@
+"""Checking an audit log: the whole of it (``verify_log``), or one record (inclusion proofs).
+
+Owns what ``smartsched audit verify`` and ``smartsched audit prove`` do. Verification
+needs only the public key. It checks, and names the first thing that fails:
+
+- every head: parses, is signed by the given key, follows its predecessor (block
+  number, first record, ``prev_head``) and covers 1..4,096 records;
+- every record, in order: its sequence number is the next one (a record deleted,
+  inserted or moved breaks this), and its hash follows from its fields and the
+  previous record's hash (an edit breaks this);
+- every block: the Merkle root and chain hash of its records equal its signed head's
+  (records rewritten with their hashes recomputed break this);
+- coverage: the log reaches the last signed head (a log cut short shows) and no
+  closed segment holds records that no head signs. Records at the end of the open
+  segment that are not signed yet (at most a block being written) are counted as
+  ``unsigned_tail``, not trusted.
+
+A proof that one record is in the log is that record's predecessor hash, its Merkle
+path within its block (at most 12 hashes) and the block's signed head: about 650
+bytes whatever the log's size, checked with the public key alone.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from smartsched.audit.chain import (
+    HEAD_BYTES,
+    SIGNATURE_BYTES,
+    ZERO,
+    Head,
+    chain_hashes,
+    merkle_path,
+    merkle_root,
+    record_hash,
+    root_from_path,
+)
+from smartsched.audit.keys import key_id, signature_ok
+from smartsched.audit.log import MAX_BLOCK_RECORDS
+from smartsched.audit.store import (
+    CLOSED_SUFFIX,
+    COLUMNS,
+    SignedHead,
+    read_heads,
+    read_segment,
+    segment_files,
+)
+from smartsched.model.errors import ValidationError
+
+PROOF_MAGIC = b"SSPROOF1"
+_PROOF = struct.Struct("<qI")
+
+
+@dataclass(frozen=True)
+class Problem:
+    seq: int | None  # the first record concerned (a block's first when only the block is known)
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        at = f"record {self.seq}" if self.seq is not None else "log"
+        return f"{at} ({self.where}): {self.reason}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    ok: bool
+    records: int  # records checked and found good
+    blocks: int  # signed blocks checked and found good
+    unsigned_tail: int
+    problem: Problem | None
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "records": self.records, "blocks": self.blocks,
+                "unsigned_tail": self.unsigned_tail, "seconds": self.seconds,
+                "problem": str(self.problem) if self.problem else None,
+                "first_bad_record": self.problem.seq if self.problem else None}
+
+
+def _check_heads(heads_path: Path, public: Ed25519PublicKey) -> tuple[list[tuple[Head, bytes]],
+                                                                      Problem | None]:
+    """The heads that check out, in order, up to the first that does not (and why)."""
+    kid = key_id(public)
+    good: list[tuple[Head, bytes]] = []
+    prev, first = ZERO, 0
+    for no, line in read_heads(heads_path):
+        where = f"{heads_path.name} line {no}"
+        try:
+            sh = SignedHead.from_json(line)
+        except ValueError as e:
+            return good, Problem(first, where, str(e))
+        h = sh.head
+        if sh.key_id != kid:
+            why = f"signed by key {sh.key_id}, not by the given key {kid}"
+        elif not signature_ok(public, sh.signature, h.to_bytes()):
+            why = "its signature does not verify (the head was altered or forged)"
+        elif h.block != len(good) or h.first_seq != first:
+            why = (f"expected block {len(good)} from record {first}, found block {h.block} "
+                   f"from record {h.first_seq} (a head removed, added or moved)")
+        elif not 1 <= h.count <= MAX_BLOCK_RECORDS:
+            why = f"covers {h.count} records (1..{MAX_BLOCK_RECORDS} allowed)"
+        elif h.prev_head != prev:
+            why = "does not follow the previous head (prev_head differs)"
+        else:
+            good.append((h, sh.signature))
+            prev, first = h.digest(), h.last_seq + 1
+            continue
+        return good, Problem(first, where, why)
+    return good, None
+
+
+def verify_log(log_dir: str | Path, heads_path: str | Path,
+               public: Ed25519PublicKey) -> VerifyReport:
+    """Check the whole log against its signed heads; the first problem is named."""
+    t0 = time.perf_counter()
+    log_dir, heads_path = Path(log_dir), Path(heads_path)
+    heads, head_problem = _check_heads(heads_path, public)
+    expected, prev, hi, unsigned = 0, ZERO, 0, 0
+    pending: list[bytes] = []
+    problem: Problem | None = None
+    signed_to = heads[-1][0].last_seq if heads else -1
+    for path in segment_files(log_dir):
+        t = read_segment(path)
+        cols = {c: t[c].to_pylist() for c in COLUMNS}
+        seqs, n = cols["seq"], t.num_rows
+        m = n
+        if seqs != list(range(expected, expected + n)):
+            m = next(i for i in range(n) if seqs[i] != expected + i)
+            problem = Problem(expected + m, f"{path.name} row {m}",
+                              f"expected record {expected + m}, found record {seqs[m]} "
+                              "(a record deleted, inserted or moved)")
+        computed = chain_hashes(prev, expected, cols["ts"][:m], cols["kind"][:m],
+                                cols["principal"][:m], cols["tenant"][:m], cols["payload"][:m])
+        bad = next((i for i in range(m) if computed[i] != cols["hash"][i]), None)
+        if bad is not None:
+            m = bad
+            problem = Problem(expected + bad, f"{path.name} row {bad}",
+                              "its fields or its hash were changed (the hash does not follow "
+                              "from them and the previous record)")
+        pending.extend(computed[:m])
+        while hi < len(heads) and len(pending) >= heads[hi][0].count:
+            h = heads[hi][0]
+            block, pending = pending[:h.count], pending[h.count:]
+            if merkle_root(block) != h.root or block[-1] != h.chain:
+                problem = Problem(h.first_seq, f"block {h.block}, records {h.first_seq}.."
+                                  f"{h.last_seq}", "the records do not match the block's signed "
+                                  "Merkle root (rewritten, hashes recomputed)")
+                expected = h.first_seq
+                break
+            hi += 1
+        else:
+            if m:
+                expected, prev = expected + m, computed[m - 1]
+            beyond = expected - 1 - signed_to
+            if problem is None and beyond > 0:
+                if path.suffix == CLOSED_SUFFIX:
+                    problem = Problem(signed_to + 1, path.name, "no signed head covers this "
+                                      "record or the ones after it (heads cut short, or records "
+                                      "added)")
+                else:
+                    unsigned = beyond
+        if problem is not None:
+            break
+    if problem is None and expected - 1 < signed_to:
+        problem = Problem(expected, "end of log", f"the log ends at record {expected - 1} but "
+                          f"signed heads cover records up to {signed_to} (records cut off)")
+    if head_problem is not None and (problem is None or head_problem.seq <= problem.seq):
+        problem = head_problem
+    good_records = min(expected, problem.seq) if problem and problem.seq is not None \
+        else expected
+    return VerifyReport(problem is None, good_records, hi, unsigned, problem,
+                        time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------ inclusion proofs
+def _records_between(log_dir: Path, first: int, last: int) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+    files = segment_files(log_dir)
+    starts = [int(p.name[4:20]) for p in files]
+    for i, path in enumerate(files):
+        end = starts[i + 1] - 1 if i + 1 < len(files) else None
+        if starts[i] > last or (end is not None and end < first):
+            continue
+        t = read_segment(path, first, last)
+        for c in COLUMNS:
+            out[c].extend(t[c].to_pylist())
+    keep = [i for i, s in enumerate(out["seq"]) if first <= s <= last]
+    return {c: [v[i] for i in keep] for c, v in out.items()}
+
+
+def prove(log_dir: str | Path, heads_path: str | Path, seq: int) -> tuple[dict[str, Any], bytes]:
+    """Record ``seq`` (its fields) and the proof that it is in the signed log."""
+    prev_chain, found = ZERO, None
+    for _, line in read_heads(Path(heads_path)):
+        try:
+            sh = SignedHead.from_json(line)
+        except ValueError as e:
+            raise ValidationError("heads", str(e)) from None
+        if sh.head.first_seq <= seq <= sh.head.last_seq:
+            found = sh
+            break
+        prev_chain = sh.head.chain
+    if found is None:
+        raise ValidationError("seq", f"no signed block holds record {seq}")
+    h = found.head
+    rec = _records_between(Path(log_dir), h.first_seq, h.last_seq)
+    if rec["seq"] != list(range(h.first_seq, h.last_seq + 1)):
+        raise ValidationError("log", f"block {h.block} is incomplete in the log: verify it")
+    idx = seq - h.first_seq
+    prev = prev_chain if idx == 0 else rec["hash"][idx - 1]
+    path = merkle_path(rec["hash"], idx)
+    proof = (PROOF_MAGIC + _PROOF.pack(seq, len(path)) + prev + b"".join(path) + h.to_bytes()
+             + found.signature + bytes.fromhex(found.key_id))
+    record = {c: rec[c][idx] for c in COLUMNS if c != "hash"}
+    return record, proof
+
+
+def check_proof(proof: bytes, record: Mapping[str, Any], public: Ed25519PublicKey) -> \
+        tuple[bool, str]:
+    """Whether ``proof`` shows ``record`` (seq, ts, kind, principal, tenant, payload) in a
+    block signed by ``public``; and why not."""
+    fixed = len(PROOF_MAGIC) + _PROOF.size + 32
+    if len(proof) < fixed or not proof.startswith(PROOF_MAGIC):
+        return False, "not a proof"
+    seq, npath = _PROOF.unpack_from(proof, len(PROOF_MAGIC))
+    if len(proof) != fixed + 32 * npath + HEAD_BYTES + SIGNATURE_BYTES + 8:
+        return False, "not a proof (wrong length)"
+    prev = proof[fixed - 32:fixed]
+    path = [proof[fixed + 32 * i:fixed + 32 * (i + 1)] for i in range(npath)]
+    off = fixed + 32 * npath
+    head = Head.from_bytes(proof[off:off + HEAD_BYTES])
+    sig = proof[off + HEAD_BYTES:off + HEAD_BYTES + SIGNATURE_BYTES]
+    try:
+        if int(record["seq"]) != seq:
+            return False, f"the proof is for record {seq}, not {record['seq']}"
+        leaf = record_hash(prev, seq, float(record["ts"]), str(record["kind"]),
+                           str(record["principal"]), str(record["tenant"]),
+                           str(record["payload"]))
+    except (KeyError, TypeError, ValueError) as e:
+        return False, f"the record lacks a field or has a bad one ({type(e).__name__}: {e})"
+    if root_from_path(leaf, seq - head.first_seq, head.count, path) != head.root:
+        return False, "the record does not hash to the block's Merkle root"
+    if not signature_ok(public, sig, head.to_bytes()):
+        return False, "the block's head is not signed by this key"
+    return True, f"record {seq} is in block {head.block} (records {head.first_seq}.." \
+                 f"{head.last_seq}), signed by {key_id(public)}"
