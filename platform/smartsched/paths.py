@@ -2,12 +2,15 @@
 
 Owns the resolution of ``SMARTSCHED_DATA_DIR`` (default ``../shared/data``
 relative to the working directory, as laid out for development) so every
-loader and test agrees on one location.
+loader and test agrees on one location; and the single-writer lock the journal
+and the audit log take on what they write.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import time
 from pathlib import Path
 
 DATA_DIR_ENV = "SMARTSCHED_DATA_DIR"
@@ -16,3 +19,20 @@ DATA_DIR_ENV = "SMARTSCHED_DATA_DIR"
 def data_dir() -> Path:
     """The public-trace root: ``$SMARTSCHED_DATA_DIR`` or ``../shared/data``."""
     return Path(os.environ.get(DATA_DIR_ENV, "../shared/data")).expanduser()
+
+
+def lock_exclusive(path: Path, wait_s: float) -> int | None:
+    """An exclusive lock on ``path`` (created 0600): its descriptor (closing it releases
+    the lock), or None when another holder keeps it for ``wait_s`` (a restarting
+    process's predecessor may take a moment to exit)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.1)

@@ -4,6 +4,7 @@ proofs are small and check with the public key alone, a crash loses nothing sign
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import time
@@ -253,6 +254,7 @@ def test_a_crash_before_a_head_sets_the_unsigned_block_aside(tmp_path: Path, key
         log.append("placement", "client", {"pod": "lost"})
     log.seal()
     log._io.shutdown(wait=True)
+    os.close(log._lockfd)  # the process is gone: so is its lock
     monkeypatch.undo()
     again = AuditLog(tmp_path / "log", tmp_path / "heads" / "heads.jsonl", key,
                      autoseal=False, fsync=False)
@@ -350,3 +352,14 @@ def test_the_cli_makes_keys_verifies_and_proves(tmp_path: Path) -> None:
         res.output
     res = run.invoke(main, ["audit", "keygen", "--out", str(tmp_path / "k" / "audit.key")])
     assert res.exit_code != 0 and "not overwriting" in res.output
+
+
+def test_one_writer_per_log(tmp_path: Path, key) -> None:
+    log = AuditLog(tmp_path / "log", tmp_path / "heads.jsonl", key, autoseal=False)
+    try:
+        with pytest.raises(ValidationError) as e:
+            AuditLog(tmp_path / "log", tmp_path / "heads.jsonl", key, lock_wait_s=0.2)
+        assert e.value.field == "audit.dir"
+    finally:
+        log.close()
+    AuditLog(tmp_path / "log", tmp_path / "heads.jsonl", key, autoseal=False).close()

@@ -10,6 +10,7 @@ from tests.builders import free_port, wait_healthy
 
 TOKEN = "test-token-0123456789abcdef"
 OPERATOR_TOKEN = "test-operator-0123456789abcdef"
+TENANT_TOKENS = {"bank": "test-tenant-bank-0123456789", "retail": "test-tenant-retail-01234567"}
 
 
 @pytest.fixture(scope="session")
@@ -22,9 +23,21 @@ def serve_args(tmp_path_factory: pytest.TempPathFactory) -> dict:
     operator_file.write_text(OPERATOR_TOKEN + "\n")
     models = root / "models"
     models.mkdir()
+    tenants = {}
+    for name, token in TENANT_TOKENS.items():
+        (root / f"{name}_token").write_text(token + "\n")
+        tenants[name] = {"token_file": str(root / f"{name}_token")}
+    from smartsched.audit.keys import generate_key
+
+    (root / "keys").mkdir()
+    generate_key(root / "keys" / "audit.key")
     return {"cluster": "medium", "max_body_bytes": 256 * 1024,
-            "auth": {"token_file": str(token_file), "operator_token_file": str(operator_file)},
-            "journal_dir": str(Path(root) / "journal"), "models_dir": str(models)}
+            "auth": {"token_file": str(token_file), "operator_token_file": str(operator_file),
+                     "tenants": tenants},
+            "journal_dir": str(Path(root) / "journal"), "models_dir": str(models),
+            "audit": {"dir": str(root / "audit" / "log"),
+                      "heads": str(root / "audit-heads" / "heads.jsonl"),
+                      "key_file": str(root / "keys" / "audit.key"), "block_seconds": 0.2}}
 
 
 @pytest.fixture(scope="session")

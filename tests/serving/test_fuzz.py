@@ -36,8 +36,10 @@ def fuzz_service(service: str, serve_args: dict, tmp_path_factory: pytest.TempPa
     from smartsched.serving.app import build_app
 
     journal = tmp_path_factory.mktemp("fuzz-journal")
-    serve.run(build_app({**serve_args, "journal_dir": str(journal)}), name="fuzz",
-              route_prefix=PREFIX)
+    audit = {**serve_args["audit"], "dir": str(journal / "audit"),  # one writer per log
+             "heads": str(journal.parent / "fuzz-audit-heads.jsonl")}
+    serve.run(build_app({**serve_args, "journal_dir": str(journal), "audit": audit}),
+              name="fuzz", route_prefix=PREFIX)
     url = service + PREFIX
     assert wait_healthy(url)
     yield url

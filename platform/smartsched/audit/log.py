@@ -47,6 +47,7 @@ from smartsched.audit.store import (
     write_closed,
 )
 from smartsched.model.errors import ValidationError
+from smartsched.paths import lock_exclusive
 
 MAX_BLOCK_RECORDS = 4096
 
@@ -64,12 +65,22 @@ def canonical_json(payload: Mapping[str, Any] | str) -> bytes:
     return orjson.dumps(payload, option=_JSON_OPTIONS, default=str)
 
 
+def _exclusive(path: Path, wait_s: float) -> int:
+    """One writer per log."""
+    fd = lock_exclusive(path, wait_s)
+    if fd is None:
+        raise ValidationError("audit.dir", f"{path.parent} is being written by another "
+                              "process: one writer per log")
+    return fd
+
+
 class AuditLog:
     """An append-only, hash-chained, signed decision log (thread-safe)."""
 
     def __init__(self, log_dir: str | Path, heads_path: str | Path, key: Ed25519PrivateKey, *,
                  block_records: int = MAX_BLOCK_RECORDS, block_seconds: float = 1.0,
-                 segment_blocks: int = 256, fsync: bool = True, autoseal: bool = True) -> None:
+                 segment_blocks: int = 256, fsync: bool = True, autoseal: bool = True,
+                 lock_wait_s: float = 10.0) -> None:
         if not 1 <= block_records <= MAX_BLOCK_RECORDS:
             raise ValidationError("audit.block_records", f"must be 1..{MAX_BLOCK_RECORDS}")
         if not 0 < block_seconds <= 3600:
@@ -83,6 +94,7 @@ class AuditLog:
                                   "kept apart are what shows a log cut short")
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.heads_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lockfd = _exclusive(self.dir / ".writer.lock", lock_wait_s)
         self.key, self.key_id = key, key_id(key.public_key())
         self.block_records, self.block_seconds = block_records, block_seconds
         self.segment_blocks, self.fsync = segment_blocks, fsync
@@ -274,6 +286,7 @@ class AuditLog:
             self._roll()
         self._io.shutdown(wait=True)
         self._heads.close()
+        os.close(self._lockfd)  # releases the writer lock
         for f in self._io_tasks:
             f.result()  # a failed write is an error the caller sees (its stream stays)
 

@@ -47,6 +47,10 @@ class UnknownReferenceError(ValidationError):
     """A name (GPU model, preset, region, node, scheduler) that is not defined."""
 
 
+class PermissionDeniedError(ValidationError):
+    """A credential acting outside its scope (a tenant's token naming another tenant)."""
+
+
 class InfeasibleDecisionError(SmartSchedError):
     """A placement decision that would over-allocate a node or a device.
 

@@ -26,7 +26,20 @@ from fastapi.security import HTTPBearer
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from smartsched.model.errors import SmartSchedError, UnknownReferenceError, ValidationError
+from smartsched.model.errors import (
+    PermissionDeniedError,
+    SmartSchedError,
+    UnknownReferenceError,
+    ValidationError,
+)
+from smartsched.serving.audit_trail import (
+    ANONYMOUS,
+    CLIENT_PRINCIPAL,
+    OPERATOR_PRINCIPAL,
+    Principal,
+    Trail,
+    tenant_principal,
+)
 from smartsched.serving.config import (
     ServiceConfig,
     load_credentials,
@@ -114,11 +127,11 @@ class SiteDeployment:
                     validate: bool = False) -> list[dict[str, Any]]:
         return await self.tier.place(pods, ttl_s, rid, validate)
 
-    async def confirm(self, rid: str) -> dict[str, Any]:
-        return self.tier.confirm(rid)
+    async def confirm(self, rid: str, tenant: str | None = None) -> dict[str, Any]:
+        return self.tier.confirm(rid, tenant)
 
-    async def release(self, rid: str) -> dict[str, Any]:
-        return self.tier.release(rid)
+    async def release(self, rid: str, tenant: str | None = None) -> dict[str, Any]:
+        return self.tier.release(rid, tenant)
 
     async def summary(self) -> dict[str, Any]:
         return self.tier.summary()
@@ -301,6 +314,11 @@ def make_fastapi() -> FastAPI:
         c = _cause(e)
         return _error(422, getattr(c, "field", "request"), getattr(c, "message", str(c)))
 
+    @app.exception_handler(PermissionDeniedError)
+    async def _forbidden(_: Request, e: PermissionDeniedError) -> JSONResponse:
+        c = _cause(e)
+        return _error(403, getattr(c, "field", "request"), getattr(c, "message", str(c)))
+
     @app.exception_handler(SmartSchedError)
     async def _other(_: Request, e: SmartSchedError) -> JSONResponse:
         return _error(409, "request", str(_cause(e)))
@@ -341,7 +359,8 @@ async def place_one(body: PlacementRequest, request: Request,
                     ing: Any = Depends(_ingress)) -> Any:
     if (denied := ing.authorize(request)) is not None:
         return denied
-    return await ing.place([body.pod], body.ttl_s, body.request_id, body.validate_)
+    return await ing.place([body.pod], body.ttl_s, body.request_id, body.validate_,
+                           request.state.principal)
 
 
 @app_api.post("/v1/placements:batch", response_model=PlacementResponse,
@@ -353,7 +372,8 @@ async def place_batch(body: BatchPlacementRequest, request: Request,
     ids = [p.id for p in body.pods]
     if len(set(ids)) != len(ids):
         raise ValidationError("pods.id", "pod ids in a batch must be unique")
-    return await ing.place(body.pods, body.ttl_s, body.request_id, body.validate_)
+    return await ing.place(body.pods, body.ttl_s, body.request_id, body.validate_,
+                           request.state.principal)
 
 
 async def _reservation_op(ing: Any, request: Request, rid: str, op: str, event: str) -> Any:
@@ -361,8 +381,10 @@ async def _reservation_op(ing: Any, request: Request, rid: str, op: str, event: 
     if (denied := ing.authorize(request)) is not None:
         return denied
     site, local = ing.site_of(rid)
-    out = await getattr(site, op).remote(local)
+    who = request.state.principal
+    out = await getattr(site, op).remote(local, who.tenant)  # a tenant: its own only
     ing.metrics.reservation_event(event)
+    ing.trail.reservation(who, event, out)
     return out
 
 
@@ -416,6 +438,7 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
     for site, (updates, usage) in per_site.items():
         out.append(await ing.sites[site].apply_node_updates.remote(updates, usage))
         ing.node_site.update({name: site for _, name, _ in updates})
+        ing.trail.node_updates(request.state.principal, site, updates, usage)
     return {"sites": out}
 
 
@@ -445,8 +468,9 @@ async def set_profile(site: str, body: ProfileUpdate, request: Request,
     # Loaded from the resolved path; shown (answers, metrics, summaries) as the operator
     # named it, so the server's directory layout is not published.
     path = resolve_reload_profile(body.profile, ing.cfg.models_dir)
-    return {"site": site,
-            "profile": await ing.sites[site].set_profile.remote(path, body.profile)}
+    shown = await ing.sites[site].set_profile.remote(path, body.profile)
+    ing.trail.reload(request.state.principal, site, shown)
+    return {"site": site, "profile": shown}
 
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=2000)
@@ -462,6 +486,7 @@ class Ingress:
 
         self.cfg = parse_service_config(args)
         self.creds = load_credentials(self.cfg.auth)
+        self.trail = Trail(self.cfg.audit)
         self.h = service_hierarchy(self.cfg)
         self.sites = {**regions, **edges}
         self._regions = regions
@@ -488,11 +513,23 @@ class Ingress:
 
         set_current(self)
 
+    def __del__(self) -> None:  # Serve's graceful shutdown: seal and sign what is buffered
+        trail = getattr(self, "trail", None)
+        if trail is not None:
+            trail.close()
+
     # ------------------------------------------------------------ helpers
     def authorize(self, request: Request, role: str = CLIENT) -> JSONResponse | None:
         """None when the request carries a token good for ``role`` (the operator token is
         good for everything, the client token for CLIENT only); the refusal otherwise."""
+        denied = self._authorize(request, role)
+        if denied is not None:
+            self.trail.refused(request.method, request.url.path, denied.status_code)
+        return denied
+
+    def _authorize(self, request: Request, role: str) -> JSONResponse | None:
         if self.creds is None:
+            request.state.principal = ANONYMOUS
             return None
         header = request.headers.get("authorization", "")
         if not header:
@@ -502,9 +539,18 @@ class Ingress:
         given = given.strip().encode("utf-8", "surrogateescape")
         ok_operator = self.creds.operator is not None and hmac.compare_digest(
             given, self.creds.operator.encode())
-        if scheme.lower() == "bearer" and (ok_operator or (
-                role == CLIENT and hmac.compare_digest(given, self.creds.client.encode()))):
+        bearer = scheme.lower() == "bearer"
+        if bearer and ok_operator:
+            request.state.principal = OPERATOR_PRINCIPAL
             return None
+        if bearer and role == CLIENT:
+            if hmac.compare_digest(given, self.creds.client.encode()):
+                request.state.principal = CLIENT_PRINCIPAL
+                return None
+            for token, tenant in self.creds.tenants.items():  # a few tenants: constant time
+                if hmac.compare_digest(given, token.encode()):
+                    request.state.principal = tenant_principal(tenant)
+                    return None
         if role == OPERATOR and self.creds.operator is None:
             return JSONResponse({"detail": "operator endpoints are off: this service has no "
                                            "operator token configured"}, status_code=403)
@@ -520,8 +566,12 @@ class Ingress:
         return self.sites[site], local
 
     async def place(self, specs: list, ttl_s: float, rid: str | None,
-                    validate: bool = False) -> PlacementResponse:
+                    validate: bool = False, who: Principal = ANONYMOUS) -> PlacementResponse:
         now = time.time()
+        key = rid
+        if who.tenant is not None:
+            specs = self._scoped(specs, who.tenant)
+            key = f"{who.tenant}/{rid}" if rid else None  # one tenant's id never answers another
         pods = []
         for i, spec in enumerate(specs):
             try:
@@ -531,9 +581,19 @@ class Ingress:
             self._check_refs(pod, i)
             pods.append(pod)
         self._check_gangs(pods)
-        results = await self.cloud.place(pods, ttl_s, rid, validate)
+        results = await self.cloud.place(pods, ttl_s, key, validate)
         self.metrics.observe_placements(results)
+        self.trail.placements(who, rid, results)
         return PlacementResponse(request_id=rid, placements=results)
+
+    @staticmethod
+    def _scoped(specs: list, tenant: str) -> list:
+        """A tenant's pods: theirs by default; naming another tenant is refused (403)."""
+        for i, spec in enumerate(specs):
+            if spec.tenant not in ("default", tenant):
+                raise PermissionDeniedError(f"pods.{i}.tenant", f"this token places pods of "
+                                            f"tenant {tenant!r} only")
+        return [spec.model_copy(update={"tenant": tenant}) for spec in specs]
 
     async def _fetch_free(self) -> dict[str, dict[str, float]]:
         names = list(self._regions)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hmac
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,12 @@ class Ranking(BaseModel):
     carbon: float = Field(0.5, ge=0, le=100)
 
 
+class TenantToken(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    token_env: str | None = None
+    token_file: str | None = None
+
+
 class Auth(BaseModel):
     """Two bearer credentials: placement clients and operators.
 
@@ -49,6 +56,25 @@ class Auth(BaseModel):
     operator_token_env: str = "SMARTSCHED_OPERATOR_TOKEN"
     operator_token_file: str | None = None
     disabled: bool = False
+    # Tenant name -> its own token: a tenant's token places only pods of that tenant and
+    # confirms or releases only that tenant's reservations (another's answer 404, as an
+    # unknown one would); the audit log names the tenant. (issue 19)
+    tenants: dict[str, TenantToken] = Field(default_factory=dict)
+
+
+class Audit(BaseModel):
+    """The tamper-evident decision log (``smartsched.audit``): every placement, rejection,
+    confirmation, release, node update and profile reload, with the principal that asked.
+    ``heads`` must be outside ``dir`` (a log cut short shows against heads kept apart;
+    ship them to another host or WORM storage). ``key_file``: an Ed25519 private key
+    (``smartsched audit keygen``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    dir: str
+    heads: str
+    key_file: str
+    block_seconds: float = Field(1.0, gt=0, le=3600)
+    fsync: bool = True
 
 
 class UsageFromPrometheus(BaseModel):
@@ -105,6 +131,7 @@ class ServiceConfig(BaseModel):
     # operator's own and are not restricted.)
     models_dir: str | None = None
     sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
+    audit: Audit | None = None
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"
@@ -116,6 +143,7 @@ def parse_service_config(args: dict[str, Any] | None) -> ServiceConfig:
 
 
 MIN_TOKEN_CHARS = 16
+_TENANT = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -124,6 +152,7 @@ class Credentials:
 
     client: str
     operator: str | None
+    tenants: dict[str, str] = field(default_factory=dict)  # token -> tenant
 
 
 def _read_token(env: str, file: str | None, field: str) -> str:
@@ -153,7 +182,22 @@ def load_credentials(auth: Auth) -> Credentials | None:
     if operator is not None and hmac.compare_digest(operator, client):
         raise ValidationError("service.auth.operator_token",
                               "must differ from the client token")
-    return Credentials(client, operator)
+    tenants: dict[str, str] = {}
+    for name, t in auth.tenants.items():
+        where = f"service.auth.tenants.{name}"
+        if not _TENANT.fullmatch(name):
+            raise ValidationError(where, "a tenant name is 1-63 characters of a-z, 0-9, '-', "
+                                  "'_' or '.'")
+        if bool(t.token_env) == bool(t.token_file):
+            raise ValidationError(where, "give exactly one of token_env, token_file")
+        token = _read_token(t.token_env or "", t.token_file, f"tenants.{name}.token_file")
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ValidationError(where, f"no token of at least {MIN_TOKEN_CHARS} characters")
+        if token in tenants or token in (client, operator):
+            raise ValidationError(where, "every tenant needs a token of its own (this one is "
+                                  "also another credential)")
+        tenants[token] = name
+    return Credentials(client, operator, tenants)
 
 
 def resolve_reload_profile(profile: str, models_dir: str | None) -> str:

@@ -16,10 +16,8 @@ at start instead of sharing (and corrupting) the first one's reservations.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 
 from smartsched.model.errors import SmartSchedError
 from smartsched.model.pod import Pod, UsageProfile
+from smartsched.paths import lock_exclusive
 
 _POD_FIELDS = tuple(f.name for f in fields(Pod))
 _USAGE_FIELDS = tuple(f.name for f in fields(UsageProfile))
@@ -46,21 +45,13 @@ def _open_private(path: Path, mode: str) -> Any:
 
 
 def _lock(path: Path, wait_s: float) -> int:
-    """An exclusive lock on ``path``, waiting up to ``wait_s`` (a restarting replica's
-    predecessor may take a moment to exit); JournalInUse when still held."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise JournalInUse(
-                    f"the journal {path.with_suffix('.jsonl')} is in use by another service "
-                    "instance; give each instance its own journal_dir (--state-dir)") from None
-            time.sleep(0.2)
+    """An exclusive lock on ``path``, waiting up to ``wait_s``; JournalInUse when held."""
+    fd = lock_exclusive(path, wait_s)
+    if fd is None:
+        raise JournalInUse(
+            f"the journal {path.with_suffix('.jsonl')} is in use by another service "
+            "instance; give each instance its own journal_dir (--state-dir)")
+    return fd
 
 
 def pod_to_dict(pod: Pod) -> dict[str, Any]:

@@ -63,6 +63,11 @@ class Reservation:
     request_id: str | None = None
 
 
+def _owned_by(r: Reservation, tenant: str | None) -> bool:
+    """Whether ``tenant`` (None: any caller) may act on reservation ``r``."""
+    return tenant is None or all(b.pod.tenant == tenant for b in r.bookings)
+
+
 @dataclass
 class SiteResult:
     """The outcome for one pod at this site."""
@@ -385,18 +390,20 @@ class SitePlacer:
         return rids
 
     # ------------------------------------------------------------ reservations
-    def confirm(self, rid: str) -> Reservation:
-        """Keep a reservation until released (the pod was bound / started)."""
-        r = self._get(rid)
+    def confirm(self, rid: str, tenant: str | None = None) -> Reservation:
+        """Keep a reservation until released (the pod was bound / started). With
+        ``tenant``, only a reservation of that tenant's pods (another's reads as unknown)."""
+        r = self._get(rid, tenant)
         if not r.confirmed:
             r.confirmed = True
             self._log({"op": "confirm", "rid": rid})
         return r
 
-    def release(self, rid: str) -> Reservation:
-        r = self.reservations.pop(rid, None)
-        if r is None:
+    def release(self, rid: str, tenant: str | None = None) -> Reservation:
+        r = self.reservations.get(rid)
+        if r is None or not _owned_by(r, tenant):
             raise UnknownReferenceError("reservation", f"unknown reservation {rid!r}")
+        del self.reservations[rid]
         for b in r.bookings:
             self.state.release(b.node, b.request, b.devices)
         self._log({"op": "release", "rid": rid})
@@ -421,13 +428,13 @@ class SitePlacer:
                 n += 1
         return n
 
-    def _get(self, rid: str) -> Reservation:
+    def _get(self, rid: str, tenant: str | None = None) -> Reservation:
         self.expire()
-        try:
-            return self.reservations[rid]
-        except KeyError:
+        r = self.reservations.get(rid)
+        if r is None or not _owned_by(r, tenant):
             raise UnknownReferenceError("reservation",
                                         f"unknown or expired reservation {rid!r}") from None
+        return r
 
     # ------------------------------------------------------------ nodes
     def apply_node_updates(self, updates: Sequence[tuple[int, str, dict[str, Any]]],

@@ -180,13 +180,13 @@ class SiteTier:
         return out
 
     # Reservations and views (the ingress routes by reservation id).
-    def confirm(self, rid: str) -> dict[str, Any]:
-        r = self.placer.confirm(rid)
+    def confirm(self, rid: str, tenant: str | None = None) -> dict[str, Any]:
+        r = self.placer.confirm(rid, tenant)
         return {"reservation_id": f"{self.site}{RID_SEP}{r.id}", "confirmed": True,
                 "pods": [b.pod.id for b in r.bookings]}
 
-    def release(self, rid: str) -> dict[str, Any]:
-        r = self.placer.release(rid)
+    def release(self, rid: str, tenant: str | None = None) -> dict[str, Any]:
+        r = self.placer.release(rid, tenant)
         return {"reservation_id": f"{self.site}{RID_SEP}{r.id}", "released": True,
                 "pods": [b.pod.id for b in r.bookings]}
 
