@@ -67,12 +67,15 @@ def _write_json(path: str | None, doc: Any) -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the report as JSON here.")
 @click.option("--plots/--no-plots", default=True, show_default=True)
+@click.option("--compliance", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Compliance policy (YAML: residency, dedicated pools, isolation) that "
+              "binds every decision.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar (default: when stderr is a terminal).")
 def simulate(
     cluster: str, workload: str, scheduler: str, mode: str, inflate: float, seed: int,
     hours: float | None, warmup_hours: float, start_hours: float | None, out: str | None,
-    json_path: str | None, plots: bool, progress: bool | None,
+    json_path: str | None, plots: bool, compliance: str | None, progress: bool | None,
 ) -> None:
     """Simulate one scheduler on one cluster and workload; print the headline metrics."""
     from smartsched.bench.compare import comparison_table
@@ -83,7 +86,7 @@ def simulate(
     report = run_sim(
         cluster, workload, scheduler, mode=mode, inflate=inflate, seed=seed, hours=hours,
         warmup_hours=warmup_hours, start_hours=start_hours, out=Path(out) if out else None,
-        plots=plots, progress=progress,
+        plots=plots, progress=progress, compliance=compliance,
     )
     click.echo(comparison_table([report]))
     click.echo(f"\n{report['decisions']} decisions in {report['wall_seconds']:.2f} s wall"
@@ -260,15 +263,18 @@ def k8s() -> None:
               help="NodeList (JSON or YAML) for nodeCacheCapable: true.")
 @click.option("--max-body-bytes", default=64 * 1024 * 1024, show_default=True,
               type=click.IntRange(1024, 1024**3), help="Larger requests get 413 unread.")
+@click.option("--compliance", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Compliance policy (YAML: residency, dedicated pools, isolation) that "
+              "binds every decision.")
 def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
-                 max_body_bytes: int) -> None:
+                 max_body_bytes: int, compliance: str | None) -> None:
     """Serve kube-scheduler's extender protocol (POST /filter, /prioritize)."""
     import uvicorn
 
     from smartsched.k8s.extender import Extender, make_app
     from smartsched.k8s.nodelist import read_node_list
 
-    ext = Extender(profile)
+    ext = Extender(profile, compliance=compliance)
     if nodes_file:
         snap = ext.set_cache(read_node_list(nodes_file))
         click.echo(f"node cache: {len(snap.spec.nodes)} nodes, {len(snap.skipped)} skipped")
@@ -293,9 +299,13 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
 @click.option("--preemption/--no-preemption", default=False, show_default=True,
               help="Evict lower-priority pods (Eviction API) when the profile preempts "
                    "(DefaultPreemption); the pod binds once they have terminated.")
+@click.option("--compliance", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Compliance policy (YAML: residency, dedicated pools, isolation) that "
+              "binds every decision.")
 def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, interval: float,
                   lease_namespace: str, identity: str | None, once: bool,
-                  metrics_port: int | None, prometheus: str | None, preemption: bool) -> None:
+                  metrics_port: int | None, prometheus: str | None, preemption: bool,
+                  compliance: str | None) -> None:
     """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
     import socket
 
@@ -304,7 +314,7 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
 
     core, coord = kube_clients(kubeconfig)
     loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus,
-                         preemption=preemption)
+                         preemption=preemption, compliance=compliance)
     if metrics_port:
         from prometheus_client import start_http_server
 
@@ -680,6 +690,37 @@ def audit_prove(log_dir: str, heads: str, seq: int, out: str) -> None:
     Path(out + ".record.json").write_text(json.dumps(record, indent=2) + "\n")
     click.echo(f"record {seq} ({record['kind']} by {record['principal']}): proof of "
                f"{len(proof)} bytes in {out}, record in {out}.record.json")
+
+
+@audit.command("usage")
+@click.option("--prometheus", "url", required=True, help="e.g. http://prometheus:9090")
+@click.option("--log", "log_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--heads", required=True, type=click.Path(dir_okay=False),
+              help="The signed heads file (outside --log).")
+@click.option("--key-file", required=True, type=click.Path(dir_okay=False, exists=True))
+@click.option("--interval", "interval_s", default=30.0, show_default=True,
+              type=click.FloatRange(min=1.0))
+@click.option("--rate-window", default="1m", show_default=True)
+@click.option("--once", is_flag=True, help="One sample, then exit.")
+def audit_usage_cmd(url: str, log_dir: str, heads: str, key_file: str, interval_s: float,
+                    rate_window: str, once: bool) -> None:
+    """Sample every pod's resource use from Prometheus (cAdvisor, dcgm-exporter) into the
+    audit log, every INTERVAL seconds (resource.use records, tenant = namespace)."""
+    import time
+
+    from smartsched.audit.keys import load_private_key
+    from smartsched.audit.log import AuditLog
+    from smartsched.audit.usage import audit_usage
+    from smartsched.prometheus.pod_usage import PrometheusPodUsage
+
+    col = PrometheusPodUsage(url, rate_window=rate_window)
+    with AuditLog(log_dir, heads, load_private_key(key_file)) as log:
+        while True:
+            t0 = time.monotonic()
+            click.echo(f"{audit_usage(log, col)} pods sampled")
+            if once:
+                break
+            time.sleep(max(0.0, interval_s - (time.monotonic() - t0)))
 
 
 @audit.command("check-proof")

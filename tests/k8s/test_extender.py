@@ -196,3 +196,23 @@ def test_a_workload_aware_profile_answers_prioritize(fixtures: dict) -> None:
             "NodeNames": [n["metadata"]["name"] for n in fixtures["nodes"]]}
     scores = ext.prioritize(args)
     assert len(scores) == len(fixtures["nodes"]) and max(s["Score"] for s in scores) == 10
+
+
+def test_the_compliance_policy_binds_the_extender(fixtures: dict, tmp_path: Path) -> None:
+    """A node dedicated to the finance namespace (tenant) is unresolvable for everyone
+    else's pod, named as such, and the only node for finance's pods."""
+    policy = tmp_path / "compliance.yaml"
+    policy.write_text(yaml.safe_dump({"compliance": {
+        "tenants": ["finance"], "dedicated": {"finance": {"nodes": ["pai-node-00"]}}}}))
+    ext = Extender("k8s-default", compliance=str(policy))
+    nodes = {"apiVersion": "v1", "kind": "NodeList", "items": fixtures["nodes"]}
+    pod = copy.deepcopy(fixtures["pods"]["gpu-pod-00"])
+    with _serving(make_app(ext)) as url:
+        res = requests.post(f"{url}/filter", timeout=10,
+                            json={"Pod": pod, "Nodes": nodes, "NodeNames": None}).json()
+        assert "pai-node-00" not in [n["metadata"]["name"] for n in res["Nodes"]["items"]]
+        assert "dedicated to another tenant" in res["FailedAndUnresolvableNodes"]["pai-node-00"]
+        pod["metadata"]["namespace"] = "finance"
+        res = requests.post(f"{url}/filter", timeout=10,
+                            json={"Pod": pod, "Nodes": nodes, "NodeNames": None}).json()
+        assert [n["metadata"]["name"] for n in res["Nodes"]["items"]] == ["pai-node-00"]

@@ -31,13 +31,17 @@ def serve_args(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     (root / "keys").mkdir()
     generate_key(root / "keys" / "audit.key")
+    (root / "compliance.yaml").write_text(
+        "compliance:\n  tenants: [bank, retail]\n  residency: {bank: [region-a]}\n"
+        "  isolation:\n    - between: [tenant:bank, tenant:retail]\n")
     return {"cluster": "medium", "max_body_bytes": 256 * 1024,
             "auth": {"token_file": str(token_file), "operator_token_file": str(operator_file),
                      "tenants": tenants},
             "journal_dir": str(Path(root) / "journal"), "models_dir": str(models),
             "audit": {"dir": str(root / "audit" / "log"),
                       "heads": str(root / "audit-heads" / "heads.jsonl"),
-                      "key_file": str(root / "keys" / "audit.key"), "block_seconds": 0.2}}
+                      "key_file": str(root / "keys" / "audit.key"), "block_seconds": 0.2},
+            "compliance": str(root / "compliance.yaml")}
 
 
 @pytest.fixture(scope="session")

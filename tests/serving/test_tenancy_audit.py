@@ -125,3 +125,35 @@ def test_every_decision_is_in_the_signed_log_with_who_asked(service: str, auth: 
     tenants = {t for t, pr in zip(rows["tenant"], rows["principal"], strict=True)
                if pr.startswith("tenant:")}
     assert tenants <= {"bank", "retail"}
+
+
+def test_the_compliance_policy_binds_every_site(service: str, serve_args: dict,
+                                                tmp_path: Path) -> None:
+    """The service's policy: bank's pods only in region-a (asking for region-b: refused,
+    naming the Compliance filter), and never on a node with retail's pods."""
+    placed = {}
+    for who, h in (("bank", BANK), ("retail", RETAIL)):
+        r = requests.post(f"{service}/v1/placements:batch", headers=h, timeout=60,
+                          json={"pods": [_pod(cpu_milli=4000) for _ in range(30)]})
+        assert r.status_code == 200, r.text
+        placed[who] = [p for p in r.json()["placements"] if p["placed"]]
+    assert placed["bank"] and placed["retail"]
+    assert {p["region"] for p in placed["bank"]} == {"region-a"}
+    assert not {p["node"] for p in placed["bank"]} & {p["node"] for p in placed["retail"]}
+    r = _place(service, BANK, _pod(allowed_regions=["region-b"])).json()["placements"][0]
+    assert not r["placed"]
+    for who, h in (("bank", BANK), ("retail", RETAIL)):
+        for p in placed[who]:
+            requests.delete(f"{service}/v1/reservations/{p['reservation_id']}", headers=h,
+                            timeout=30)
+    from smartsched.model.errors import ValidationError
+    from smartsched.serving.app import build_app
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tenants: [bank]\nresidency: {bank: [region-z]}\n")
+    try:
+        build_app({**serve_args, "compliance": str(bad)})
+    except ValidationError as e:
+        assert e.field == "compliance.residency.bank[0]" and "region-z" in str(e)
+    else:
+        raise AssertionError("a policy naming an unknown region was accepted")

@@ -39,6 +39,7 @@ def simulate(
     plots: bool = True,
     progress: bool = False,
     engine_overrides: dict[str, Any] | None = None,
+    compliance: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run one simulation; write ``out`` if given; return the report dict.
 
@@ -51,7 +52,7 @@ def simulate(
     t0 = time.perf_counter()
     run = build_run(cluster, workload, scheduler, mode=mode, seed=seed, hours=hours,
                     warmup_hours=warmup_hours, start_hours=start_hours, inflate=inflate,
-                    engine_overrides=engine_overrides)
+                    engine_overrides=engine_overrides, compliance=compliance)
     run.drive(progress=progress)
     engine, sched = run.engine, run.scheduler
     report = {**run.settings, "scheduler": scheduler, "metrics": run.report(),

@@ -45,8 +45,16 @@ class BadRequest(SmartSchedError):
 
 
 class Extender:
-    def __init__(self, profile: str = "k8s-default", seed: int = 0) -> None:
+    def __init__(self, profile: str = "k8s-default", seed: int = 0,
+                 compliance: str | None = None) -> None:
         sched = make_scheduler(profile, seed)
+        # Hard constraints on every request's nodes (scheduling.compliance), matched
+        # leniently: each request brings its own node list.
+        self.compliance = None
+        if compliance is not None:
+            from smartsched.scheduling.compliance import load_policy
+
+            self.compliance = load_policy(compliance)
         if not isinstance(sched, ProfileScheduler):
             raise SmartSchedError(f"the extender needs a filter/score profile, not {profile!r}")
         self.sched = sched
@@ -112,6 +120,7 @@ class Extender:
     def _feasible(self, pod: Any, snap: Snapshot, names: list[str]) -> tuple[Any, ...]:
         self._seen(pod)
         st = snap.state
+        st.compliance = self.compliance
         req = st.compile(pod)
         ok, ctx = self.sched.feasible(st, req)
         cand = np.zeros(st.num_nodes, dtype=bool)

@@ -74,7 +74,8 @@ class SchedulerMetrics:
 class SchedulerLoop:
     def __init__(self, core: Any, scheduler_name: str = "smartsched",
                  profile: str = "k8s-default", seed: int = 0,
-                 prometheus_url: str | None = None, preemption: bool = False) -> None:
+                 prometheus_url: str | None = None, preemption: bool = False,
+                 compliance: str | None = None) -> None:
         """``prometheus_url``: read each node's actual usage (and, for a policy that observes
         it, the reduced telemetry) from this Prometheus at every pass; without it the
         snapshot knows requests only and load-aware plugins see idle nodes.
@@ -91,6 +92,13 @@ class SchedulerLoop:
         self._started = time.time()
         self.name = scheduler_name
         self.sched = make_scheduler(profile, seed)
+        # Hard constraints on every pass's snapshot (scheduling.compliance): the node list
+        # changes between passes, so node names the policy gives are matched leniently.
+        self.compliance = None
+        if compliance is not None:
+            from smartsched.scheduling.compliance import load_policy
+
+            self.compliance = load_policy(compliance)
         if prometheus_url is not None and not prometheus_url.startswith(("http://", "https://")):
             from smartsched.model.errors import ValidationError
 
@@ -141,6 +149,7 @@ class SchedulerLoop:
             -int((p.get("spec") or {}).get("priority") or 0),
             str((p.get("metadata") or {}).get("creationTimestamp") or "")))
         snap = build_snapshot(nodes, others)
+        snap.state.compliance = self.compliance
         # Seconds since this scheduler started: schedulers that keep a history of the pods
         # offered (sandboxed:, lookahead:) draw arrival rates from it. When bound pods
         # started is not known: they count as started now (no work claimed lost).

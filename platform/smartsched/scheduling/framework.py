@@ -209,7 +209,18 @@ class ProfileScheduler:
             statuses.append(status)
             ok = status.passing.copy() if ok is None else np.logical_and(ok, status.passing,
                                                                             out=ok)
+        if state.compliance is not None:  # hard constraints bind every profile (compliance.py)
+            status = state.compliance.filter(ctx)
+            statuses.append(status)
+            ok = status.passing.copy() if ok is None else np.logical_and(ok, status.passing,
+                                                                            out=ok)
         return ok, ctx
+
+    def _hints(self, ctx: CycleContext) -> tuple[tuple[Any, Any], ...]:
+        """Each status's queueing hint; compliance's (after the profile's) has none: its
+        isolation verdicts change when other pods leave, so retry on every event."""
+        extra = len(ctx.statuses) - len(self._queueing)
+        return self._queueing + ((None, None),) * extra
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         ok, ctx = self.feasible(state, request)
@@ -264,7 +275,7 @@ class ProfileScheduler:
         """Nodes where every check other than room passes: only evicting pods could make
         the pod fit there (the PostFilter's candidates)."""
         ok = np.ones(ctx.state.num_nodes, dtype=bool)
-        for (hint, _), status in zip(self._queueing, ctx.statuses, strict=True):
+        for (hint, _), status in zip(self._hints(ctx), ctx.statuses, strict=True):
             for _, code, passing in status.checks:
                 if not (hint is QueueingHint.RESOURCES and code == Code.UNSCHEDULABLE):
                     ok &= passing
@@ -313,7 +324,7 @@ class ProfileScheduler:
         a filter does not say which events change its verdicts (retry on every event)."""
         open_nodes = np.ones(ctx.state.num_nodes, dtype=bool)
         conditions: list[NodeCondition] = []
-        for (hint, condition), status in zip(self._queueing, ctx.statuses, strict=True):
+        for (hint, condition), status in zip(self._hints(ctx), ctx.statuses, strict=True):
             for _, code, passing in status.checks:
                 if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                     open_nodes &= passing

@@ -18,6 +18,7 @@ import functools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,7 @@ def build_run(
     inflate: float = 1.3,
     engine_overrides: Mapping[str, Any] | None = None,
     needs: TwinNeeds | None = None,
+    compliance: Any = None,
 ) -> Run:
     """A run ready to drive.
 
@@ -114,7 +116,8 @@ def build_run(
     generators, the whole trace for files). ``warmup_hours``: simulated first and not
     measured (the cluster is not empty when measuring starts). ``start_hours``: replay a
     trace from that moment. ``needs``: hooks to attach beyond what the scheduler asks for
-    (the RL env's observation features).
+    (the RL env's observation features). ``compliance``: a compliance policy (file, mapping
+    or ``Compliance``) every decision of the run is bound by.
     """
     from smartsched.model.presets import load_cluster
 
@@ -148,6 +151,11 @@ def build_run(
     config = EngineConfig(mode=mode, seed=seed, inflate=inflate, horizon_s=horizon,
                           warmup_s=warm * 3600.0, **overrides)
     engine = Engine(spec, pods, config)
+    if compliance is not None:
+        from smartsched.scheduling.compliance import Compliance, attach, load_policy
+
+        attach(engine.state, compliance if isinstance(compliance, Compliance)
+               else load_policy(compliance))
     sched = make_scheduler(scheduler, seed) if isinstance(scheduler, str) else scheduler
     wanted = sched.twin_needs() if isinstance(sched, NeedsTwin) else TwinNeeds()
     attach_hooks(engine, wanted.merge(needs or TwinNeeds(), "needs"))
@@ -167,6 +175,9 @@ def build_run(
         "warmup_hours": warm,
         "start_hours": start_hours,
     }
+    if compliance is not None:  # the report says which rules bound the run
+        settings["compliance"] = str(compliance) if isinstance(compliance, str | Path) \
+            else "given"
     return Run(spec, engine, sched, settings)
 
 

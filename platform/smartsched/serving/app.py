@@ -86,6 +86,11 @@ def service_hierarchy(cfg: ServiceConfig) -> Any:
     from smartsched.serving.hierarchy import Hierarchy
 
     h = Hierarchy.from_spec(load_cluster(cfg.cluster), cfg.edge_parents)
+    if cfg.compliance is not None:  # named field errors here, before any replica starts
+        from smartsched.scheduling.compliance import attach, load_policy
+        from smartsched.twin.state import ClusterState
+
+        attach(ClusterState(h.spec), load_policy(cfg.compliance))
     known = {*h.regions, *h.edges}
     for field, names in (("profiles", cfg.profiles), ("sandbox.sites", cfg.sandbox.sites)):
         for name in names:
@@ -115,7 +120,8 @@ class SiteDeployment:
         self.tier = SiteTier(h, site, cfg.profile_of(site, tier),
                              parent=call_parent if parent is not None else None, seed=cfg.seed,
                              journal_dir=cfg.journal_dir, usage=cfg.prometheus,
-                             preemption=cfg.preemption, sandbox=cfg.sandbox)
+                             preemption=cfg.preemption, sandbox=cfg.sandbox,
+                             compliance=cfg.compliance)
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Live policy reload: ``{profile: <name|rl:PATH>}`` swaps the profile in place."""

@@ -132,6 +132,9 @@ class ServiceConfig(BaseModel):
     models_dir: str | None = None
     sandbox: SandboxPolicy = Field(default_factory=SandboxPolicy)
     audit: Audit | None = None
+    # A compliance policy file (scheduling.compliance: residency, dedicated pools,
+    # isolation) every site's decisions are bound by, whatever its profile.
+    compliance: str | None = None
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"

@@ -108,9 +108,14 @@ class SitePlacer:
     def __init__(self, spec: ClusterSpec, profile: str, *, seed: int = 0,
                  clock: Callable[[], float] = time.time, journal: Journal | None = None,
                  preemption: bool = False, sandbox_mode: str = "request",
-                 sandbox: SandboxConfig | None = None, gang_gpus: int = 8) -> None:
+                 sandbox: SandboxConfig | None = None, gang_gpus: int = 8,
+                 compliance: str | dict[str, Any] | None = None) -> None:
         self.spec = spec
         self.state = ClusterState(spec)
+        if compliance is not None:  # checked against the whole cluster by the service
+            from smartsched.scheduling.compliance import attach, load_policy
+
+            attach(self.state, load_policy(compliance), check=False)
         self.clock = clock
         self.t0 = clock()
         self.profile = profile
@@ -489,6 +494,7 @@ class SitePlacer:
         spec = ClusterSpec(name=self.spec.name, sites=self.spec.sites, zones=self.spec.zones,
                            nodes=(*old, *by_name.values()))
         state = ClusterState(spec)
+        state.compliance = self.state.compliance  # re-binds to the new node list
         state.usage[: self.state.num_nodes] = self.state.usage
         state.now = self.state.now
         rebooked: dict[str, list[Booking]] = {}

@@ -69,7 +69,8 @@ class SiteTier:
     def __init__(self, hierarchy: Hierarchy, site: str, profile: str, *,
                  parent: SiteCaller | None = None, seed: int = 0,
                  clock: Callable[[], float] = time.time, journal_dir: str | None = None,
-                 usage: Any = None, preemption: bool = False, sandbox: Any = None) -> None:
+                 usage: Any = None, preemption: bool = False, sandbox: Any = None,
+                 compliance: str | None = None) -> None:
         """``usage``: a ``serving.config.UsageFromPrometheus`` (or None): node usage is
         then pulled from Prometheus in the background of requests. ``sandbox``: a
         ``serving.config.SandboxPolicy`` (None: validate only requests that ask)."""
@@ -89,7 +90,8 @@ class SiteTier:
             mode, settings, gang_gpus = sandbox.mode_of(site), sandbox.settings, sandbox.gang_gpus
         self.placer = SitePlacer(site_subspec(hierarchy.spec, [site]), profile, seed=seed,
                                  clock=clock, journal=journal, preemption=preemption,
-                                 sandbox_mode=mode, sandbox=settings, gang_gpus=gang_gpus)
+                                 sandbox_mode=mode, sandbox=settings, gang_gpus=gang_gpus,
+                                 compliance=compliance)
         self.parent = parent
         self.usage_cfg = usage
         self._usage_src: Any = None

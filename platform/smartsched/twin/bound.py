@@ -38,6 +38,7 @@ class BoundPods:
         self.requests: list[Any] = []
         self._gang_ids: dict[str, int] = {}
         self._app_ids: dict[str, int] = {}
+        self._tenant_ids: dict[str, int] = {}
         self._free: list[int] = []
         self._grow(64)
 
@@ -53,6 +54,7 @@ class BoundPods:
             "devices": np.zeros((cap, self.max_devices), dtype=np.int64),  # milli per device
             "gang": np.full(cap, -1, dtype=np.int64),
             "app": np.full(cap, -1, dtype=np.int64),
+            "tenant": np.full(cap, -1, dtype=np.int64),
             "cls": np.zeros(cap, dtype=np.int8),
             "since": np.zeros(cap, dtype=np.float64),
             "until": np.full(cap, np.inf, dtype=np.float64),
@@ -90,6 +92,7 @@ class BoundPods:
         self.gang[r] = (self._gang_ids.setdefault(pod.gang_id, len(self._gang_ids))
                         if pod.gang_id is not None and pod.gang_size > 1 else -1)
         self.app[r] = self._app_ids.setdefault(pod.app, len(self._app_ids)) if pod.app else -1
+        self.tenant[r] = self._tenant_ids.setdefault(pod.tenant, len(self._tenant_ids))
         self.cls[r] = POD_CLASS_IDS[pod.pod_class]
         self.since[r] = now
         self.until[r] = until
@@ -114,6 +117,21 @@ class BoundPods:
         self.pods[r] = None
         self.requests[r] = None
         self._free.append(r)
+
+    def nodes_holding(self, column: str, key: str) -> np.ndarray:
+        """Node mask [N]: nodes with a live pod whose ``column`` (``tenant``, ``app``) is
+        ``key`` -- what isolation and dedicated-tenancy rules look at."""
+        ids = self._tenant_ids if column == "tenant" else self._app_ids
+        out = np.zeros(self.num_nodes, dtype=bool)
+        k = ids.get(key)
+        if k is not None:
+            out[self.node[self.used & (getattr(self, column) == k)]] = True
+        return out
+
+    def nodes_holding_class(self, cls: int) -> np.ndarray:
+        out = np.zeros(self.num_nodes, dtype=bool)
+        out[self.node[self.used & (self.cls == cls)]] = True
+        return out
 
     def gang_index(self, gang: str | None) -> int | None:
         """The integer standing for ``gang`` in ``self.gang`` (None: no row ever had it)."""
@@ -153,7 +171,7 @@ class BoundPods:
         other = object.__new__(BoundPods)
         other.__dict__.update(self.__dict__)
         for name in ("used", "node", "priority", "charged", "be_req", "devices", "gang", "app",
-                     "cls", "since", "until"):
+                     "tenant", "cls", "since", "until"):
             setattr(other, name, getattr(self, name).copy())
         other.row_of = dict(self.row_of)
         other.pods = list(self.pods)
@@ -161,4 +179,5 @@ class BoundPods:
         other._free = list(self._free)
         other._gang_ids = dict(self._gang_ids)
         other._app_ids = dict(self._app_ids)
+        other._tenant_ids = dict(self._tenant_ids)
         return other

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -229,6 +229,9 @@ class ClusterState:
         self.pod_count = np.zeros(n, dtype=np.int32)
         self.version = -((next(_STATES) << 32) + np.arange(n, dtype=np.int64))
         self.bound_frozen = False  # see ``fork(share_bound=True)``
+        # Hard constraints every profile's filters end with (scheduling.compliance; the
+        # twin only carries it, never imports it); forks share it.
+        self.compliance: Any = None
         # Set by the engine when it offers a pod: simulated time and pods waiting.
         self.now = 0.0
         self.queue_length = 0
