@@ -302,26 +302,44 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
 @click.option("--compliance", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Compliance policy (YAML: residency, dedicated pools, isolation) that "
               "binds every decision.")
+@click.option("--audit-log", default=None, type=click.Path(file_okay=False),
+              help="Write every decision to this signed audit log (needs --audit-heads and "
+              "--audit-key).")
+@click.option("--audit-heads", default=None, type=click.Path(dir_okay=False))
+@click.option("--audit-key", default=None, type=click.Path(dir_okay=False, exists=True))
 def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, interval: float,
                   lease_namespace: str, identity: str | None, once: bool,
                   metrics_port: int | None, prometheus: str | None, preemption: bool,
-                  compliance: str | None) -> None:
+                  compliance: str | None, audit_log: str | None, audit_heads: str | None,
+                  audit_key: str | None) -> None:
     """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
     import socket
 
     from smartsched.k8s.daemon import kube_clients, run_scheduler_daemon
     from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
 
+    trail = None
+    if audit_log or audit_heads or audit_key:
+        if not (audit_log and audit_heads and audit_key):
+            raise click.UsageError("--audit-log, --audit-heads and --audit-key go together")
+        from smartsched.audit.keys import load_private_key
+        from smartsched.audit.log import AuditLog
+
+        trail = AuditLog(audit_log, audit_heads, load_private_key(audit_key))
     core, coord = kube_clients(kubeconfig)
     loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus,
-                         preemption=preemption, compliance=compliance)
+                         preemption=preemption, compliance=compliance, audit=trail)
     if metrics_port:
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, registry=loop.metrics.registry)
     lock = LeaseLock(coord, scheduler_name, lease_namespace, identity or socket.gethostname())
-    run_scheduler_daemon(loop, lock, interval=interval, once=once, echo=click.echo,
-                         warn=lambda m: click.echo(m, err=True))
+    try:
+        run_scheduler_daemon(loop, lock, interval=interval, once=once, echo=click.echo,
+                             warn=lambda m: click.echo(m, err=True))
+    finally:
+        if trail is not None:
+            trail.close()  # seal and sign what is buffered
 
 
 @main.group()

@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from smartsched.k8s.daemon import MAX_BACKOFF_S, kube_clients, run_scheduler_daemon
 from smartsched.k8s.scheduler import LeaseLock, PassResult, SchedulerLoop
 from tests.k8s.fake_apiserver import FakeAPIServer
-from tests.k8s.test_scheduler import _client, objects  # noqa: F401 (fixture)
+from tests.k8s.test_scheduler import _client, objects, write_kubeconfig  # noqa: F401 (fixture)
 
 
 class Clock:
@@ -197,12 +196,7 @@ def test_kube_clients_from_a_kubeconfig_talk_to_its_server(objects, tmp_path: Pa
                                                            ) -> None:
     nodes, pods = objects
     with FakeAPIServer(nodes, pods) as api:
-        kc = tmp_path / "kubeconfig"
-        kc.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "t", "cluster": {"server": api.url}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
-            "users": [{"name": "u", "user": {"token": "x"}}]}))
+        kc = write_kubeconfig(tmp_path / "kubeconfig", api.url)
         core, coord = kube_clients(str(kc))
         assert core.api_client is coord.api_client
         assert core.api_client.configuration.host == api.url

@@ -12,6 +12,16 @@ from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
 from tests.k8s.fake_apiserver import FakeAPIServer
 
 
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig pointing at ``url`` (the fake API server), token auth."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {"server": url}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "x"}}]}))
+    return path
+
+
 def _client(url: str):
     from kubernetes import client
 
@@ -121,12 +131,7 @@ def test_scheduler_command_with_a_kubeconfig(objects, tmp_path: Path) -> None:
 
     nodes, pods = objects
     with FakeAPIServer(nodes, pods) as api:
-        kc = tmp_path / "kubeconfig"
-        kc.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "t", "cluster": {"server": api.url}}],
-            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}],
-            "users": [{"name": "u", "user": {"token": "x"}}]}))
+        kc = write_kubeconfig(tmp_path / "kubeconfig", api.url)
         args = ["k8s", "scheduler", "--kubeconfig", str(kc), "--profile", "fgd", "--once"]
         r = CliRunner().invoke(main, [*args, "--identity", "a"])
         assert r.exit_code == 0, r.output
@@ -289,3 +294,58 @@ def test_a_sandboxed_profile_refuses_a_preemption_that_strands_an_online_pod(obj
         assert "sandbox: refused the preemption" in res.failed["prod/web"]
         assert "online_pending_s" in res.failed["prod/web"]
         assert loop.sched.refused == {"preemption": 1}
+
+
+def test_the_scheduler_writes_its_decisions_to_the_signed_log(objects, tmp_path: Path) -> None:
+    """--audit-log: bindings and rejections (a pending pod's unchanged reason once, not
+    every pass) with the scheduler as principal and the namespace as tenant; the log
+    verifies. --compliance: a pool dedicated to another namespace is off limits."""
+    import pyarrow as pa
+    from click.testing import CliRunner
+
+    from smartsched.audit.keys import generate_key, load_public_key
+    from smartsched.audit.store import read_segment, segment_files
+    from smartsched.audit.verify import verify_log
+    from smartsched.cli import main
+
+    nodes, pods = objects
+    generate_key(tmp_path / "audit.key")
+    policy = tmp_path / "compliance.yaml"
+    policy.write_text(yaml.safe_dump({"tenants": ["finance"], "dedicated": {
+        "finance": {"nodes": ["pai-node-01"]}}}))
+    with FakeAPIServer(nodes, pods) as api:
+        kc = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        args = ["k8s", "scheduler", "--kubeconfig", str(kc), "--profile", "fgd", "--once",
+                "--identity", "a", "--compliance", str(policy),
+                "--audit-log", str(tmp_path / "log"), "--audit-heads",
+                str(tmp_path / "heads.jsonl"), "--audit-key", str(tmp_path / "audit.key")]
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, r.output
+        assert {n for _, n in api.bindings} == {"pai-node-00"}  # pai-node-01 is finance's
+        # Passes of one running scheduler: a pending pod's unchanged reason is logged once.
+        from smartsched.audit.keys import load_private_key
+        from smartsched.audit.log import AuditLog
+
+        core, _ = _client(api.url)
+        with AuditLog(tmp_path / "log", tmp_path / "heads.jsonl",
+                      load_private_key(tmp_path / "audit.key")) as trail:
+            loop = SchedulerLoop(core, "smartsched", "fgd", audit=trail)
+            for _ in range(3):
+                assert loop.run_once().failed
+    rep = verify_log(tmp_path / "log", tmp_path / "heads.jsonl",
+                     load_public_key(tmp_path / "audit.pub"))
+    assert rep.ok, rep.problem
+    rows = pa.concat_tables([read_segment(p) for p in segment_files(tmp_path / "log")]
+                            ).to_pydict()
+    kinds = [(k, pr, t) for k, pr, t in zip(rows["kind"], rows["principal"], rows["tenant"],
+                                            strict=True)]
+    placed = [k for k in kinds if k[0] == "placement"]
+    assert placed and all(pr == "scheduler:smartsched" and t == "pai-gpu"
+                          for _, pr, t in placed)
+    import json
+
+    rejected = [json.loads(p)["pod"] for k, p in zip(rows["kind"], rows["payload"], strict=True)
+                if k == "rejection"]
+    # The four-GPU pod fits nowhere: once by the CLI's scheduler, once (not three times)
+    # by the loop's three passes.
+    assert rejected.count("pai-gpu/four-gpus") == 2, rejected

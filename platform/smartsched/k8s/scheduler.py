@@ -75,7 +75,7 @@ class SchedulerLoop:
     def __init__(self, core: Any, scheduler_name: str = "smartsched",
                  profile: str = "k8s-default", seed: int = 0,
                  prometheus_url: str | None = None, preemption: bool = False,
-                 compliance: str | None = None) -> None:
+                 compliance: str | None = None, audit: Any = None) -> None:
         """``prometheus_url``: read each node's actual usage (and, for a policy that observes
         it, the reduced telemetry) from this Prometheus at every pass; without it the
         snapshot knows requests only and load-aware plugins see idle nodes.
@@ -91,7 +91,13 @@ class SchedulerLoop:
         self.metrics = SchedulerMetrics()
         self._started = time.time()
         self.name = scheduler_name
+        self.profile = profile
         self.sched = make_scheduler(profile, seed)
+        # The signed decision log (smartsched.audit.AuditLog), written after each pass: a
+        # placement, a preemption, and a rejection when its reason changes (a pending pod is
+        # tried every pass; its unchanged reason is not logged again).
+        self.audit = audit
+        self._said: dict[str, str] = {}
         # Hard constraints on every pass's snapshot (scheduling.compliance): the node list
         # changes between passes, so node names the policy gives are matched leniently.
         self.compliance = None
@@ -132,7 +138,28 @@ class SchedulerLoop:
             m.attempts.labels("conflict").inc()
         for _ in range(len(res.bound) + len(res.failed)):
             m.e2e.observe(time.perf_counter() - t0)
+        if self.audit is not None:
+            self._audit_pass(res)
         return res
+
+    def _audit_pass(self, res: PassResult) -> None:
+        who = f"scheduler:{self.name}"
+
+        def add(kind: str, key: str, doc: dict[str, Any]) -> None:
+            self.audit.append(kind, who, {"pod": key, "profile": self.profile, **doc},
+                              tenant=key.partition("/")[0])
+
+        for key, node in res.bound.items():
+            self._said.pop(key, None)
+            add("placement", key, {"node": node})
+        for key, (node, victims) in res.preempting.items():
+            add("preemption", key, {"node": node, "victims": victims})
+        if len(self._said) > 100_000:  # pods deleted while pending never bind: forget them
+            self._said.clear()
+        for key, why in res.failed.items():
+            if self._said.get(key) != why:
+                self._said[key] = why
+                add("rejection", key, {"reason": why})
 
     def _pass(self) -> PassResult:
         nodes = [to_plain(n) for n in self.core.list_node().items]
