@@ -675,14 +675,17 @@ def _log_options(fn: Any) -> Any:
 @_log_options
 @click.option("--public-key", required=True,
               help="The public key: a PEM file, or its 64 hex digits.")
+@click.option("--live", is_flag=True, help="The log is being written: its last block may "
+              "be unsigned yet (reported, not trusted).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def audit_verify(log_dir: str, heads: str, public_key: str, json_path: str | None) -> None:
+def audit_verify(log_dir: str, heads: str, public_key: str, live: bool,
+                 json_path: str | None) -> None:
     """Check the chain, the Merkle roots and the signatures; name the first bad record.
     Exits 1 when anything fails."""
     from smartsched.audit.keys import load_public_key
     from smartsched.audit.verify import verify_log
 
-    rep = verify_log(log_dir, heads, load_public_key(public_key))
+    rep = verify_log(log_dir, heads, load_public_key(public_key), live=live)
     _write_json(json_path, rep.to_dict())
     if rep.ok:
         tail = (f"; {rep.unsigned_tail} records at the end not signed yet"

@@ -363,3 +363,59 @@ def test_one_writer_per_log(tmp_path: Path, key) -> None:
     finally:
         log.close()
     AuditLog(tmp_path / "log", tmp_path / "heads.jsonl", key, autoseal=False).close()
+
+
+def test_records_after_the_last_head_fail_a_closed_log(good_log: Path, key,
+                                                      tmp_path: Path) -> None:
+    """A forged open segment added after the log was closed: unsigned records. A closed
+    log has none (fails); a live one may end with one block of them (reported, not
+    counted), never more."""
+    import pyarrow.ipc as ipc
+
+    root = tmp_path / "forged"
+    shutil.copytree(good_log, root)
+    n = 5000
+    rows = {"seq": list(range(1000, 1000 + n)), "ts": [0.0] * n, "kind": ["placement"] * n,
+            "principal": ["operator"] * n, "tenant": [""] * n, "payload": ["{}"] * n,
+            "hash": [bytes(32)] * n}
+    prev = _all_rows(root / "log")[2]["hash"][-1]
+    rows["hash"] = chain_hashes(prev, 1000, rows["ts"], rows["kind"], rows["principal"],
+                                rows["tenant"], rows["payload"])
+    for size, live, ok in ((10, False, False), (10, True, True), (n, True, False)):
+        path = root / "log" / "seg-0000000000001000.arrows"
+        with pa.OSFile(str(path), "wb") as f, ipc.new_stream(f, SCHEMA) as w:
+            w.write_table(pa.table({k: v[:size] for k, v in rows.items()}, schema=SCHEMA))
+        rep = verify_log(root / "log", root / "heads" / "heads.jsonl", key.public_key(),
+                         live=live)
+        assert rep.ok is ok and rep.records == 1000, (size, live, rep)
+        assert rep.unsigned_tail == size
+        path.unlink()
+
+
+def test_a_failed_write_stops_the_log_loudly_and_a_restart_recovers(tmp_path: Path,
+                                                                    key) -> None:
+    from smartsched.audit.log import AuditWriteError
+
+    log = AuditLog(tmp_path / "log", tmp_path / "heads.jsonl", key, autoseal=False,
+                   fsync=False, block_records=8)
+    for i in range(16):
+        log.append("placement", "client", {"i": i})
+    log.flush()
+
+    def full_disk(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    log._make_durable = full_disk  # type: ignore[method-assign]
+    for i in range(8):  # this block's head cannot be written
+        log.append("placement", "client", {"i": 100 + i})
+    with pytest.raises(AuditWriteError, match="No space left"):
+        log.flush()
+    with pytest.raises(AuditWriteError):  # and nothing is taken after it
+        log.append("placement", "client", {"i": 999})
+    with pytest.raises(AuditWriteError):
+        log.close()
+    again = AuditLog(tmp_path / "log", tmp_path / "heads.jsonl", key, autoseal=False,
+                     fsync=False)
+    again.close()
+    rep = verify_log(tmp_path / "log", tmp_path / "heads.jsonl", key.public_key())
+    assert rep.ok and rep.records == 17, rep  # 16 signed, the recovery note

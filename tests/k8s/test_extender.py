@@ -216,3 +216,14 @@ def test_the_compliance_policy_binds_the_extender(fixtures: dict, tmp_path: Path
         res = requests.post(f"{url}/filter", timeout=10,
                             json={"Pod": pod, "Nodes": nodes, "NodeNames": None}).json()
         assert [n["metadata"]["name"] for n in res["Nodes"]["items"]] == ["pai-node-00"]
+
+
+def test_the_extender_refuses_a_policy_it_cannot_enforce(tmp_path: Path) -> None:
+    from smartsched.model.errors import ValidationError
+
+    policy = tmp_path / "compliance.yaml"
+    policy.write_text(yaml.safe_dump({"isolation": [{"between": ["class:online",
+                                                                 "class:batch"]}]}))
+    with pytest.raises(ValidationError) as e:
+        Extender("k8s-default", compliance=str(policy))
+    assert e.value.field == "compliance.isolation"

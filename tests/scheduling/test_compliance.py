@@ -270,3 +270,21 @@ def test_a_simulated_day_keeps_the_policy(tmp_path: Path) -> None:
     tenants = {p.tenant for p in run.engine.source_pods}
     assert {"finance", "iot", "shop"} <= tenants
 
+
+
+def test_a_node_two_pools_claim_is_closed_to_everyone_when_bound_leniently(medium) -> None:
+    """Strictly (a policy file against its cluster) two pools sharing a node is an error;
+    bound leniently (the Kubernetes drivers, a service site whose nodes changed), the
+    contested node is in neither pool and still no one else's: closed, not open."""
+    doc = {"tenants": ["a", "b"], "dedicated": {"a": {"nodes": ["cpu-00000", "cpu-00001"]},
+                                                "b": {"nodes": ["cpu-00001", "cpu-00002"]}}}
+    state = attach(medium.fork(), load_policy(doc), check=False)
+    sched = make_scheduler("k8s-default")
+    for tenant, allowed in (("a", {"cpu-00000"}), ("b", {"cpu-00002"}), ("c", set())):
+        ok, _ = sched.feasible(state, state.compile(Pod(f"x-{tenant}", 100, 64, tenant=tenant)))
+        names = {state.names[i] for i in np.flatnonzero(ok)}
+        assert "cpu-00001" not in names
+        if allowed:
+            assert names == allowed, (tenant, names)
+        else:
+            assert not names & {"cpu-00000", "cpu-00001", "cpu-00002"}

@@ -492,3 +492,20 @@ def test_sandbox_settings_naming_unknown_sites_or_profiles_are_refused() -> None
         build_app({"auth": {"disabled": True},
                    "sandbox": {"settings": {"rollout": "no-such-profile"}}})
     assert e.value.field == "service.sandbox.settings.rollout"
+
+
+def test_the_service_preempts_within_a_tenant_only() -> None:
+    """With preemption on, priority (from the request) may evict one's own tenant's lower
+    pods, never another tenant's: else any token could evict everyone."""
+    from smartsched.serving.site import SitePlacer
+    from tests.builders import cluster, node, pod
+
+    placer = SitePlacer(cluster(node("n1", cpu=8000)), "k8s-default", preemption=True)
+    low = placer.place([pod("retail-low", cpu=6000, tenant="retail")], ttl_s=600)[0]
+    assert low.placed
+    other = placer.place([pod("bank-high", cpu=6000, tenant="bank", priority=1000)],
+                         ttl_s=600)[0]
+    assert not other.placed and "another tenant" in other.reason
+    own = placer.place([pod("retail-high", cpu=6000, tenant="retail", priority=1000)],
+                       ttl_s=600)[0]
+    assert own.placed and own.preempted and own.preempted[0][0] == low.reservation_id

@@ -52,6 +52,10 @@ from smartsched.paths import lock_exclusive
 MAX_BLOCK_RECORDS = 4096
 
 
+class AuditWriteError(OSError):
+    """The log could not write (a full disk, say): it takes no more records until restarted."""
+
+
 _JSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 
 
@@ -101,6 +105,7 @@ class AuditLog:
         self._lock = threading.Lock()
         self._io = ThreadPoolExecutor(1, thread_name_prefix="audit-io")
         self._io_tasks: list[Future[None]] = []
+        self._broken: BaseException | None = None
         self._closed = False
         self._reset_buffer()
         set_aside = self._recover()
@@ -150,8 +155,9 @@ class AuditLog:
             rest = table.slice(keep.num_rows)
             if rest.num_rows:
                 (self.dir / "unsigned").mkdir(exist_ok=True, mode=0o700)
-                write_closed(rest, self.dir / "unsigned" /
-                             segment_name(rest["seq"][0].as_py(), CLOSED_SUFFIX), self.fsync)
+                # Named by the restart's time too: a later crash reuses these numbers.
+                aside = segment_name(rest["seq"][0].as_py(), f".{time.time_ns()}{CLOSED_SUFFIX}")
+                write_closed(rest, self.dir / "unsigned" / aside, self.fsync)
                 set_aside += rest.num_rows
             if keep.num_rows:
                 write_closed(keep, closed, self.fsync)
@@ -180,6 +186,7 @@ class AuditLog:
         """Buffer one record; return its sequence number."""
         data = canonical_json(payload)
         when = time.time() if ts is None else float(ts)
+        self._check()
         with self._lock:
             n = len(self._ts)
             if not n:
@@ -200,6 +207,7 @@ class AuditLog:
             return self._seal()
 
     def _seal(self) -> Head | None:
+        self._check()
         n = len(self._ts)
         if n == 0:
             return None
@@ -230,13 +238,27 @@ class AuditLog:
         return head
 
     def _submit(self, fn: Any, *args: Any) -> None:
-        """Queue file work on the I/O thread (one thread: tasks run in order); a task that
-        failed earlier (a full disk, say) is raised here, to the caller."""
-        failed = [f for f in self._io_tasks if f.done() and f.exception() is not None]
+        """Queue file work on the I/O thread (one thread: tasks run in order)."""
         self._io_tasks = [f for f in self._io_tasks if not f.done()]
-        if failed:
-            raise failed[0].exception()  # type: ignore[misc]
-        self._io_tasks.append(self._io.submit(fn, *args))
+        self._io_tasks.append(self._io.submit(self._guarded, fn, *args))
+
+    def _guarded(self, fn: Any, *args: Any) -> None:
+        """Run one I/O task unless an earlier one failed. The first failure (a full disk,
+        say) breaks the log for good: no later head may follow a missing one, and every
+        later call raises it (a restart sets the unsigned blocks aside)."""
+        if self._broken is not None:
+            return
+        try:
+            fn(*args)
+        except BaseException as e:
+            self._broken = e
+            raise
+
+    def _check(self) -> None:
+        if self._broken is not None:
+            raise AuditWriteError(f"the audit log {self.dir} stopped after a failed write: "
+                                  f"{type(self._broken).__name__}: {self._broken}; restart "
+                                  "it once the cause is fixed") from self._broken
 
     def _make_durable(self, segment_file: Any, head_line: str) -> None:
         if self.fsync:
@@ -266,7 +288,12 @@ class AuditLog:
         while not self._stop.wait(min(0.25, self.block_seconds / 4)):
             with self._lock:
                 if self._ts and time.monotonic() - self._opened >= self.block_seconds:
-                    self._seal()
+                    try:
+                        self._seal()
+                    except Exception as e:  # broken: callers see it at their next call
+                        if self._broken is None:
+                            self._broken = e
+                        return
 
     @property
     def pending(self) -> int:
@@ -282,13 +309,13 @@ class AuditLog:
             if self._closed:
                 return
             self._closed = True
-            self._seal()
-            self._roll()
+            if self._broken is None:
+                self._seal()
+                self._roll()
         self._io.shutdown(wait=True)
         self._heads.close()
         os.close(self._lockfd)  # releases the writer lock
-        for f in self._io_tasks:
-            f.result()  # a failed write is an error the caller sees (its stream stays)
+        self._check()  # a failed write is an error the caller sees (its stream stays)
 
     def flush(self) -> None:
         """Seal what is buffered and wait until every sealed block is on disk."""
@@ -296,7 +323,8 @@ class AuditLog:
             self._seal()
             tasks = list(self._io_tasks)
         for f in tasks:
-            f.result()
+            f.exception()  # wait
+        self._check()
 
     def __enter__(self) -> AuditLog:
         return self

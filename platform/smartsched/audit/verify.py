@@ -118,8 +118,11 @@ def _check_heads(heads_path: Path, public: Ed25519PublicKey) -> tuple[list[tuple
 
 
 def verify_log(log_dir: str | Path, heads_path: str | Path,
-               public: Ed25519PublicKey) -> VerifyReport:
-    """Check the whole log against its signed heads; the first problem is named."""
+               public: Ed25519PublicKey, live: bool = False) -> VerifyReport:
+    """Check the whole log against its signed heads; the first problem is named. Records
+    no head signs yet fail a closed log; ``live`` (a log being written) lets the open
+    segment end with at most one block of them (the one being sealed), reported as
+    ``unsigned_tail`` and never counted as good."""
     t0 = time.perf_counter()
     log_dir, heads_path = Path(log_dir), Path(heads_path)
     heads, head_problem = _check_heads(heads_path, public)
@@ -174,6 +177,12 @@ def verify_log(log_dir: str | Path, heads_path: str | Path,
                           f"signed heads cover records up to {signed_to} (records cut off)")
     if head_problem is not None and (problem is None or head_problem.seq <= problem.seq):
         problem = head_problem
+    if problem is None and unsigned and (not live or unsigned > MAX_BLOCK_RECORDS):
+        problem = Problem(signed_to + 1, "open segment", f"{unsigned} records after the last "
+                          "signed head" + (" (more than one block: heads removed, or records "
+                                           "added)" if live else "; a closed log has none "
+                                           "(use --live for a log being written)"))
+    expected -= unsigned  # never counted as good
     good_records = min(expected, problem.seq) if problem and problem.seq is not None \
         else expected
     return VerifyReport(problem is None, good_records, hi, unsigned, problem,

@@ -52,9 +52,16 @@ class Extender:
         # leniently: each request brings its own node list.
         self.compliance = None
         if compliance is not None:
+            from smartsched.model.errors import ValidationError
             from smartsched.scheduling.compliance import load_policy
 
             self.compliance = load_policy(compliance)
+            if self.compliance.policy.isolation:
+                # The extender is sent nodes, not the pods on them: it cannot see who a
+                # node runs. Enforcing isolation here would pass everything; refuse instead.
+                raise ValidationError("compliance.isolation", "the extender cannot enforce "
+                                      "isolation (kube-scheduler sends it nodes, not their "
+                                      "pods); use `smartsched k8s scheduler` for this policy")
         if not isinstance(sched, ProfileScheduler):
             raise SmartSchedError(f"the extender needs a filter/score profile, not {profile!r}")
         self.sched = sched

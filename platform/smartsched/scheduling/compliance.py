@@ -169,6 +169,16 @@ class Compliance:
                                       "with another tenant's pool")
             self._pool[tenant] = mask
             pooled |= mask
+        # Leniently bound (a node list that changes: the Kubernetes drivers, a site's nodes
+        # relabelled), a node two pools claim is in neither pool and still pooled: nobody
+        # runs there until the labels are fixed (closed, not open).
+        seen = np.zeros(state.num_nodes, dtype=np.int32)
+        for mask in self._pool.values():
+            seen += mask
+        contested = seen > 1
+        if contested.any():
+            for mask in self._pool.values():
+                mask &= ~contested
         self._pooled = pooled
         self._layout = state.names
 

@@ -574,10 +574,11 @@ class Ingress:
     async def place(self, specs: list, ttl_s: float, rid: str | None,
                     validate: bool = False, who: Principal = ANONYMOUS) -> PlacementResponse:
         now = time.time()
-        key = rid
         if who.tenant is not None:
             specs = self._scoped(specs, who.tenant)
-            key = f"{who.tenant}/{rid}" if rid else None  # one tenant's id never answers another
+        # Idempotency keys per tenant ('*' for the shared tokens: not a tenant name's
+        # character), so one tenant's request id never answers another's.
+        key = f"{who.tenant or '*'}:{rid}" if rid else None
         pods = []
         for i, spec in enumerate(specs):
             try:
@@ -589,7 +590,7 @@ class Ingress:
         self._check_gangs(pods)
         results = await self.cloud.place(pods, ttl_s, key, validate)
         self.metrics.observe_placements(results)
-        self.trail.placements(who, rid, results)
+        self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})
         return PlacementResponse(request_id=rid, placements=results)
 
     @staticmethod
@@ -599,7 +600,10 @@ class Ingress:
             if spec.tenant not in ("default", tenant):
                 raise PermissionDeniedError(f"pods.{i}.tenant", f"this token places pods of "
                                             f"tenant {tenant!r} only")
-        return [spec.model_copy(update={"tenant": tenant}) for spec in specs]
+        # Gang ids are the tenant's own too: a gang moves whole (preemption, restarts),
+        # and another tenant's gang of the same name must not move with it.
+        return [spec.model_copy(update={"tenant": tenant, "gang_id": (
+            f"{tenant}/{spec.gang_id}" if spec.gang_id else None)}) for spec in specs]
 
     async def _fetch_free(self) -> dict[str, dict[str, float]]:
         names = list(self._regions)

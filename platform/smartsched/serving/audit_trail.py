@@ -10,11 +10,16 @@ within a second), so logging costs the request path microseconds, not a disk wri
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from smartsched.serving.config import Audit
+
+log = logging.getLogger(__name__)
+REFUSED_PER_S = 100
 
 
 @dataclass(frozen=True)
@@ -45,25 +50,44 @@ class Trail:
 
     def __init__(self, cfg: Audit | None) -> None:
         self.log = None
+        self.broken = False
+        self._refused_second, self._refused_n, self._suppressed = -1, 0, 0
         if cfg is not None:
             from smartsched.audit.keys import load_private_key
             from smartsched.audit.log import AuditLog
 
+            # A redeploy starts this replica while its predecessor may still hold the
+            # log (until its process exits): wait for it rather than fail the deploy.
             self.log = AuditLog(cfg.dir, cfg.heads, load_private_key(cfg.key_file),
-                                block_seconds=cfg.block_seconds, fsync=cfg.fsync)
+                                block_seconds=cfg.block_seconds, fsync=cfg.fsync,
+                                lock_wait_s=60.0)
 
-    def _add(self, kind: str, who: Principal, payload: Mapping[str, Any]) -> None:
-        if self.log is not None:
-            self.log.append(kind, who.name, payload, tenant=who.tenant or "")
+    def _add(self, kind: str, who: Principal, payload: Mapping[str, Any],
+             tenant: str | None = None) -> None:
+        if self.log is None:
+            return
+        try:
+            self.log.append(kind, who.name, payload,
+                            tenant=who.tenant or "" if tenant is None else tenant)
+        except OSError as e:  # AuditWriteError: the log stopped (a full disk, say)
+            # The decision stands (it is made and journaled); the gap is loud, not silent:
+            # logged here, and the log itself takes nothing until it is restarted.
+            if not self.broken:
+                log.error("audit log stopped: %s", e)
+            self.broken = True
 
     def placements(self, who: Principal, request_id: str | None,
-                   results: Iterable[Mapping[str, Any]]) -> None:
+                   results: Iterable[Mapping[str, Any]],
+                   tenants: Mapping[str, str] | None = None) -> None:
+        """One record per pod; the record's tenant is the pod's (whichever token asked)."""
+        tenants = tenants or {}
         for r in results:
+            t = tenants.get(str(r.get("pod_id")), who.tenant or "")
             self._add("placement" if r.get("placed") else "rejection", who,
-                      {"request_id": request_id, **r})
+                      {"request_id": request_id, **r}, t)
             for p in r.get("preempted") or ():
                 self._add("preemption", who, {"request_id": request_id, "by": r.get("pod_id"),
-                                              **p})
+                                              **p}, t)
 
     def reservation(self, who: Principal, op: str, out: Mapping[str, Any]) -> None:
         self._add(f"reservation.{op}", who, out)
@@ -79,7 +103,18 @@ class Trail:
         self._add("policy.reload", who, {"site": site, "profile": profile})
 
     def refused(self, method: str, path: str, status: int) -> None:
-        self._add("auth.refused", UNKNOWN, {"method": method, "path": path, "status": status})
+        """Refused credentials, at most ``REFUSED_PER_S`` records a second (anyone can send
+        them: the log must not be theirs to fill); the rest are counted into the next."""
+        now = int(time.monotonic())
+        if now != self._refused_second:
+            self._refused_second, self._refused_n = now, 0
+        self._refused_n += 1
+        if self._refused_n > REFUSED_PER_S:
+            self._suppressed += 1
+            return
+        self._add("auth.refused", UNKNOWN, {"method": method, "path": path, "status": status,
+                                            "suppressed_before": self._suppressed})
+        self._suppressed = 0
 
     def close(self) -> None:
         if self.log is not None:

@@ -344,6 +344,11 @@ class SitePlacer:
             if not alone:
                 return None, (f"fits only by preempting {n} lower-priority pod(s); a gang "
                               "does not preempt in the service"), (), ()
+            if any(v.tenant != pod.tenant for v in decision.victims):
+                # Priority comes from the request: across tenants it would let any token
+                # evict the others' pods. Within a tenant, its own priorities rule.
+                return None, (f"fits only by preempting {n} pod(s), some of another tenant; "
+                              "the service preempts within a tenant only"), (), ()
             rids = self._reservations_of(decision.victims)
             if rids is None:
                 return None, "refused: a victim is not held by a reservation here", (), ()
