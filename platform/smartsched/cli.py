@@ -677,21 +677,23 @@ def _log_options(fn: Any) -> Any:
               help="The public key: a PEM file, or its 64 hex digits.")
 @click.option("--live", is_flag=True, help="The log is being written: its last block may "
               "be unsigned yet (reported, not trusted).")
+@click.option("--log-id", default=None, help="Pin the log's id (32 hex digits, printed by "
+              "verify): heads of another log signed with the same key then fail.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def audit_verify(log_dir: str, heads: str, public_key: str, live: bool,
+def audit_verify(log_dir: str, heads: str, public_key: str, live: bool, log_id: str | None,
                  json_path: str | None) -> None:
     """Check the chain, the Merkle roots and the signatures; name the first bad record.
     Exits 1 when anything fails."""
     from smartsched.audit.keys import load_public_key
     from smartsched.audit.verify import verify_log
 
-    rep = verify_log(log_dir, heads, load_public_key(public_key), live=live)
+    rep = verify_log(log_dir, heads, load_public_key(public_key), live=live, log_id=log_id)
     _write_json(json_path, rep.to_dict())
     if rep.ok:
         tail = (f"; {rep.unsigned_tail} records at the end not signed yet"
                 if rep.unsigned_tail else "")
-        click.echo(f"OK: {rep.records:,} records in {rep.blocks:,} signed blocks "
-                   f"({rep.seconds:.1f} s){tail}")
+        click.echo(f"OK: {rep.records:,} records in {rep.blocks:,} signed blocks of log "
+                   f"{rep.log_id} ({rep.seconds:.1f} s){tail}")
         return
     click.echo(f"FAILED after {rep.records:,} good records: {rep.problem}")
     raise SystemExit(1)
@@ -749,7 +751,9 @@ def audit_usage_cmd(url: str, log_dir: str, heads: str, key_file: str, interval_
 @click.option("--record", "record_path", required=True,
               type=click.Path(dir_okay=False, exists=True))
 @click.option("--public-key", required=True)
-def audit_check_proof(proof: str, record_path: str, public_key: str) -> None:
+@click.option("--log-id", default=None, help="The log the record must be in (32 hex digits).")
+def audit_check_proof(proof: str, record_path: str, public_key: str,
+                      log_id: str | None) -> None:
     """Check a proof against a record (JSON) and the public key. Exits 1 when it fails."""
     from smartsched.audit.keys import load_public_key
     from smartsched.audit.verify import check_proof
@@ -758,7 +762,8 @@ def audit_check_proof(proof: str, record_path: str, public_key: str) -> None:
         record = json.loads(Path(record_path).read_text())
     except json.JSONDecodeError as e:
         raise click.BadParameter(f"not JSON: {e}", param_hint="--record") from None
-    ok, why = check_proof(Path(proof).read_bytes(), record, load_public_key(public_key))
+    ok, why = check_proof(Path(proof).read_bytes(), record, load_public_key(public_key),
+                          log_id)
     click.echo(("OK: " if ok else "FAILED: ") + why)
     if not ok:
         raise SystemExit(1)

@@ -121,7 +121,7 @@ def test_a_full_block_proof_fits_in_one_kilobyte(tmp_path: Path, key) -> None:
     record, proof = prove(tmp_path / "log", tmp_path / "heads.jsonl", 2049)
     assert check_proof(proof, record, key.public_key())[0]
     assert len(proof) <= 1024, len(proof)
-    assert (len(proof) - 8 - 12 - 32 - 136 - 64 - 8) // 32 == 12  # path hashes
+    assert (len(proof) - 8 - 12 - 32 - 152 - 64 - 8) // 32 == 12  # path hashes
 
 
 # ------------------------------------------------------------------ tampering
@@ -204,11 +204,12 @@ def _tamper(rng: random.Random, root: Path, key_other: Ed25519PrivateKey) -> tup
         if op == "head-edit":  # a different root, the old signature
             h = sh.head
             lines[b] = SignedHead(Head(h.block, h.first_seq, h.last_seq, h.ts, bytes(32),
-                                       h.chain, h.prev_head), sh.key_id, sh.signature).to_json()
+                                       h.chain, h.prev_head, h.log_id), sh.key_id,
+                                  sh.signature).to_json()
         elif op == "head-forge":  # re-signed with another key, claiming the right key id
             h = sh.head
             fake = Head(h.block, h.first_seq, h.last_seq, h.ts + 1, h.root, h.chain,
-                        h.prev_head)
+                        h.prev_head, h.log_id)
             lines[b] = SignedHead(fake, sh.key_id, key_other.sign(fake.to_bytes())).to_json()
         elif op == "head-delete":
             del lines[b]
@@ -337,7 +338,8 @@ def test_the_cli_makes_keys_verifies_and_proves(tmp_path: Path) -> None:
     args = ["--log", str(tmp_path / "log"), "--heads", str(tmp_path / "heads" / "heads.jsonl")]
     pub = str(tmp_path / "k" / "audit.pub")
     res = run.invoke(main, ["audit", "verify", *args, "--public-key", pub])
-    assert res.exit_code == 0 and "OK: 300 records in 6 signed blocks" in res.output, res.output
+    assert res.exit_code == 0 and "OK: 300 records in 6 signed blocks of log" in res.output, \
+        res.output
     res = run.invoke(main, ["audit", "prove", *args, "--seq", "123", "--out",
                             str(tmp_path / "p.bin")])
     assert res.exit_code == 0, res.output
@@ -419,3 +421,23 @@ def test_a_failed_write_stops_the_log_loudly_and_a_restart_recovers(tmp_path: Pa
     again.close()
     rep = verify_log(tmp_path / "log", tmp_path / "heads.jsonl", key.public_key())
     assert rep.ok and rep.records == 17, rep  # 16 signed, the recovery note
+
+
+def test_another_logs_heads_and_proofs_do_not_pass_for_this_one(tmp_path: Path, key) -> None:
+    """Two logs signed with one key: swapping in the other's heads fails (the log's id is
+    signed into every head), and a proof checked against a pinned log id must match."""
+    for name in ("a", "b"):
+        _write_log(tmp_path / name, key, 100, seed=1, block_records=16)
+    a, b = tmp_path / "a", tmp_path / "b"
+    ida = (a / "log" / "log_id").read_text().strip()
+    rep = verify_log(a / "log", b / "heads" / "heads.jsonl", key.public_key())
+    assert not rep.ok and "belongs to log" in rep.problem.reason, rep.problem
+    rep = verify_log(a / "log", a / "heads" / "heads.jsonl", key.public_key(), log_id=ida)
+    assert rep.ok and rep.log_id == ida
+    record, proof = prove(b / "log", b / "heads" / "heads.jsonl", 7)
+    assert check_proof(proof, record, key.public_key())[0]
+    ok, why = check_proof(proof, record, key.public_key(), log_id=ida)
+    assert not ok and "from log" in why
+    with pytest.raises(ValidationError) as e:  # the writer refuses another log's heads
+        AuditLog(a / "log", b / "heads" / "heads.jsonl", key, autoseal=False)
+    assert e.value.field == "audit.heads"

@@ -11,7 +11,7 @@ on; nothing here touches files.
   record hash from passing for an internal node); a node without a sibling moves up
   unchanged, so the tree's shape is fixed by the record count alone.
 - A head binds a block: its index, first and last record, seal time, Merkle root, the
-  chain hash of its last record and the hash of the previous head. Heads are signed
+  chain hash of its last record, the hash of the previous head and the log's id. Heads are signed
   with Ed25519 and kept apart from the log: a log cut short no longer reaches its heads,
   and rewriting records (even with their hashes recomputed) no longer matches the roots.
 """
@@ -27,7 +27,8 @@ ZERO = bytes(32)
 _RECORD = struct.Struct("<qdIIII")
 _HEAD = struct.Struct("<qqqd")
 HEAD_MAGIC = b"SSAUDIT1"
-HEAD_BYTES = len(HEAD_MAGIC) + _HEAD.size + 3 * 32
+LOG_ID_BYTES = 16
+HEAD_BYTES = len(HEAD_MAGIC) + _HEAD.size + 3 * 32 + LOG_ID_BYTES
 SIGNATURE_BYTES = 64
 
 
@@ -132,10 +133,13 @@ class Head:
     root: bytes
     chain: bytes  # the chain hash of record last_seq
     prev_head: bytes  # head_digest of the previous head (ZERO for block 0)
+    # The log's random id, signed with every head: a proof or a whole log signed with the
+    # same key cannot pass for another log's (pin it with ``--log-id``).
+    log_id: bytes = bytes(LOG_ID_BYTES)
 
     def to_bytes(self) -> bytes:
         return (HEAD_MAGIC + _HEAD.pack(self.block, self.first_seq, self.last_seq, self.ts)
-                + self.root + self.chain + self.prev_head)
+                + self.root + self.chain + self.prev_head + self.log_id)
 
     @classmethod
     def from_bytes(cls, raw: bytes) -> Head:
@@ -145,7 +149,7 @@ class Head:
         block, first, last, ts = _HEAD.unpack_from(raw, off)
         off += _HEAD.size
         return cls(block, first, last, ts, raw[off:off + 32], raw[off + 32:off + 64],
-                   raw[off + 64:off + 96])
+                   raw[off + 64:off + 96], raw[off + 96:off + 96 + LOG_ID_BYTES])
 
     def digest(self) -> bytes:
         """What the next head's ``prev_head`` holds."""

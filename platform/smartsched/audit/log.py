@@ -33,10 +33,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from smartsched.audit.chain import ZERO, Head, chain_hashes, merkle_root
+from smartsched.audit.chain import LOG_ID_BYTES, ZERO, Head, chain_hashes, merkle_root
 from smartsched.audit.keys import key_id
 from smartsched.audit.store import (
     CLOSED_SUFFIX,
+    LOG_ID_FILE,
     OPEN_SUFFIX,
     SCHEMA,
     SignedHead,
@@ -108,6 +109,7 @@ class AuditLog:
         self._broken: BaseException | None = None
         self._closed = False
         self._reset_buffer()
+        self.log_id = self._log_id()
         set_aside = self._recover()
         self._heads = open(self.heads_path, "a", encoding="utf-8")  # noqa: SIM115 (held open)
         self._open_segment()
@@ -134,9 +136,27 @@ class AuditLog:
         self._payload: list[bytes] = []
         self._opened = 0.0
 
+    def _log_id(self) -> bytes:
+        """This log's id: made at creation (random), read back afterwards."""
+        path = self.dir / LOG_ID_FILE
+        if path.exists():
+            try:
+                got = bytes.fromhex(path.read_text().strip())
+            except ValueError:
+                got = b""
+            if len(got) != LOG_ID_BYTES:
+                raise ValidationError("audit.log", f"{path}: not a log id")
+            return got
+        new = os.urandom(LOG_ID_BYTES)
+        path.write_text(new.hex() + "\n")
+        return new
+
     def _recover(self) -> int:
         """Pick up after the last signed head; return how many records were set aside."""
         signed = last_head(self.heads_path)
+        if signed is not None and signed.head.log_id != self.log_id:
+            raise ValidationError("audit.heads", f"{self.heads_path} holds the heads of "
+                                  "another log (its log id differs)")
         self.next_seq = signed.head.last_seq + 1 if signed else 0
         self.chain = signed.head.chain if signed else ZERO
         self.block = signed.head.block + 1 if signed else 0
@@ -216,7 +236,7 @@ class AuditLog:
                                                 self._tenant, self._payload)
         hashes = chain_hashes(self.chain, first, ts, kind, principal, tenant, payload)
         head = Head(self.block, first, first + n - 1, time.time(), merkle_root(hashes),
-                    hashes[-1], self.head_digest)
+                    hashes[-1], self.head_digest, self.log_id)
         signed = SignedHead(head, self.key_id, self.key.sign(head.to_bytes()))
         batch = pa.RecordBatch.from_arrays([
             pa.array(range(first, first + n), pa.int64()), pa.array(ts, pa.float64()),

@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from smartsched.audit.chain import Head
+from smartsched.audit.chain import LOG_ID_BYTES, Head
 from smartsched.model.errors import ValidationError
 
 SCHEMA = pa.schema([
@@ -36,6 +36,7 @@ SCHEMA = pa.schema([
 ])
 COLUMNS = tuple(SCHEMA.names)
 OPEN_SUFFIX, CLOSED_SUFFIX = ".arrows", ".parquet"
+LOG_ID_FILE = "log_id"  # the log's random id (hex), made when the log is created
 
 
 def segment_name(first_seq: int, suffix: str) -> str:
@@ -122,7 +123,8 @@ class SignedHead:
         h = self.head
         return json.dumps({"block": h.block, "first_seq": h.first_seq, "last_seq": h.last_seq,
                            "ts": h.ts, "root": h.root.hex(), "chain": h.chain.hex(),
-                           "prev_head": h.prev_head.hex(), "key_id": self.key_id,
+                           "prev_head": h.prev_head.hex(), "log_id": h.log_id.hex(),
+                           "key_id": self.key_id,
                            "sig": self.signature.hex()}, separators=(",", ":"))
 
     @classmethod
@@ -132,12 +134,13 @@ class SignedHead:
             d = json.loads(line)
             head = Head(int(d["block"]), int(d["first_seq"]), int(d["last_seq"]),
                         float(d["ts"]), bytes.fromhex(d["root"]), bytes.fromhex(d["chain"]),
-                        bytes.fromhex(d["prev_head"]))
+                        bytes.fromhex(d["prev_head"]), bytes.fromhex(d["log_id"]))
             sig = bytes.fromhex(d["sig"])
             key = str(d["key_id"])
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError(f"not a head ({type(e).__name__}: {e})") from None
-        if any(len(b) != 32 for b in (head.root, head.chain, head.prev_head)) or len(sig) != 64:
+        if any(len(b) != 32 for b in (head.root, head.chain, head.prev_head)) or len(sig) != 64 \
+                or len(head.log_id) != LOG_ID_BYTES:
             raise ValueError("not a head (a hash or the signature has the wrong length)")
         return cls(head, key, sig)
 

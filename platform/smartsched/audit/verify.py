@@ -16,7 +16,7 @@ needs only the public key. It checks, and names the first thing that fails:
   ``unsigned_tail``, not trusted.
 
 A proof that one record is in the log is that record's predecessor hash, its Merkle
-path within its block (at most 12 hashes) and the block's signed head: about 650
+path within its block (at most 12 hashes) and the block's signed head: about 660
 bytes whatever the log's size, checked with the public key alone.
 """
 
@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from smartsched.audit.chain import (
     HEAD_BYTES,
+    LOG_ID_BYTES,
     SIGNATURE_BYTES,
     ZERO,
     Head,
@@ -47,6 +48,7 @@ from smartsched.audit.log import MAX_BLOCK_RECORDS
 from smartsched.audit.store import (
     CLOSED_SUFFIX,
     COLUMNS,
+    LOG_ID_FILE,
     SignedHead,
     read_heads,
     read_segment,
@@ -77,17 +79,20 @@ class VerifyReport:
     unsigned_tail: int
     problem: Problem | None
     seconds: float
+    log_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "records": self.records, "blocks": self.blocks,
+        return {"ok": self.ok, "log_id": self.log_id, "records": self.records,
+                "blocks": self.blocks,
                 "unsigned_tail": self.unsigned_tail, "seconds": self.seconds,
                 "problem": str(self.problem) if self.problem else None,
                 "first_bad_record": self.problem.seq if self.problem else None}
 
 
-def _check_heads(heads_path: Path, public: Ed25519PublicKey) -> tuple[list[tuple[Head, bytes]],
-                                                                      Problem | None]:
-    """The heads that check out, in order, up to the first that does not (and why)."""
+def _check_heads(heads_path: Path, public: Ed25519PublicKey, log_id: bytes | None
+                 ) -> tuple[list[tuple[Head, bytes]], Problem | None]:
+    """The heads that check out, in order, up to the first that does not (and why). Every
+    head must name ``log_id`` (None: the first head's)."""
     kid = key_id(public)
     good: list[tuple[Head, bytes]] = []
     prev, first = ZERO, 0
@@ -109,23 +114,29 @@ def _check_heads(heads_path: Path, public: Ed25519PublicKey) -> tuple[list[tuple
             why = f"covers {h.count} records (1..{MAX_BLOCK_RECORDS} allowed)"
         elif h.prev_head != prev:
             why = "does not follow the previous head (prev_head differs)"
+        elif log_id is not None and h.log_id != log_id:
+            why = (f"belongs to log {h.log_id.hex()}, not {log_id.hex()} (another log's "
+                   "head, signed with the same key)")
         else:
             good.append((h, sh.signature))
             prev, first = h.digest(), h.last_seq + 1
+            log_id = h.log_id if log_id is None else log_id
             continue
         return good, Problem(first, where, why)
     return good, None
 
 
 def verify_log(log_dir: str | Path, heads_path: str | Path,
-               public: Ed25519PublicKey, live: bool = False) -> VerifyReport:
+               public: Ed25519PublicKey, live: bool = False,
+               log_id: str | None = None) -> VerifyReport:
     """Check the whole log against its signed heads; the first problem is named. Records
     no head signs yet fail a closed log; ``live`` (a log being written) lets the open
     segment end with at most one block of them (the one being sealed), reported as
     ``unsigned_tail`` and never counted as good."""
     t0 = time.perf_counter()
     log_dir, heads_path = Path(log_dir), Path(heads_path)
-    heads, head_problem = _check_heads(heads_path, public)
+    want = _expected_log_id(log_dir, log_id)
+    heads, head_problem = _check_heads(heads_path, public, want)
     expected, prev, hi, unsigned = 0, ZERO, 0, 0
     pending: list[bytes] = []
     problem: Problem | None = None
@@ -185,8 +196,28 @@ def verify_log(log_dir: str | Path, heads_path: str | Path,
     expected -= unsigned  # never counted as good
     good_records = min(expected, problem.seq) if problem and problem.seq is not None \
         else expected
+    found = heads[0][0].log_id.hex() if heads else (want.hex() if want else None)
     return VerifyReport(problem is None, good_records, hi, unsigned, problem,
-                        time.perf_counter() - t0)
+                        time.perf_counter() - t0, found)
+
+
+def _expected_log_id(log_dir: Path, given: str | None) -> bytes | None:
+    """The log id to hold the heads to: the one given (pinned by the caller), else the
+    log directory's own (a swapped heads file shows), else None (the first head's)."""
+    if given is not None:
+        try:
+            got = bytes.fromhex(given)
+        except ValueError:
+            got = b""
+        if len(got) != LOG_ID_BYTES:
+            raise ValidationError("log_id", f"{LOG_ID_BYTES * 2} hex digits")
+        return got
+    path = log_dir / LOG_ID_FILE
+    try:
+        got = bytes.fromhex(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return got if len(got) == LOG_ID_BYTES else None
 
 
 # ------------------------------------------------------------------ inclusion proofs
@@ -232,10 +263,10 @@ def prove(log_dir: str | Path, heads_path: str | Path, seq: int) -> tuple[dict[s
     return record, proof
 
 
-def check_proof(proof: bytes, record: Mapping[str, Any], public: Ed25519PublicKey) -> \
-        tuple[bool, str]:
+def check_proof(proof: bytes, record: Mapping[str, Any], public: Ed25519PublicKey,
+                log_id: str | None = None) -> tuple[bool, str]:
     """Whether ``proof`` shows ``record`` (seq, ts, kind, principal, tenant, payload) in a
-    block signed by ``public``; and why not."""
+    block signed by ``public`` (of the log ``log_id``, when given); and why not."""
     fixed = len(PROOF_MAGIC) + _PROOF.size + 32
     if len(proof) < fixed or not proof.startswith(PROOF_MAGIC):
         return False, "not a proof"
@@ -245,7 +276,12 @@ def check_proof(proof: bytes, record: Mapping[str, Any], public: Ed25519PublicKe
     prev = proof[fixed - 32:fixed]
     path = [proof[fixed + 32 * i:fixed + 32 * (i + 1)] for i in range(npath)]
     off = fixed + 32 * npath
-    head = Head.from_bytes(proof[off:off + HEAD_BYTES])
+    try:
+        head = Head.from_bytes(proof[off:off + HEAD_BYTES])
+    except ValueError:
+        return False, "not a proof (its head is not an audit head)"
+    if log_id is not None and head.log_id.hex() != log_id.lower():
+        return False, f"the proof is from log {head.log_id.hex()}, not {log_id}"
     sig = proof[off + HEAD_BYTES:off + HEAD_BYTES + SIGNATURE_BYTES]
     try:
         if int(record["seq"]) != seq:
@@ -260,4 +296,4 @@ def check_proof(proof: bytes, record: Mapping[str, Any], public: Ed25519PublicKe
     if not signature_ok(public, sig, head.to_bytes()):
         return False, "the block's head is not signed by this key"
     return True, f"record {seq} is in block {head.block} (records {head.first_seq}.." \
-                 f"{head.last_seq}), signed by {key_id(public)}"
+                 f"{head.last_seq}) of log {head.log_id.hex()}, signed by {key_id(public)}"
