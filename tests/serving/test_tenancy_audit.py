@@ -16,6 +16,7 @@ from smartsched.audit.keys import load_public_key
 from smartsched.audit.store import read_segment, segment_files
 from smartsched.audit.verify import verify_log
 from tests.serving.conftest import TENANT_TOKENS
+from tests.serving.test_http import _place
 
 
 def _h(token: str) -> dict[str, str]:
@@ -27,11 +28,6 @@ BANK, RETAIL = _h(TENANT_TOKENS["bank"]), _h(TENANT_TOKENS["retail"])
 
 def _pod(**kw) -> dict:
     return {"id": f"t-{uuid.uuid4().hex[:8]}", "cpu_milli": 500, "memory_mib": 512, **kw}
-
-
-def _place(url: str, headers: dict, pod: dict, **kw) -> requests.Response:
-    return requests.post(f"{url}/v1/placements", json={"pod": pod, **kw}, headers=headers,
-                         timeout=30)
 
 
 def test_a_tenant_reaches_only_its_own_pods_and_reservations(service: str, auth: dict) -> None:

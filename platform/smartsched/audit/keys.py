@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -45,15 +46,22 @@ def generate_key(private_path: str | Path, public_path: str | Path | None = None
     return key_id(key.public_key())
 
 
-def load_private_key(path: str | Path) -> Ed25519PrivateKey:
+def _load_pem(path: str | Path, field: str, kind: type, what: str) -> Any:
+    loader = (serialization.load_pem_private_key if kind is Ed25519PrivateKey
+              else serialization.load_pem_public_key)
     try:
-        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+        raw = Path(path).read_bytes()
+        key = loader(raw, password=None) if kind is Ed25519PrivateKey else loader(raw)
     except (OSError, ValueError, TypeError) as e:
-        raise ValidationError("audit.key_file", f"{path}: not a readable PEM private key "
+        raise ValidationError(field, f"{path}: not a readable PEM {what} "
                               f"({type(e).__name__})") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ValidationError("audit.key_file", f"{path}: not an Ed25519 key")
+    if not isinstance(key, kind):
+        raise ValidationError(field, f"{path}: not an Ed25519 key")
     return key
+
+
+def load_private_key(path: str | Path) -> Ed25519PrivateKey:
+    return _load_pem(path, "audit.key_file", Ed25519PrivateKey, "private key")
 
 
 def load_public_key(spec: str | Path) -> Ed25519PublicKey:
@@ -61,14 +69,7 @@ def load_public_key(spec: str | Path) -> Ed25519PublicKey:
     text = str(spec)
     if len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text):
         return Ed25519PublicKey.from_public_bytes(bytes.fromhex(text))
-    try:
-        key = serialization.load_pem_public_key(Path(text).read_bytes())
-    except (OSError, ValueError, TypeError) as e:
-        raise ValidationError("public_key", f"{text}: not a readable PEM public key "
-                              f"({type(e).__name__})") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise ValidationError("public_key", f"{text}: not an Ed25519 key")
-    return key
+    return _load_pem(text, "public_key", Ed25519PublicKey, "public key")
 
 
 def signature_ok(public: Ed25519PublicKey, signature: bytes, message: bytes) -> bool:

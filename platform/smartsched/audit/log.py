@@ -42,6 +42,7 @@ from smartsched.audit.store import (
     SCHEMA,
     SignedHead,
     last_head,
+    parse_log_id,
     read_segment,
     segment_files,
     segment_name,
@@ -140,11 +141,8 @@ class AuditLog:
         """This log's id: made at creation (random), read back afterwards."""
         path = self.dir / LOG_ID_FILE
         if path.exists():
-            try:
-                got = bytes.fromhex(path.read_text().strip())
-            except ValueError:
-                got = b""
-            if len(got) != LOG_ID_BYTES:
+            got = parse_log_id(path.read_text())
+            if got is None:
                 raise ValidationError("audit.log", f"{path}: not a log id")
             return got
         new = os.urandom(LOG_ID_BYTES)

@@ -39,6 +39,15 @@ OPEN_SUFFIX, CLOSED_SUFFIX = ".arrows", ".parquet"
 LOG_ID_FILE = "log_id"  # the log's random id (hex), made when the log is created
 
 
+def parse_log_id(text: str) -> bytes | None:
+    """A log id from its hex form, or None when it is not one."""
+    try:
+        got = bytes.fromhex(text.strip())
+    except ValueError:
+        return None
+    return got if len(got) == LOG_ID_BYTES else None
+
+
 def segment_name(first_seq: int, suffix: str) -> str:
     return f"seg-{first_seq:016d}{suffix}"
 

@@ -50,6 +50,7 @@ from smartsched.audit.store import (
     COLUMNS,
     LOG_ID_FILE,
     SignedHead,
+    parse_log_id,
     read_heads,
     read_segment,
     segment_files,
@@ -205,19 +206,14 @@ def _expected_log_id(log_dir: Path, given: str | None) -> bytes | None:
     """The log id to hold the heads to: the one given (pinned by the caller), else the
     log directory's own (a swapped heads file shows), else None (the first head's)."""
     if given is not None:
-        try:
-            got = bytes.fromhex(given)
-        except ValueError:
-            got = b""
-        if len(got) != LOG_ID_BYTES:
+        got = parse_log_id(given)
+        if got is None:
             raise ValidationError("log_id", f"{LOG_ID_BYTES * 2} hex digits")
         return got
-    path = log_dir / LOG_ID_FILE
     try:
-        got = bytes.fromhex(path.read_text().strip())
-    except (OSError, ValueError):
+        return parse_log_id((log_dir / LOG_ID_FILE).read_text())
+    except OSError:
         return None
-    return got if len(got) == LOG_ID_BYTES else None
 
 
 # ------------------------------------------------------------------ inclusion proofs
