@@ -47,9 +47,11 @@ def _write_json(path: str | None, doc: Any) -> None:
 
 @main.command()
 @click.option("--cluster", default="small", show_default=True,
-              help="Preset (small, medium, large, openb-gpu, openb-all) or a .yaml/.parquet file.")
+              help="Preset (small, medium, large, finance, openb-gpu, openb-all) or a "
+              ".yaml/.parquet file.")
 @click.option("--workload", default="mixed", show_default=True,
-              help="openb:<variant>, mixed[:profile.yaml], or a .csv/.parquet pod file.")
+              help="openb:<variant>, mixed[:profile.yaml], finance[:profile.yaml], or a "
+              ".csv/.parquet pod file.")
 @click.option("--scheduler", default="k8s-default", show_default=True,
               help="A packaged profile (see docs), a profile .yaml, or a split profile.")
 @click.option("--mode", type=click.Choice(["replay", "fill"]), default="replay", show_default=True)
@@ -70,12 +72,17 @@ def _write_json(path: str | None, doc: Any) -> None:
 @click.option("--compliance", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Compliance policy (YAML: residency, dedicated pools, isolation) that "
               "binds every decision.")
+@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Inject node failures: mean time between failures per node.")
+@click.option("--repair-hours", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="How long a failed node stays down.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar (default: when stderr is a terminal).")
 def simulate(
     cluster: str, workload: str, scheduler: str, mode: str, inflate: float, seed: int,
     hours: float | None, warmup_hours: float, start_hours: float | None, out: str | None,
-    json_path: str | None, plots: bool, compliance: str | None, progress: bool | None,
+    json_path: str | None, plots: bool, compliance: str | None, node_mtbf_hours: float | None,
+    repair_hours: float, progress: bool | None,
 ) -> None:
     """Simulate one scheduler on one cluster and workload; print the headline metrics."""
     from smartsched.bench.compare import comparison_table
@@ -87,6 +94,8 @@ def simulate(
         cluster, workload, scheduler, mode=mode, inflate=inflate, seed=seed, hours=hours,
         warmup_hours=warmup_hours, start_hours=start_hours, out=Path(out) if out else None,
         plots=plots, progress=progress, compliance=compliance,
+        engine_overrides=None if node_mtbf_hours is None else {
+            "node_mtbf_hours": node_mtbf_hours, "repair_s": repair_hours * 3600.0},
     )
     click.echo(comparison_table([report]))
     click.echo(f"\n{report['decisions']} decisions in {report['wall_seconds']:.2f} s wall"
@@ -954,6 +963,46 @@ def bench_audit(records: int, proofs: int, no_fsync: bool, work_dir: str | None,
 
     _write_json(json_path, run_audit_bench(records, proofs, not no_fsync, work_dir,
                                            echo=click.echo))
+
+
+@bench.command("finance")
+@click.option("--seeds", default="0-4", show_default=True)
+@click.option("--nights", type=click.IntRange(min=1, max=60), default=3, show_default=True)
+@click.option("--mtbf-hours", type=click.FloatRange(min=0, min_open=True), default=720.0,
+              show_default=True, help="Mean time between failures per node.")
+@click.option("--no-failures", is_flag=True, help="Run without node failures.")
+@click.option("--repair-hours", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True)
+@click.option("--variants", default=None,
+              help="Comma-separated subset of k8s-default,k8s-default+10s,composite,finance "
+                   "(the first is the baseline).")
+@click.option("--workload", default="finance", show_default=True,
+              help="finance or finance:<profile.yaml>")
+@click.option("--cluster", default="finance", show_default=True,
+              help="A preset or cluster file with nodes labelled pool=core and pool=batch.")
+@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_finance(seeds: str, nights: int, mtbf_hours: float, no_failures: bool,
+                  repair_hours: float, variants: str | None, workload: str, cluster: str,
+                  workers: int | None, json_path: str | None) -> None:
+    """Issue 19's finance case: nightly batch window, online availability and failover
+    against k8s-default on the same failures."""
+    from smartsched.bench.finance import VARIANTS, run_finance
+
+    chosen = VARIANTS
+    if variants:
+        known = {v.name: v for v in VARIANTS}
+        names = [v for v in variants.split(",") if v]
+        bad = [v for v in names if v not in known]
+        if bad or not names:
+            raise click.BadParameter(f"unknown variant {bad[0] if bad else variants!r} "
+                                     f"(known: {', '.join(known)})", param_hint="--variants")
+        chosen = tuple(known[v] for v in names)
+    res = run_finance(chosen, _seeds(seeds), nights=nights,
+                      mtbf_hours=None if no_failures else mtbf_hours,
+                      repair_hours=repair_hours, cluster=cluster, workload=workload,
+                      workers=workers, echo=click.echo)
+    _write_json(json_path, res)
 
 
 @bench.command("telemetry")

@@ -59,6 +59,7 @@ class FakeAPIServer:
         self.leases: dict[tuple[str, str], dict] = {}
         self.bindings: list[tuple[str, str]] = []  # (pod key, node), successful ones
         self.evictions: list[str] = []  # pod keys evicted through the Eviction API
+        self.patches: list[str] = []  # pod keys whose tolerations were patched
         self.protected: set[tuple[str, str]] = set()  # pods a disruption budget keeps
         server = self
 
@@ -94,6 +95,10 @@ class FakeAPIServer:
 
             def do_PUT(self) -> None:
                 self._send(*server.put(self.path.split("?")[0], self._body()))
+
+            def do_PATCH(self) -> None:
+                self._send(*server.patch(self.path.split("?")[0], self._body(),
+                                         self.headers.get("Content-Type", "")))
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -241,6 +246,29 @@ class FakeAPIServer:
                 self.leases[key] = body
                 return 201, body
             return 404, _status(404, "NotFound", path)
+
+    def patch(self, path: str, body: dict, content_type: str) -> tuple[int, dict]:
+        """A strategic-merge patch of a pod's ``spec.tolerations`` (the list is replaced,
+        as it has no merge key), refused as the API server does when it removes or
+        changes an existing toleration (only additions are allowed)."""
+        with self.lock:
+            m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", path)
+            if not m or "strategic-merge-patch" not in content_type:
+                return 415 if m else 404, _status(415 if m else 404, "Unsupported", path)
+            pod = self.pods.get((m[1], m[2]))
+            if pod is None:
+                return 404, _status(404, "NotFound", "no such pod")
+            if set(body) != {"spec"} or set(body["spec"]) != {"tolerations"}:
+                return 422, _status(422, "Invalid", "pod updates may not change fields "
+                                    "other than spec.tolerations (only additions)")
+            old = pod["spec"].get("tolerations") or []
+            new = body["spec"]["tolerations"]
+            if any(t not in new for t in old):
+                return 422, _status(422, "Invalid", "only additions to existing tolerations")
+            pod["spec"]["tolerations"] = new
+            self.patches.append(f"{m[1]}/{m[2]}")
+            self._record("MODIFIED", pod)
+            return 200, pod
 
     def put(self, path: str, body: dict) -> tuple[int, dict]:
         with self.lock:

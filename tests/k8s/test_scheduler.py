@@ -349,3 +349,42 @@ def test_the_scheduler_writes_its_decisions_to_the_signed_log(objects, tmp_path:
     # The four-GPU pod fits nowhere: once by the CLI's scheduler, once (not three times)
     # by the loop's three passes.
     assert rejected.count("pai-gpu/four-gpus") == 2, rejected
+
+
+def test_a_failover_profile_adds_short_notready_tolerations_before_binding(objects) -> None:
+    """The finance profile's 10 s toleration reaches the pods it binds (added to what they
+    have: the 300 s ones DefaultTolerationSeconds gave stay, the taint manager takes the
+    smallest); a profile without it patches nothing."""
+    nodes, pods = objects
+    default = [{"key": t, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+               for t in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")]
+    for p in pods:
+        p["spec"]["tolerations"] = [*(p["spec"].get("tolerations") or []), *default]
+    with FakeAPIServer(nodes, pods) as api:
+        core, _ = _client(api.url)
+        res = SchedulerLoop(core, "smartsched", "finance").run_once()
+        assert res.bound and sorted(api.patches) == sorted(res.bound)
+        for key in res.bound:
+            ns, name = key.split("/")
+            tol = api.pods[(ns, name)]["spec"]["tolerations"]
+            assert all(t in tol for t in default)  # nothing removed
+            short = {t["key"]: t["tolerationSeconds"] for t in tol
+                     if t.get("tolerationSeconds") == 10}
+            assert set(short) == {"node.kubernetes.io/not-ready",
+                                  "node.kubernetes.io/unreachable"}
+    with FakeAPIServer(nodes, copy.deepcopy(pods)) as api:
+        core, _ = _client(api.url)
+        assert SchedulerLoop(core, "smartsched", "k8s-default").run_once().bound
+        assert api.patches == []
+
+
+def test_failover_tolerations_add_only_what_is_missing() -> None:
+    from smartsched.k8s.scheduler import failover_tolerations
+
+    unreach = {"key": "node.kubernetes.io/unreachable", "operator": "Exists",
+               "effect": "NoExecute", "tolerationSeconds": 5}
+    out = failover_tolerations([unreach], 10.0)
+    assert out is not None and out[0] == unreach and len(out) == 2
+    assert out[1]["key"] == "node.kubernetes.io/not-ready" and out[1]["tolerationSeconds"] == 10
+    assert failover_tolerations(out, 10.0) is None
+    assert failover_tolerations([], 0.5)[0]["tolerationSeconds"] == 1  # whole seconds, up

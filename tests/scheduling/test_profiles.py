@@ -239,6 +239,9 @@ CASES: list[tuple[str, str, int, Rule | None]] = [
     ("composite", "online", 1, least_used),
     ("composite", "ai-train", 2, least_leftover),
     ("composite", "batch", 1, most_allocated),
+    # The composite's placement; its queue order and toleration are the run's.
+    ("finance", "online", 1, least_used),
+    ("finance", "batch", 1, most_allocated),
 ]
 
 
@@ -308,6 +311,9 @@ def test_packaged_profile_places_by_its_rule(name: str, cls: str, gpus: int,
         ({"tie_break": "coin"}, "mine.tie_break"),
         ({"filters": []}, "mine.filters"),
         ({"colour": "red"}, "profile.colour"),
+        ({"queue_sort": "shortest-first"}, "mine.queue_sort"),
+        ({"failure_toleration_s": -1}, "mine.failure_toleration_s"),
+        ({"failure_toleration_s": "soon"}, "mine.failure_toleration_s"),
     ],
 )
 def test_profile_errors_name_the_field(patch: dict, field: str) -> None:
@@ -329,3 +335,34 @@ def test_user_profile_file(tmp_path: Path) -> None:
     bad.write_text("name: [unclosed")
     with pytest.raises(ValidationError, match="YAML"):
         load_profile(str(bad))
+
+
+def test_run_settings_reach_the_twin() -> None:
+    """A profile's queue order and NotReady toleration are the run's; others keep the
+    twin's (Kubernetes order, the cluster's 300 s)."""
+    from smartsched.scheduling.run import build_run
+
+    prof = profile_from_dict({**BASE, "queue_sort": "least-slack", "failure_toleration_s": 5})
+    assert (prof.queue_sort, prof.failure_toleration_s) == ("least-slack", 5.0)
+    fin = build_run("finance", "finance", "finance", hours=1.0)
+    assert fin.engine.queue.order == "least-slack" and fin.engine.failure_toleration_s == 10.0
+    assert fin.settings["queue_sort"] == "least-slack"
+    k8s = build_run("finance", "finance", "k8s-default", hours=1.0)
+    assert k8s.engine.queue.order == "priority" and k8s.engine.failure_toleration_s == 300.0
+    short = build_run("finance", "finance", "k8s-default", hours=1.0,
+                      engine_overrides={"eviction_toleration_s": 30.0})
+    assert short.engine.failure_toleration_s == 30.0
+
+
+def test_a_filter_that_refuses_no_node_keeps_the_retry_hint() -> None:
+    """Reservations has no queueing hint; when it refuses no node, a pod refused for room
+    still gets a hint (it used to be retried on every event: 50x the decisions)."""
+    from smartsched.scheduling.framework import ProfileScheduler
+    from smartsched.twin.state import ClusterState
+    from tests.builders import cluster, node, pod
+
+    prof = profile_from_dict({"name": "r", "filters": ["NodeResourcesFit", "Reservations"]})
+    st = ClusterState(cluster(node("a", cpu=1000)))
+    req = st.compile(pod("big", cpu=2000))
+    d = ProfileScheduler(prof).decide(st, req)
+    assert d.node is None and d.retry is not None

@@ -79,7 +79,8 @@ def test_settings_describe_the_run() -> None:
     assert run.settings == {
         "scheduler": "fgd", "mode": "replay", "seed": 3, "cluster": "small",
         "nodes": len(run.cluster.nodes), "workload": "mixed", "inflate": None, "hours": 2.0,
-        "warmup_hours": 1.0, "start_hours": None,
+        "warmup_hours": 1.0, "start_hours": None, "queue_sort": "priority",
+        "failure_toleration_s": 300.0,
     }
     assert run.engine.config.horizon_s == 3 * 3600.0
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 # Published medians (GPU allocation %, arrived = 130 %), by variant and policy.
@@ -47,17 +46,10 @@ def run_fgd_bench(
     echo: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """Run every (variant, scheduler, seed); return per-run rates and medians."""
-    import os
+    from smartsched.bench.pool import map_jobs
 
     jobs = [(v, s, seed, inflate) for v in variants for s in schedulers for seed in seeds]
-    results: list[tuple[str, str, int, float]] = []
-    n = workers or max(1, min(os.cpu_count() or 1, len(jobs)))
-    if n == 1:
-        results = [_one(j) for j in jobs]
-    else:
-        with ProcessPoolExecutor(n) as pool:
-            for r in pool.map(_one, jobs):
-                results.append(r)
+    results: list[tuple[str, str, int, float]] = map_jobs(_one, jobs, workers)
     runs: dict[str, dict[str, dict[int, float]]] = {}
     for v, s, seed, rate in results:
         runs.setdefault(v, {}).setdefault(s, {})[seed] = rate

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 DEFAULT_SCHEDULERS = (
@@ -80,13 +79,9 @@ def run_jobs(jobs: Sequence[tuple[str, str, str, int, float, float]],
              workers: int | None = None) -> list[dict[str, Any]]:
     """Run (workload, cluster, scheduler, seed, hours, warm-up) jobs, each in its own
     process from a pool sized to the machine's cores (one in this process if 1)."""
-    import os
+    from smartsched.bench.pool import map_jobs
 
-    n = workers or max(1, min(os.cpu_count() or 1, len(jobs)))
-    if n == 1:
-        return [_one(j) for j in jobs]
-    with ProcessPoolExecutor(n) as pool:
-        return list(pool.map(_one, jobs))
+    return map_jobs(_one, jobs, workers)
 
 
 def run_quality_bench(

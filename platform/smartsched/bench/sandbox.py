@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -102,19 +101,14 @@ def refusal_costs(profiles: Sequence[str], *, cluster: str = "medium", workload:
                   hours: float = 24.0, warmup_hours: float = 6.0, seed: int = 30000,
                   options: str = "", workers: int | None = None) -> list[dict[str, Any]]:
     """Each profile as it is and sandboxed (``options``: the wrapper's query string)."""
-    import os
+    from smartsched.bench.pool import map_jobs
 
     jobs = []
     for p in profiles:
         wrapped = f"sandboxed:{p}" + (f"?{options}" if options else "")
         jobs += [(workload, cluster, p, seed, hours, warmup_hours),
                  (workload, cluster, wrapped, seed, hours, warmup_hours)]
-    n = workers or max(1, min(os.cpu_count() or 1, len(jobs)))
-    if n == 1:
-        runs = [_twin_job(j) for j in jobs]
-    else:
-        with ProcessPoolExecutor(n) as pool:
-            runs = list(pool.map(_twin_job, jobs))
+    runs = map_jobs(_twin_job, jobs, workers)
     rows = []
     for k, p in enumerate(profiles):
         base, boxed = runs[2 * k], runs[2 * k + 1]

@@ -10,7 +10,12 @@ all-or-nothing: its members are decided on a fork of the state and bound only
 if every member fits. A pod that fits nowhere gets a Kubernetes Event with the
 per-check reasons ("0/12 nodes are available: 10 Insufficient gpu, ...").
 A bind that conflicts (409: bound meanwhile) re-reads the pod instead of
-retrying. ``LeaseLock`` is leader election on a ``coordination.k8s.io`` Lease,
+retrying. A profile that sets ``failure_toleration_s`` adds, before binding, the
+tolerations of ``node.kubernetes.io/unreachable`` and ``not-ready`` (NoExecute) with
+that ``tolerationSeconds`` to the pod (tolerations may only be added to a pod; the
+taint manager evicts after the smallest matching one), so a failed node's pods are
+evicted and placed again that long after it is NotReady instead of after 300 s.
+``LeaseLock`` is leader election on a ``coordination.k8s.io`` Lease,
 so two replicas never bind the same pod.
 
 Between passes ``watch_pods`` watches pods from the list's resourceVersion and
@@ -93,6 +98,7 @@ class SchedulerLoop:
         self.name = scheduler_name
         self.profile = profile
         self.sched = make_scheduler(profile, seed)
+        self.toleration_s: float | None = getattr(self.sched, "failure_toleration_s", None)
         # The signed decision log (smartsched.audit.AuditLog), written after each pass: a
         # placement, a preemption, and a rejection when its reason changes (a pending pod is
         # tried every pass; its unchanged reason is not logged again).
@@ -345,6 +351,8 @@ class SchedulerLoop:
         from kubernetes.client.rest import ApiException
 
         meta = obj["metadata"]
+        if self.toleration_s is not None:
+            self._tolerate(obj, key)
         body = client.V1Binding(
             metadata=client.V1ObjectMeta(name=meta["name"], namespace=meta.get("namespace")),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node))
@@ -365,6 +373,23 @@ class SchedulerLoop:
             res.failed[key] = f"bind failed: HTTP {e.status} {e.reason}"
             return False
 
+    def _tolerate(self, obj: dict[str, Any], key: str) -> None:
+        """Add the profile's NotReady/unreachable tolerations to the pod (best effort: a
+        refusal is logged and the pod is bound with the tolerations it has)."""
+        from kubernetes.client.rest import ApiException
+
+        meta = obj["metadata"]
+        have = (obj.get("spec") or {}).get("tolerations") or []
+        new = failover_tolerations(have, self.toleration_s)  # type: ignore[arg-type]
+        if new is None:
+            return
+        try:
+            self.core.patch_namespaced_pod(meta["name"], meta.get("namespace") or "default",
+                                           {"spec": {"tolerations": new}})
+        except ApiException as e:
+            log.warning("could not add failover tolerations to %s: HTTP %s %s", key, e.status,
+                        e.reason)
+
     def _event(self, obj: dict[str, Any], reason: str, message: str) -> None:
         from kubernetes import client
         from kubernetes.client.rest import ApiException
@@ -382,6 +407,33 @@ class SchedulerLoop:
             self.core.create_namespaced_event(ns, ev)
         except ApiException as e:
             log.warning("could not record an event for %s: %s", meta["name"], e.reason)
+
+
+FAILOVER_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
+
+
+def failover_tolerations(have: Sequence[dict[str, Any]], seconds: float
+                         ) -> list[dict[str, Any]] | None:
+    """``have`` plus a NoExecute toleration of each failover taint for ``seconds``
+    (rounded up), or None when the pod already tolerates each for no longer (the taint
+    manager takes the smallest matching ``tolerationSeconds``). Existing entries are kept
+    as they are: Kubernetes only lets tolerations be added to a pod."""
+    import math
+
+    secs = math.ceil(seconds)
+    out = list(have)
+    for taint in FAILOVER_TAINTS:
+        matching = [t for t in have
+                    if t.get("effect") in (None, "", "NoExecute")
+                    and (t.get("key") == taint or (not t.get("key")
+                                                   and t.get("operator") == "Exists"))]
+        bounded = [t.get("tolerationSeconds") for t in matching
+                   if t.get("tolerationSeconds") is not None]
+        if bounded and min(bounded) <= secs:
+            continue
+        out.append({"key": taint, "operator": "Exists", "effect": "NoExecute",
+                    "tolerationSeconds": secs})
+    return None if len(out) == len(have) else out
 
 
 class LeaseLock:

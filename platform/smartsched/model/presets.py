@@ -191,10 +191,27 @@ def regional(nodes_per_region: int, regions: int = 2, edge_sites: int = 2,
                        tuple(nodes))
 
 
+def finance() -> ClusterSpec:
+    """The finance case (issue 19): one region, 3 zones; an online core pool of 24 nodes
+    (32 cores, 128 GiB, ``pool=core``) and a dedicated batch pool of 16 nodes (64 cores,
+    256 GiB, ``pool=batch``)."""
+    region = Site(
+        "region-fin", "cloud", (0.0, 0.0), 5.0, 1.3, 0.04, 2.0, CarbonSeries.diurnal(300, 80)
+    )
+    zones = [Zone(f"region-fin-{z}", region.name) for z in (1, 2, 3)]
+    names = [z.name for z in zones]
+    nodes = _pool("core", 24, names, 8, cpu_milli=32_000, memory_mib=131_072,
+                  labels={"pool": "core"})
+    nodes += _pool("batch", 16, names, 8, cpu_milli=64_000, memory_mib=262_144,
+                   labels={"pool": "batch"})
+    return ClusterSpec("finance", (region,), tuple(zones), tuple(nodes))
+
+
 PRESETS: dict[str, Callable[[], ClusterSpec]] = {
     "small": small,
     "medium": medium,
     "large": large,
+    "finance": finance,
     "openb-gpu": lambda: openb("gpu_node"),
     "openb-all": lambda: openb("all_node"),
 }

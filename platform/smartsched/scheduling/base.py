@@ -149,9 +149,13 @@ class SplitScheduler:
     so their decisions never conflict.
     """
 
-    def __init__(self, name: str, routes: dict[str, Scheduler]) -> None:
+    def __init__(self, name: str, routes: dict[str, Scheduler], queue_sort: str = "priority",
+                 failure_toleration_s: float | None = None) -> None:
         self.name = name
         self.routes = routes
+        # The split's own run settings (one queue, one cluster): not merged from routes.
+        self.queue_sort = queue_sort
+        self.failure_toleration_s = failure_toleration_s
 
     @staticmethod
     def from_doc(doc: SplitProfileDoc | Mapping[str, Any], source: str, seed: int
@@ -166,7 +170,8 @@ class SplitScheduler:
         for target in split.routes.values():
             if target not in cache:
                 cache[target] = make_scheduler(target, seed)
-        return SplitScheduler(split.name, {k: cache[t] for k, t in split.routes.items()})
+        return SplitScheduler(split.name, {k: cache[t] for k, t in split.routes.items()},
+                              split.queue_sort, split.failure_toleration_s)
 
     def _route(self, request: PodRequest) -> Scheduler:
         return self.routes.get(request.pod.pod_class.value) or self.routes["default"]

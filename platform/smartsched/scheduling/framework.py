@@ -147,6 +147,10 @@ class Profile:
     post_filters: tuple[PostFilterPlugin, ...] = ()
     # Periodic passes that move bound pods (GpuDefrag).
     deschedulers: tuple[DeschedulePlugin, ...] = ()
+    # Run-wide settings (profile_doc.RunSettings): the queue's order, and how long pods
+    # tolerate a NotReady node (None: the cluster's default).
+    queue_sort: str = "priority"
+    failure_toleration_s: float | None = None
 
     def plugins(self) -> list[object]:
         out: list[object] = [*self.filters, *(p for p, _ in self.scorers), *self.post_filters,
@@ -162,6 +166,8 @@ class ProfileScheduler:
     def __init__(self, profile: Profile, seed: int = 0) -> None:
         self.profile = profile
         self.name = profile.name
+        self.queue_sort = profile.queue_sort
+        self.failure_toleration_s = profile.failure_toleration_s
         self.rng = np.random.default_rng(seed)
         self.last_scores: np.ndarray | None = None
         self._rank: np.ndarray | None = None
@@ -328,6 +334,10 @@ class ProfileScheduler:
             for _, code, passing in status.checks:
                 if code == Code.UNSCHEDULABLE_AND_UNRESOLVABLE:
                     open_nodes &= passing
+                elif passing.all():
+                    # It refused no node: whatever lets the others pass wakes the pod, and
+                    # if this check refuses then, that rejection carries its own hint.
+                    continue
                 elif code != Code.UNSCHEDULABLE or hint in (None, QueueingHint.STATIC):
                     return None
             if hint is QueueingHint.NODE_CONDITION:

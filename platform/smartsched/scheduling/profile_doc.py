@@ -23,6 +23,8 @@ Profile YAML::
     binder: {name: BestFitGpu}               # optional; a bare name works too
     tie_break: random                        # random | first | rank
     forecaster: models/forecast              # optional
+    queue_sort: priority                     # priority | least-slack (both kinds)
+    failure_toleration_s: 10                 # optional (both kinds): see RunSettings
 
 Split profile YAML::
 
@@ -76,7 +78,23 @@ class ScoreRef(PluginRef):
     weight: Annotated[float, Field(strict=True, gt=0, le=MAX_WEIGHT)] = 1.0
 
 
-class ProfileDoc(BaseModel):
+class RunSettings(BaseModel):
+    """What a profile sets beyond placement, for the whole run (single and split).
+
+    ``queue_sort``: the order of waiting pods of one priority: ``priority`` (Kubernetes'
+    PrioritySort: by arrival) or ``least-slack`` (latest start time first: deadline
+    minus the work left; for jobs sharing a deadline, longest first).
+    ``failure_toleration_s``: how long the profile's pods tolerate a NotReady node before
+    they are evicted and placed again (a toleration of ``node.kubernetes.io/unreachable``
+    and ``not-ready`` with this ``tolerationSeconds``); None keeps the cluster's default
+    (300 s in Kubernetes).
+    """
+
+    queue_sort: Literal["priority", "least-slack"] = "priority"
+    failure_toleration_s: float | None = Field(None, ge=0, le=86_400, allow_inf_nan=False)
+
+
+class ProfileDoc(RunSettings):
     """One profile: filters -> weighted scores -> binder (see the module docstring)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -104,7 +122,7 @@ class ProfileDoc(BaseModel):
         return v
 
 
-class SplitProfileDoc(BaseModel):
+class SplitProfileDoc(RunSettings):
     """Several profiles side by side, each pod routed by its class.
 
     ``routes`` maps a pod class (or ``default``, for every class not listed) to

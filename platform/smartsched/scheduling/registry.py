@@ -178,7 +178,7 @@ def build_profile(doc: ProfileDoc) -> Profile:
     passes = _plugins_of(doc.deschedule, f"{name}.deschedule", DeschedulePlugin,
                          "a descheduling plugin")
     return Profile(name, tuple(filters), tuple(scorers), binder, doc.tie_break, doc.forecaster,
-                   tuple(post), tuple(passes))
+                   tuple(post), tuple(passes), doc.queue_sort, doc.failure_toleration_s)
 
 
 def _plugins_of(refs: list[Any], where: str, point: type, what: str) -> tuple[Any, ...]:

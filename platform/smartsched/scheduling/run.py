@@ -37,6 +37,8 @@ from smartsched.twin.decision import DecisionRequest
 from smartsched.twin.engine import Engine, EngineConfig
 
 DEFAULT_GENERATOR_HOURS = 24.0
+# Workload names that generate pods for the run's span (``hours``) rather than read a trace.
+GENERATORS = frozenset({"mixed", "finance"})
 # EngineConfig fields build_run derives from its own arguments.
 _RUN_OWNED = frozenset({"mode", "seed", "inflate", "horizon_s", "warmup_s"})
 
@@ -124,7 +126,7 @@ def build_run(
     _check_run_numbers(seed, hours, warmup_hours, start_hours)
 
     spec = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    is_generator = isinstance(workload, str) and workload.split(":", 1)[0] == "mixed"
+    is_generator = isinstance(workload, str) and workload.split(":", 1)[0] in GENERATORS
     gen_hours = hours if hours is not None else DEFAULT_GENERATOR_HOURS
     warm = warmup_hours if mode == "replay" else 0.0
     if isinstance(workload, str):
@@ -163,6 +165,12 @@ def build_run(
         sched.prepare(engine.source_pods)
     if isinstance(sched, Deschedules) and sched.deschedule_interval_s is not None:
         engine.descheduler = sched  # its periodic pass runs at the twin's ticks
+    # A profile's run settings (profile_doc.RunSettings); other schedulers keep the twin's.
+    queue_sort = getattr(sched, "queue_sort", "priority")
+    engine.queue.set_order(queue_sort)
+    toleration = getattr(sched, "failure_toleration_s", None)
+    if toleration is not None:
+        engine.failure_toleration_s = float(toleration)
     settings = {
         "scheduler": scheduler if isinstance(scheduler, str) else sched.name,
         "mode": mode,
@@ -173,6 +181,8 @@ def build_run(
         "inflate": inflate if mode == "fill" else None,
         "hours": gen_hours if horizon is not None else None,
         "warmup_hours": warm,
+        "queue_sort": queue_sort,
+        "failure_toleration_s": engine.failure_toleration_s,
         "start_hours": start_hours,
     }
     if compliance is not None:  # the report says which rules bound the run

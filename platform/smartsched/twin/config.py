@@ -32,6 +32,14 @@ class EngineConfig:
         power_up_s: boot time of a powered-down node; its pods start after it.
         node_mtbf_hours: mean time between failures per node (None: no failures).
         repair_s: time a failed node stays down.
+        node_monitor_grace_s: a failed node is marked NotReady this long after it fails
+            (kube-controller-manager's node-monitor-grace-period, 40 s); until then
+            schedulers still see it up and its pods are stalled, not evicted.
+        eviction_toleration_s: pods stay bound to a NotReady node this long before they
+            are evicted and re-queued (the 300 s that Kubernetes' DefaultTolerationSeconds
+            gives every pod); a scheduler may shorten it for its pods
+            (``Scheduler.failure_toleration_s``). Both 0: the node's pods go back to the
+            queue the moment it fails.
         inflate: fill mode target, as a multiple of cluster GPU capacity.
         fill_frag_every_pct: fill mode samples fragmentation every this many % of arrived GPU.
         frag_coverage: share of pods the "typical pods" must cover (FGD: 0.95).
@@ -53,6 +61,8 @@ class EngineConfig:
     power_up_s: float = 180.0
     node_mtbf_hours: float | None = None
     repair_s: float = 3600.0
+    node_monitor_grace_s: float = 40.0
+    eviction_toleration_s: float = 300.0
     inflate: float = 1.3
     fill_frag_every_pct: float = 2.0
     frag_coverage: float = 0.95
@@ -66,7 +76,7 @@ class EngineConfig:
         for name in ("horizon_s", "warmup_s", "tick_s", "flush_s", "idle_power_down_s",
                      "power_up_s", "node_mtbf_hours", "repair_s", "inflate",
                      "fill_frag_every_pct", "frag_coverage", "best_effort_threshold",
-                     "container_start_s"):
+                     "container_start_s", "node_monitor_grace_s", "eviction_toleration_s"):
             v = getattr(self, name)
             if v is None and name in ("horizon_s", "node_mtbf_hours"):
                 continue
@@ -78,6 +88,9 @@ class EngineConfig:
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
                 raise ValidationError(name, f"must be a positive number, got {v!r}")
+        for name in ("node_monitor_grace_s", "eviction_toleration_s"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ValidationError(name, "must be >= 0")
         if not 0 <= self.container_start_s < math.inf:
             raise ValidationError("container_start_s", "must be >= 0")
         if not (isinstance(self.power_up_s, int | float) and 0 <= self.power_up_s < math.inf):

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from smartsched.model.cluster import ClusterSpec
-from smartsched.model.errors import InfeasibleDecisionError
+from smartsched.model.errors import InfeasibleDecisionError, ValidationError
 from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.model.resources import CPU, GPU, MEM
 from smartsched.twin.config import MODES, EngineConfig
@@ -51,6 +51,8 @@ from smartsched.twin.events import (
     EV_COMPLETE,
     EV_DUE,
     EV_FAIL,
+    EV_NODE_EVICT,
+    EV_NOT_READY,
     EV_POWER_DOWN,
     EV_POWER_UP,
     EV_PULLED,
@@ -76,7 +78,7 @@ from smartsched.twin.powerstate import PowerLifecycle
 from smartsched.twin.queue import SchedulingQueue
 from smartsched.twin.reservations import Reservation
 from smartsched.twin.sampling import RunningUse, sample_usage
-from smartsched.twin.state import ClusterState, PodRequest
+from smartsched.twin.state import POWER_ON, ClusterState, PodRequest
 
 __all__ = [
     "MODES",
@@ -159,6 +161,14 @@ class Engine:
         end = (config.horizon_s if config.horizon_s is not None
                else float(self.table.arrival.max(initial=0.0)))
         self.failures = FailureModel(self.rng, config.node_mtbf_hours, config.repair_s, end)
+        # Failed nodes not repaired yet, and a count per node that voids the NotReady mark
+        # and eviction of a failure the node has recovered from.
+        self._dead = np.zeros(self.state.num_nodes, dtype=bool)
+        self._fail_epoch = np.zeros(self.state.num_nodes, dtype=np.int64)
+        # How long pods tolerate a NotReady node before eviction: the cluster's default,
+        # unless the scheduler sets its pods' toleration (the run builder applies it).
+        self.failure_toleration_s = config.eviction_toleration_s
+        self._rebound: dict[int, float] = {}  # pods stopped by a failure: when bound again
         self._current: DecisionRequest | None = None
         self._node_pods: list[set[int]] = [set() for _ in range(self.state.num_nodes)]
         self._finished = False
@@ -276,6 +286,18 @@ class Engine:
         (pod index, node, devices). They hold resources in the state while the pod
         table still shows them pending."""
         return tuple(self._gang_placed)
+
+    def inject_failure(self, node: int, at_s: float) -> None:
+        """Fail ``node`` at simulated time ``at_s`` (beside any failures the MTBF draws);
+        it is repaired ``repair_s`` later and its pods are handled as for any failure."""
+        if isinstance(node, bool) or not isinstance(node, int | np.integer) \
+                or not 0 <= node < self.state.num_nodes:
+            raise ValidationError("node", f"must be a node index in 0..{self.state.num_nodes - 1}"
+                                  f", got {node!r}")
+        if isinstance(at_s, bool) or not isinstance(at_s, int | float) \
+                or not self.now <= at_s < np.inf:
+            raise ValidationError("at_s", f"must be a time >= now ({self.now}), got {at_s!r}")
+        self.events.push(float(at_s), EV_FAIL, int(node))
 
     def sample_usage(self) -> RunningUse:
         """Take a usage sample now (``state.usage``, the best-effort pool); the metric ticks
@@ -395,12 +417,14 @@ class Engine:
                 self.queue.requeue([p])
         elif k == EV_FAIL:
             self._fail(p)
+        elif k == EV_NOT_READY:
+            if self._fail_epoch[p[0]] == p[1]:
+                self._not_ready(p[0])
+        elif k == EV_NODE_EVICT:
+            if self._fail_epoch[p[0]] == p[1]:
+                self._evict_node(p[0])
         elif k == EV_RECOVER:
-            self.state.up[p] = True
-            self.queue.retry_all()
-            nxt = self.failures.next_failure(self.now)
-            if nxt is not None:
-                self.events.push(nxt, EV_FAIL, p)
+            self._recover(p)
 
     def _arrive(self, i: int) -> None:
         self.table.status[i] = PENDING
@@ -441,6 +465,8 @@ class Engine:
         tb.devices[i] = devices
         if not np.isfinite(tb.scheduled_at[i]):
             tb.scheduled_at[i] = self.now
+        if np.isfinite(tb.failed_at[i]):
+            self._rebound[i] = self.now
         pod = tb.pods[i]
         if pod.origin_site is not None:
             origin = self.spec.site(pod.origin_site)
@@ -458,6 +484,9 @@ class Engine:
     def _begin(self, i: int) -> None:
         """Pod ``i``'s node is up: pull its image (if it has one), then start it."""
         tb = self.table
+        if self._dead[tb.node[i]]:  # bound to a failed node not yet marked NotReady
+            tb.status[i] = BOUND
+            return
         img = int(tb.image[i])
         if img < 0:
             self._start(i)
@@ -477,6 +506,13 @@ class Engine:
         if not np.isfinite(tb.started_at[i]):
             tb.started_at[i] = self.now  # start latency counts the first start
         tb.last_start[i] = self.now
+        if np.isfinite(tb.down_from[i]):  # it had run before: it is back up
+            self.metrics.down(i, float(tb.down_from[i]), self.now)
+            tb.down_from[i] = np.nan
+        if np.isfinite(tb.failed_at[i]):  # stopped by a node failure, running again
+            self.metrics.replaced(i, float(tb.failed_at[i]), self._rebound.pop(i, None),
+                                  self.now)
+            tb.failed_at[i] = np.nan
         if i in self._disrupted:  # an evicted pod of a budgeted app runs again
             self._disrupted.discard(i)
             app = tb.pods[i].app
@@ -507,20 +543,71 @@ class Engine:
         self.metrics.released(i)
         self.power.maybe_idle(node, self.now)
 
+    # ------------------------------------------------------------- failures
+    # A node fails at once; the control plane learns it as Kubernetes does: the node
+    # monitor marks it NotReady after its grace period (until then schedulers still see it
+    # up and may bind pods there, which cannot start), and its pods are evicted once their
+    # toleration of NotReady runs out. Between the failure and the eviction they hold their
+    # room and make no progress. A node repaired before that restarts its pods in place.
     def _fail(self, node: int) -> None:
-        st = self.state
-        if not st.up[node]:
+        if self._dead[node]:
             return
+        self._dead[node] = True
+        self.metrics.node_failed(node, self.now)
+        for i in sorted(self._node_pods[node]):
+            self._stall(i)
+        epoch = int(self._fail_epoch[node])
+        self.events.push(self.now + self.config.repair_s, EV_RECOVER, node)
+        grace = self.config.node_monitor_grace_s
+        if grace > 0:
+            self.events.push(self.now + grace, EV_NOT_READY, (node, epoch))
+        else:
+            self._not_ready(node)
+
+    def _stall(self, i: int) -> None:
+        """Pod ``i``'s node failed: it stops where it is (what it ran since its last
+        checkpoint is lost) but stays bound until evicted."""
+        tb = self.table
+        tb.failed_at[i] = self.now
+        if tb.status[i] == RUNNING:
+            self._lose_work(i)
+        self._pulling.discard(i)
+        tb.epoch[i] += 1  # its completion or image pull will not come
+        tb.status[i] = BOUND
+
+    def _not_ready(self, node: int) -> None:
+        st = self.state
         st.up[node] = False
         st.reservations.drop_node(node)
+        if self.failure_toleration_s > 0:
+            self.events.push(self.now + self.failure_toleration_s, EV_NODE_EVICT,
+                             (node, int(self._fail_epoch[node])))
+        else:
+            self._evict_node(node)
+
+    def _evict_node(self, node: int) -> None:
+        """The pods' toleration of the NotReady node ran out: back to the queue."""
         evicted = []
         for i in sorted(self._node_pods[node]):
             self._evict(i)
             evicted.append(self.queue.unit_of(i))
         self.queue.park_evicted(evicted)
         self._evict_partial_gangs()
-        self.events.push(self.now + self.config.repair_s, EV_RECOVER, node)
         self.queue.retry_all()
+
+    def _recover(self, node: int) -> None:
+        """The node is repaired: pods still bound to it start again there."""
+        self._dead[node] = False
+        self._fail_epoch[node] += 1  # a NotReady mark or eviction still to come is void
+        self.state.up[node] = True
+        if self.state.power[node] == POWER_ON:
+            for i in sorted(self._node_pods[node]):
+                if self.table.status[i] == BOUND and i not in self._pulling:
+                    self._begin(i)
+        self.queue.retry_all()
+        nxt = self.failures.next_failure(self.now)
+        if nxt is not None:
+            self.events.push(nxt, EV_FAIL, node)
 
     def _evict_partial_gangs(self) -> None:
         """A gang with an evicted member restarts as a whole (all-or-nothing)."""
@@ -635,16 +722,22 @@ class Engine:
         (``PodTable.resume_every``: services carry on, training keeps its checkpoints)."""
         tb = self.table
         if tb.status[i] == RUNNING:
-            elapsed = self.now - float(tb.last_start[i])
-            keep = float(saved_work(elapsed, tb.resume_every[i]))
-            tb.remaining[i] = max(float(tb.remaining[i]) - keep, 0.0)
-            self.metrics.lost_work(i, elapsed - keep)
+            self._lose_work(i)
         self._unbind(i)
         tb.epoch[i] += 1
         tb.status[i] = PENDING
         tb.node[i] = -1
         self.metrics.evictions += 1
         self.metrics.requeued(i)
+
+    def _lose_work(self, i: int) -> None:
+        """Running pod ``i`` stops: count what it loses, and its downtime starts."""
+        tb = self.table
+        elapsed = self.now - float(tb.last_start[i])
+        keep = float(saved_work(elapsed, tb.resume_every[i]))
+        tb.remaining[i] = max(float(tb.remaining[i]) - keep, 0.0)
+        self.metrics.lost_work(i, elapsed - keep)
+        tb.down_from[i] = self.now
 
     # ---------------------------------------------------------------- gangs
     def _gang_busy(self, g: int) -> bool:

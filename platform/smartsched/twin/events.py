@@ -18,10 +18,12 @@ EV_COMPLETE: Final = 1
 EV_POWER_UP: Final = 2
 EV_PULLED: Final = 3  # a pod's image is on its node: the container starts
 EV_DUE: Final = 4  # a gang's reservation is due: offer the gang again
-EV_FAIL: Final = 5
-EV_POWER_DOWN: Final = 6
-EV_ARRIVE: Final = 7
-EV_TICK: Final = 8
+EV_FAIL: Final = 5  # a node stops: its pods stall (the control plane does not know yet)
+EV_NOT_READY: Final = 6  # the node monitor marks a failed node NotReady: no new pods there
+EV_NODE_EVICT: Final = 7  # the pods' toleration of a NotReady node ran out: evicted
+EV_POWER_DOWN: Final = 8
+EV_ARRIVE: Final = 9
+EV_TICK: Final = 10
 
 
 @dataclass(order=True)

@@ -26,6 +26,18 @@ Definitions (time-weighted over the simulated span T):
                        leaving pods in the queue
   start_latency_all  = start latency percentiles with pods not started by the end
                        counting (end - arrival), for the same reason
+  availability       = per class, 1 - (time pods were down) / (time from their first start
+                       to their end or the run's end): a pod is down from an involuntary
+                       stop (its node failed, it was preempted or migrated) until it runs
+                       again; the headline is online pods' (the replica-time they served)
+  re-placement       = for pods stopped by a node failure: seconds from the failure until
+                       bound to a node again and until running again (a node repaired
+                       first restarts them in place); pods not running again by the end
+                       count (end - failure) in ``to_running_all_s``
+  batch_runs         = batch pods grouped by app (one nightly run): window = last finish
+                       - first arrival; runs not finished by the end are "incomplete" and
+                       count (end - first arrival); deadline misses are pods that finished
+                       after their deadline or had not finished when it passed
 
 A warm-up (``measure_from``) lets the cluster fill before measuring: nothing
 before it counts, and per-pod figures cover pods arriving after it.
@@ -43,7 +55,7 @@ from smartsched.model.pod import POD_CLASS_IDS, POD_CLASSES, PodClass
 from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, GPU_MODEL_NAMES, MEM
 from smartsched.twin.decision import Rejection
 from smartsched.twin.fragmentation import TargetWorkload, cluster_fragmentation
-from smartsched.twin.podtable import BOUND, DONE, FAILED, PENDING, RUNNING, PodTable
+from smartsched.twin.podtable import BOUND, DONE, FAILED, NOT_ARRIVED, PENDING, RUNNING, PodTable
 from smartsched.twin.power import PowerModel
 from smartsched.twin.sampling import RunningUse
 from smartsched.twin.state import POWER_OFF, ClusterState
@@ -132,6 +144,12 @@ class MetricsRecorder:
         self.lost_s_cls = np.zeros(len(POD_CLASS_IDS))
         self.migrations_cls = np.zeros(len(POD_CLASS_IDS), dtype=np.int64)  # descheduling
         self.decision_seconds: list[float] = []
+        self.node_failures = 0
+        self.failure_log: list[tuple[float, int]] = []  # (time, node) of every failure
+        self.downtime_cls = np.zeros(len(POD_CLASS_IDS))  # seconds pods were down
+        # Pods stopped by a node failure and running again: (class, failure -> bound again
+        # (nan: restarted in place), failure -> running).
+        self.replacements: list[tuple[int, float, float]] = []
 
     # ----------------------------------------------------------- event hooks
     def advance(self, t0: float, t1: float) -> None:
@@ -200,6 +218,21 @@ class MetricsRecorder:
         """An evicted pod lost ``seconds`` of running it will do again."""
         if self.t_last >= self.measure_from:
             self.lost_s_cls[self.table.cls[pod]] += seconds
+
+    def node_failed(self, node: int, now: float) -> None:
+        self.failure_log.append((now, node))
+        if now >= self.measure_from:
+            self.node_failures += 1
+
+    def down(self, pod: int, since: float, until: float) -> None:
+        """Pod ``pod`` was down (stopped against its will) from ``since`` to ``until``."""
+        self.downtime_cls[self.table.cls[pod]] += max(until - max(since, self.measure_from), 0.0)
+
+    def replaced(self, pod: int, failed_at: float, bound_at: float | None, now: float) -> None:
+        """A pod stopped by its node's failure at ``failed_at`` runs again."""
+        if failed_at >= self.measure_from:
+            to_bound = np.nan if bound_at is None else bound_at - failed_at
+            self.replacements.append((int(self.table.cls[pod]), to_bound, now - failed_at))
 
     def failed(self, pods: list[int]) -> None:
         """Pods that left the queue without running (fill mode)."""
@@ -388,6 +421,12 @@ class MetricsRecorder:
                     s, self.t_last - tb.arrival[arrived & ~np.isfinite(tb.started_at)
                                                 & (tb.status != FAILED)]])),
             }
+        avail = self._availability()
+        for name, a in avail.items():
+            if name in per_class:
+                per_class[name]["availability_pct"] = a["availability_pct"]
+                per_class[name]["downtime_s"] = a["downtime_s"]
+                per_class[name]["lifetime_s"] = a["lifetime_s"]
         lat = np.flatnonzero(np.isfinite(tb.latency_ms) & measured)
         slo = np.array([
             np.inf if tb.pods[i].latency_slo_ms is None else tb.pods[i].latency_slo_ms
@@ -430,7 +469,12 @@ class MetricsRecorder:
                 # none had (no room within the SLO).
                 "latency_violations_placed_too_far": too_far,
                 "latency_violations_no_room": lat_viol - too_far,
+                "online_availability_pct": avail.get(PodClass.ONLINE.value, {}).get(
+                    "availability_pct"),
             },
+            "availability": avail,
+            "failures": self._failures(),
+            "batch_runs": self._batch_runs(),
             "images": {
                 # Seconds from binding to the container's start (pull, then start) of the
                 # pods with an image, and what the pulls downloaded.
@@ -458,6 +502,7 @@ class MetricsRecorder:
                 "preemptions": int(self.preemptions_cls.sum()),
                 "migrations": int(self.migrations_cls.sum()),
                 "lost_pod_hours": float(self.lost_s_cls.sum() / 3600.0),
+                "deadline_missed": self._deadline_missed(measured),
             },
             "rejections_by_reason": dict(sorted(self.rejections.items())),
             "rejections_by_plugin": dict(sorted(self.rejections_by_plugin.items())),
@@ -474,6 +519,93 @@ class MetricsRecorder:
                 {"arrived_gpu_pct": a, "gpu_allocation_pct": b} for a, b in fill_curve
             ]
         return metrics
+
+
+    def _availability(self) -> dict[str, dict[str, float | None]]:
+        """Per class: share of the time from first start to end that pods ran."""
+        tb, end = self.table, self.t_last
+        started = np.isfinite(tb.started_at)
+        stop = np.where(np.isfinite(tb.finished_at), tb.finished_at, end)
+        life = np.clip(stop - np.maximum(tb.started_at, self.measure_from), 0.0, None)
+        open_down = np.isfinite(tb.down_from)  # down at the end
+        still = np.clip(end - np.maximum(tb.down_from, self.measure_from), 0.0, None)
+        out: dict[str, dict[str, float | None]] = {}
+        for ci, cls in enumerate(POD_CLASSES):
+            sel = started & (tb.cls == ci)
+            if not sel.any():
+                continue
+            total = float(life[sel].sum())
+            down = float(self.downtime_cls[ci] + still[sel & open_down].sum())
+            out[cls.value] = {
+                "availability_pct": None if total <= 0 else 100.0 * (1.0 - down / total),
+                "downtime_s": down,
+                "lifetime_s": total,
+            }
+        return out
+
+    def _failures(self) -> dict[str, Any]:
+        """Node failures after the warm-up and how fast their pods ran again."""
+        tb, end = self.table, self.t_last
+        rows = np.array(self.replacements, dtype=np.float64).reshape(-1, 3)
+        waiting = np.isfinite(tb.failed_at) & (tb.failed_at >= self.measure_from)
+
+        def figures(sel: np.ndarray, wait: np.ndarray) -> dict[str, Any]:
+            r = rows[sel]
+            bound = r[:, 1][np.isfinite(r[:, 1])]
+            return {
+                "pods_stopped": int(sel.sum() + wait.sum()),
+                "to_bound_s": _percentiles(bound),
+                "to_running_s": _percentiles(r[:, 2]),
+                "to_running_all_s": _percentiles(np.concatenate(
+                    [r[:, 2], end - tb.failed_at[wait]])),
+                "restarted_in_place": int((~np.isfinite(r[:, 1])).sum()),
+                "max_to_running_s": float(np.concatenate(
+                    [r[:, 2], end - tb.failed_at[wait]]).max(initial=0.0)),
+                "not_running_at_end": int(wait.sum()),
+            }
+
+        out: dict[str, Any] = {"node_failures": self.node_failures,
+                               **figures(np.ones(len(rows), bool), waiting)}
+        out["classes"] = {
+            cls.value: figures(rows[:, 0] == ci, waiting & (tb.cls == ci))
+            for ci, cls in enumerate(POD_CLASSES)
+            if (rows[:, 0] == ci).any() or (waiting & (tb.cls == ci)).any()
+        }
+        return out
+
+    def _batch_runs(self) -> dict[str, Any]:
+        """Batch pods grouped by app: each group's window (first arrival -> last finish)."""
+        tb, end = self.table, self.t_last
+        sel = (tb.cls == POD_CLASS_IDS[PodClass.BATCH]) & (tb.app >= 0) & (tb.status != NOT_ARRIVED)
+        runs = []
+        for a in np.unique(tb.app[sel]):
+            m = sel & (tb.app == a)
+            first = float(tb.arrival[m].min())
+            if first < self.measure_from:
+                continue
+            done = bool((tb.status[m] == DONE).all())
+            last = float(tb.finished_at[m].max()) if done else end
+            runs.append({"app": tb.apps[a], "pods": int(m.sum()), "complete": done,
+                         "window_h": (last - first) / 3600.0,
+                         "deadline_missed": self._deadline_missed(m)})
+        hours = np.array([r["window_h"] for r in runs])
+        return {
+            "runs": len(runs),
+            "incomplete": sum(not r["complete"] for r in runs),
+            "window_h_mean": float(hours.mean()) if hours.size else None,
+            "window_h_max": float(hours.max()) if hours.size else None,
+            "deadline_missed": sum(r["deadline_missed"] for r in runs),
+            "each": runs,
+        }
+
+    def _deadline_missed(self, sel: np.ndarray) -> int:
+        """Pods of ``sel`` with a deadline that finished after it, or had not finished
+        when it passed."""
+        tb = self.table
+        dl = sel & np.isfinite(tb.deadline)
+        fin = tb.finished_at
+        late = np.where(np.isfinite(fin), fin > tb.deadline, self.t_last > tb.deadline)
+        return int((dl & late).sum())
 
 
 def _percentiles(x: np.ndarray) -> dict[str, float | None]:

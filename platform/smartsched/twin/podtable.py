@@ -63,6 +63,9 @@ class PodTable:
         self.duration = np.array(
             [np.inf if x.duration is None else x.duration for x in pods], dtype=np.float64
         )
+        self.deadline = np.array(
+            [np.inf if x.deadline is None else x.deadline for x in pods], dtype=np.float64
+        )
         self.priority = np.array([x.priority for x in pods], dtype=np.int64)
         self.cls = np.array([POD_CLASS_IDS[x.pod_class] for x in pods], dtype=np.int8)
         self.tenants: list[str] = sorted({x.tenant for x in pods})
@@ -102,6 +105,13 @@ class PodTable:
         self.pinned: list[tuple[int, ...]] = [()] * p
         self.pull_s = np.full(p, np.nan)
         self.pulled_mib = np.zeros(p, dtype=np.int64)
+        # Availability: since when a pod that had started is not running (nan: running, or
+        # never started), and the seconds it was down after the warm-up.
+        self.down_from = np.full(p, np.nan)
+        self.downtime_s = np.zeros(p)
+        # When the node it was on failed (nan: not stopped by a failure); cleared once it
+        # runs again, for the re-placement figures.
+        self.failed_at = np.full(p, np.nan)
 
     def __len__(self) -> int:
         return len(self.pods)

@@ -38,6 +38,8 @@ from smartsched.twin.state import ClusterState, PodRequest, RequestBatch, Room
 
 # The parts of ClusterState.fit_checks that count as "room" for the rule without a hint.
 ROOM_CHECKS = frozenset({"cpu", "memory", "fpga", "gpu"})
+# How units of one priority are ordered (``SchedulingQueue.set_order``).
+QUEUE_ORDERS = ("priority", "least-slack")
 # Hinted units are checked against all nodes in chunks of this many rows (memory bound).
 _CHUNK = 512
 # Below this many rows a check is cheaper than finding the rows' distinct signatures.
@@ -52,7 +54,9 @@ class SchedulingQueue:
         self.table = table
         self.state = state
         self.request = request  # compiled request of pod i (cached by the engine)
-        self._active: list[tuple[int, float, int, int]] = []  # (-prio, arrival, rep, unit)
+        # (-prio, order key, arrival, rep, unit); the key is 0 in Kubernetes order.
+        self._active: list[tuple[int, float, float, int, int]] = []
+        self.order = "priority"  # or "least-slack" (see ``set_order``)
         self._unhinted: set[int] = set()
         self._hinted = _HintedPool(state.num_nodes)
         self._deferred: set[int] = set()
@@ -106,7 +110,28 @@ class SchedulingQueue:
 
     def _push(self, unit: int, rep: int) -> None:
         tb = self.table
-        heapq.heappush(self._active, (-int(tb.priority[rep]), float(tb.arrival[rep]), rep, unit))
+        key = 0.0
+        if self.order == "least-slack":
+            members = self.gang_members[-unit - 1] if unit < 0 else [rep]
+            key = min(self._latest_start(m) for m in members)  # a gang: its tightest member
+        heapq.heappush(self._active, (-int(tb.priority[rep]), key, float(tb.arrival[rep]), rep,
+                                      unit))
+
+    def set_order(self, order: str) -> None:
+        """How units of one priority are ordered: "priority" (Kubernetes: by arrival) or
+        "least-slack": by latest start time (deadline minus the work left; units without a
+        deadline after those with one, then by arrival). For jobs that share a deadline it
+        is longest-first, which shortens the window they all finish in (a list schedule's
+        makespan is at most the ideal plus the last-started job's length). Must be set
+        before the first arrival."""
+        if order not in QUEUE_ORDERS:
+            raise ValueError(f"queue order {order!r} is not one of {QUEUE_ORDERS}")
+        self.order = order
+
+    def _latest_start(self, i: int) -> float:
+        """Pod i's deadline minus its remaining run time (inf: no deadline)."""
+        left = float(self.table.remaining[i])
+        return float(self.table.deadline[i]) - (left if np.isfinite(left) else 0.0)
 
     def _requeue(self, units: Iterable[int]) -> None:
         for u in units:
@@ -122,7 +147,7 @@ class SchedulingQueue:
         """
         tb = self.table
         while self._active:
-            _, _, _, unit = heapq.heappop(self._active)
+            unit = heapq.heappop(self._active)[-1]
             if unit < 0:
                 g = -unit - 1
                 st = tb.status[self.gang_members[g]]

@@ -2,7 +2,8 @@
 
 Owns the workload naming scheme: ``openb:<variant>`` (the Alibaba trace under
 the data dir), ``mixed`` or ``mixed:<profile.yaml>`` (the synthetic
-generator), or a path to an openb-format CSV or a SmartSched Parquet file.
+generator), ``finance`` or ``finance:<profile.yaml>`` (the finance case), or a
+path to an openb-format CSV or a SmartSched Parquet file.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> l
 
         profile = load_profile(spec.split(":", 1)[1]) if ":" in spec else None
         return generate_mixed(cluster, hours=hours, seed=seed, profile=profile)
+    if spec == "finance" or spec.startswith("finance:"):
+        from smartsched.workloads.finance import generate_finance
+        from smartsched.workloads.finance import load_profile as load_finance
+
+        fin = load_finance(spec.split(":", 1)[1]) if ":" in spec else None
+        return generate_finance(cluster, hours=hours, seed=seed, profile=fin)
     path = Path(spec)
     if path.suffix == ".csv" and path.is_file():
         from smartsched.workloads.openb import load_openb_pods
@@ -39,7 +46,8 @@ def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> l
         return _checked(read_pods(path), path)
     raise ValidationError(
         "workload",
-        f"{spec!r} is not openb:<variant>, mixed[:profile.yaml], or an existing .csv/.parquet file",
+        f"{spec!r} is not openb:<variant>, mixed[:profile.yaml], finance[:profile.yaml], or an "
+        "existing .csv/.parquet file",
     )
 
 
