@@ -24,8 +24,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"paths", "model", "ray_local"}),
     # Sources of pods, and the load forecaster: a model the twin runs with (the run
     # builder attaches it), importing only model. audit: the tamper-evident decision
-    # log, which every driver above writes to.
-    frozenset({"workloads", "forecast", "audit"}),
+    # log, which every driver above writes to. carbon: grid-intensity forecasts and
+    # temporal shifting of deferrable jobs (model only).
+    frozenset({"workloads", "forecast", "audit", "carbon"}),
     frozenset({"twin"}),
     frozenset({"scheduling"}),
     frozenset({"objectives", "prometheus", "perception", "rl", "serving", "k8s",

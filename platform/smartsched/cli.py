@@ -1005,6 +1005,34 @@ def bench_finance(seeds: str, nights: int, mtbf_hours: float, no_failures: bool,
     _write_json(json_path, res)
 
 
+@bench.command("carbon")
+@click.option("--series", default="ger-2020,gb-2020,ca-2022", show_default=True,
+              help="Public grid series under the data dir.")
+@click.option("--slack-hours", default="24,48", show_default=True,
+              help="Deadlines after arrival, comma-separated (at most 168).")
+@click.option("--jobs", type=click.IntRange(min=1, max=1_000_000), default=2000,
+              show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="PNG: one week of the first series with the shifted work on top.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str | None,
+                 json_path: str | None) -> None:
+    """Issue 20: temporal shifting by forecast against the perfect-knowledge bound."""
+    from smartsched.bench.carbon import run_carbon
+
+    try:
+        slacks = [int(x) for x in slack_hours.split(",") if x]
+    except ValueError:
+        raise click.BadParameter("comma-separated whole hours",
+                                 param_hint="--slack-hours") from None
+    if not slacks or min(slacks) < 1 or max(slacks) > 168:
+        raise click.BadParameter("each within 1..168", param_hint="--slack-hours")
+    names = [s for s in series.split(",") if s]
+    res = run_carbon(names, slacks, jobs=jobs, seed=seed, plot=plot, echo=click.echo)
+    _write_json(json_path, res)
+
+
 @bench.command("telemetry")
 @click.option("--clusters", default="small,medium,large", show_default=True)
 @click.option("--hours", default=2.0, show_default=True, help="Simulated before measuring.")

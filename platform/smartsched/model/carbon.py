@@ -65,12 +65,20 @@ PUBLIC_SERIES: dict[str, tuple[str, str, str]] = {
 }
 
 
+MAX_GAP_S = 3 * HOUR  # the longest span between two readings a loaded series may hold over
+
+
 def load_carbon_csv(
-    path: str | Path, time_column: str, value_column: str, step_s: float = 900.0
+    path: str | Path, time_column: str, value_column: str, step_s: float = 900.0,
+    max_gap_s: float = MAX_GAP_S,
 ) -> CarbonSeries:
     """Load an irregular (time, intensity) CSV and resample to a fixed grid.
 
-    Empty values are dropped; empty bins hold the previous bin's value.
+    Refused, naming the row: a bad timestamp, timestamps not increasing, a value that is
+    not a number (other than empty) or negative, and a gap -- more than ``max_gap_s``
+    between two readings, empty values not counting as readings. Shorter gaps (the
+    California file's three empty hours, a 30-min hole in a 15-min series) hold the
+    previous reading, as empty bins of the grid do.
     """
     import pandas as pd
 
@@ -79,17 +87,41 @@ def load_carbon_csv(
     for col in (time_column, value_column):
         if col not in df.columns:
             raise ValidationError(col, "missing column", source=str(path))
+    if df.empty:
+        raise ValidationError(value_column, "no rows", source=str(path))
     ts = pd.to_datetime(df[time_column], utc=True, errors="coerce")
-    vals = pd.to_numeric(df[value_column], errors="coerce")
+    raw = df[value_column]
+    vals = pd.to_numeric(raw, errors="coerce")
     bad_time = ts.isna()
     if bad_time.any():
         row = int(np.flatnonzero(bad_time.to_numpy())[0])
         raise ValidationError(time_column, "not a timestamp", row=row, source=str(path))
+    secs_all = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
+    back = np.flatnonzero(np.diff(secs_all) <= 0)
+    if back.size:
+        raise ValidationError(time_column, "timestamps must increase", row=int(back[0]) + 1,
+                              source=str(path))
+    not_number = (vals.isna() & raw.notna() & (raw.astype(str).str.strip() != "")).to_numpy()
+    if not_number.any():
+        raise ValidationError(value_column, f"{raw.iloc[int(np.flatnonzero(not_number)[0])]!r} "
+                              "is not a number", row=int(np.flatnonzero(not_number)[0]),
+                              source=str(path))
+    neg = np.flatnonzero((vals < 0).to_numpy() | ~np.isfinite(vals.fillna(0).to_numpy()))
+    if neg.size:
+        raise ValidationError(value_column, f"must be finite and >= 0, got {vals.iloc[neg[0]]}",
+                              row=int(neg[0]), source=str(path))
     keep = vals.notna().to_numpy()
-    secs = (ts[keep] - ts.iloc[0]).dt.total_seconds().to_numpy()
-    v = vals[keep].to_numpy(dtype=np.float64)
-    if v.size == 0:
+    if not keep.any():
         raise ValidationError(value_column, "no numeric values", source=str(path))
+    rows = np.flatnonzero(keep)
+    gaps = np.flatnonzero(np.diff(secs_all[rows]) > max_gap_s)
+    if gaps.size:
+        at = int(rows[gaps[0] + 1])
+        raise ValidationError(value_column, f"a gap of {np.diff(secs_all[rows])[gaps[0]] / HOUR:g}"
+                              f" h before this row (at most {max_gap_s / HOUR:g} h)", row=at,
+                              source=str(path))
+    secs = secs_all[keep]
+    v = vals[keep].to_numpy(dtype=np.float64)
     bins = (secs // step_s).astype(np.int64)
     n = int(bins.max()) + 1
     sums = np.bincount(bins, weights=v, minlength=n)
