@@ -1015,11 +1015,21 @@ def bench_finance(seeds: str, nights: int, mtbf_hours: float, no_failures: bool,
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="PNG: one week of the first series with the shifted work on top.")
+@click.option("--twin", is_flag=True,
+              help="Instead: the twin on three regions (DE, GB, CA grids), the mixed "
+              "workload's batch with these deadlines, agnostic / time / space / both.")
+@click.option("--days", default="45,135,225,315", show_default=True,
+              help="--twin: start days in the grid series (one run each).")
+@click.option("--hours", type=click.FloatRange(min=1, max=24 * 30), default=72.0,
+              show_default=True, help="--twin: simulated hours per run.")
+@click.option("--workers", type=click.IntRange(min=1), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str | None,
+                 twin: bool, days: str, hours: float, workers: int | None,
                  json_path: str | None) -> None:
-    """Issue 20: temporal shifting by forecast against the perfect-knowledge bound."""
-    from smartsched.bench.carbon import run_carbon
+    """Issue 20: temporal shifting by forecast against the perfect-knowledge bound (or,
+    with --twin, temporal and spatial shifting in the twin)."""
+    from smartsched.bench.carbon import run_carbon, run_twin_carbon
 
     try:
         slacks = [int(x) for x in slack_hours.split(",") if x]
@@ -1028,6 +1038,17 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
                                  param_hint="--slack-hours") from None
     if not slacks or min(slacks) < 1 or max(slacks) > 168:
         raise click.BadParameter("each within 1..168", param_hint="--slack-hours")
+    if twin:
+        try:
+            starts = [int(x) for x in days.split(",") if x]
+        except ValueError:
+            raise click.BadParameter("comma-separated whole days", param_hint="--days") \
+                from None
+        if not starts or min(starts) < 0:
+            raise click.BadParameter("days >= 0", param_hint="--days")
+        res = run_twin_carbon(starts, slacks, hours=hours, workers=workers, echo=click.echo)
+        _write_json(json_path, res)
+        return
     names = [s for s in series.split(",") if s]
     res = run_carbon(names, slacks, jobs=jobs, seed=seed, plot=plot, echo=click.echo)
     _write_json(json_path, res)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from smartsched.bench.carbon import run_carbon
 
 
@@ -22,3 +24,19 @@ def test_carbon_bench_on_a_real_series(tmp_path: Path, data_dir: Path) -> None:
     assert set(errs) >= {"lag regression", "seasonal naive", "last value"}
     assert "captured" in lines[0] and "lag regression" in lines[0]
     assert (tmp_path / "week.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_twin_carbon_bench_one_start_day() -> None:
+    from smartsched.bench.carbon import run_twin_carbon
+
+    lines: list[str] = []
+    res = run_twin_carbon(days=(150,), slacks=(24,), hours=30.0,
+                          variants=("agnostic", "time+space"), workers=1, echo=lines.append)
+    rows = {r["variant"]: r for r in res["rows"]}
+    assert rows["agnostic"]["batch_kg"] > 0
+    assert rows["agnostic"]["deadline_missed"] == rows["time+space"]["deadline_missed"] == 0
+    # Three grids of very different intensity: moving batch in time and space pays.
+    assert rows["time+space"]["batch_kg"] < rows["agnostic"]["batch_kg"]
+    assert rows["time+space"]["batch_wait_h_per_pod"] > rows["agnostic"]["batch_wait_h_per_pod"]
+    assert "batch kg" in lines[0]

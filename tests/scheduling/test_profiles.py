@@ -242,6 +242,11 @@ CASES: list[tuple[str, str, int, Rule | None]] = [
     # The composite's placement; its queue order and toleration are the run's.
     ("finance", "online", 1, least_used),
     ("finance", "batch", 1, most_allocated),
+    # One grid (this cluster's): GridCarbon scores every node alike; CarbonShift defers
+    # only pods with a deadline.
+    ("green-batch", "batch", 1, most_allocated),
+    ("green", "online", 1, least_used),
+    ("green", "batch", 1, most_allocated),
 ]
 
 

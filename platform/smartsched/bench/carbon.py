@@ -177,3 +177,108 @@ def plot_week(y: np.ndarray, table: ForecastTable, out: Path, name: str, slack_h
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+# --------------------------------------------------------------------------- the twin
+THREE_GRIDS = {
+    "name": "three-grids",
+    "sites": [{"name": "de", "pue": 1.3, "carbon": "ger-2020", "coords_km": [0, 0]},
+              {"name": "gb", "pue": 1.3, "carbon": "gb-2020", "coords_km": [900, 300]},
+              {"name": "ca", "pue": 1.3, "carbon": "ca-2022", "coords_km": [8800, 0]}],
+    "zones": [{"name": f"{s}-1", "site": s} for s in ("de", "gb", "ca")],
+    "nodes": [{"name": f"{s}-n", "zone": f"{s}-1", "cpu_milli": 64000, "memory_mib": 262144,
+               "count": 12} for s in ("de", "gb", "ca")],
+}
+TWIN_VARIANTS = ("agnostic", "time", "space", "time+space")
+
+
+def _batch_profile(name: str, defer: bool, grid: bool) -> Any:
+    from smartsched.scheduling.registry import read_profile_doc
+
+    doc, _ = read_profile_doc("green-batch")
+    doc = dict(doc, name=name)
+    if not defer:
+        doc["defer"] = []
+    if not grid:
+        doc["score"] = [s for s in doc["score"] if s["name"] != "GridCarbon"]
+    return doc
+
+
+def twin_scheduler(variant: str, seed: int) -> Any:
+    """The composite with batch placed carbon-agnostic, or with CarbonShift (time),
+    GridCarbon (space) or both."""
+    from smartsched.scheduling.base import SplitScheduler, make_scheduler
+    from smartsched.scheduling.framework import ProfileScheduler
+    from smartsched.scheduling.registry import profile_from_dict
+
+    if variant == "agnostic":
+        return make_scheduler("composite", seed)
+    batch = ProfileScheduler(profile_from_dict(_batch_profile(
+        f"batch-{variant}", "time" in variant, "space" in variant)), seed)
+    online = make_scheduler("composite-online", seed)
+    accel = make_scheduler("composite-accelerators", seed)
+    return SplitScheduler(f"green-{variant}", {
+        "online": online, "edge-rt": online, "ai-infer": accel, "ai-train": accel,
+        "batch": batch})
+
+
+def _twin_job(job: tuple[str, int, int, int, float]) -> dict[str, Any]:
+    import dataclasses
+
+    from smartsched.model.presets import cluster_from_dict
+    from smartsched.scheduling.run import build_run
+    from smartsched.workloads.mixed import generate_mixed, load_profile
+
+    variant, day, slack, seed, hours = job
+    spec = cluster_from_dict(THREE_GRIDS)
+    spec = dataclasses.replace(spec, sites=tuple(
+        dataclasses.replace(s, carbon=s.carbon.with_offset(day * 86400.0)) for s in spec.sites))
+    prof = load_profile()
+    prof["batch"] = dict(prof["batch"], deadline_hours=float(slack))
+    warm = 6.0
+    pods = generate_mixed(spec, hours=hours + warm, seed=seed, profile=prof)
+    run = build_run(spec, pods, twin_scheduler(variant, seed), seed=seed, hours=hours,
+                    warmup_hours=warm)
+    run.drive()
+    m = run.engine.run_report()
+    batch = m["classes"].get("batch", {})
+    return {"variant": variant, "day": day, "slack_h": slack, "seed": seed,
+            "batch_kg": m["pod_carbon_kg"].get("batch", 0.0), "carbon_kg": m["carbon_kg"],
+            "deadline_missed": m["pods"]["deadline_missed"],
+            "batch_wait_pod_h": batch.get("waiting_pod_hours", 0.0),
+            "batch_pods": batch.get("arrived", 0)}
+
+
+def run_twin_carbon(days: Sequence[int] = (45, 135, 225, 315), slacks: Sequence[int] = (24, 48),
+                    hours: float = 72.0, variants: Sequence[str] = TWIN_VARIANTS,
+                    workers: int | None = None, echo: Callable[[str], Any] = print
+                    ) -> dict[str, Any]:
+    """The mixed workload (batch deadline = slack) on three regions with the DE, GB and
+    CA grids, from each start day of the series; batch pods' own carbon per variant."""
+    from smartsched.bench.pool import map_jobs
+
+    jobs = [(v, d, s, k, hours) for s in slacks for v in variants
+            for k, d in enumerate(days)]
+    res = map_jobs(_twin_job, jobs, workers)
+    rows = []
+    for s in slacks:
+        base = sum(r["batch_kg"] for r in res if r["slack_h"] == s and r["variant"] == "agnostic")
+        for v in variants:
+            rs = [r for r in res if r["slack_h"] == s and r["variant"] == v]
+            kg = sum(r["batch_kg"] for r in rs)
+            rows.append({"slack_h": s, "variant": v, "batch_kg": kg,
+                         "vs_agnostic_pct": 100 * (kg - base) / base if base else None,
+                         "cluster_kg": sum(r["carbon_kg"] for r in rs),
+                         "deadline_missed": sum(r["deadline_missed"] for r in rs),
+                         "batch_wait_h_per_pod": sum(r["batch_wait_pod_h"] for r in rs)
+                         / max(1, sum(r["batch_pods"] for r in rs))})
+    lines = [f"twin: three regions (DE 2020, GB 2020, CA 2022 grids), mixed workload, "
+             f"{hours:g} h from days {list(days)}; batch pods' own carbon",
+             "deadline h | variant | batch kg | vs agnostic | cluster kg | missed | "
+             "batch wait h/pod"]
+    for r in rows:
+        lines.append(f"{r['slack_h']} | {r['variant']} | {r['batch_kg']:.1f} | "
+                     f"{r['vs_agnostic_pct']:+.1f} % | {r['cluster_kg']:.0f} | "
+                     f"{r['deadline_missed']} | {r['batch_wait_h_per_pod']:.1f}")
+    echo("\n".join(lines))
+    return {"rows": rows, "runs": res, "days": list(days), "hours": hours}

@@ -21,11 +21,14 @@ HOUR = 3600.0
 
 @dataclass(frozen=True, slots=True, eq=False)
 class CarbonSeries:
-    """Carbon intensity sampled every ``step_s`` seconds, repeating after its end."""
+    """Carbon intensity sampled every ``step_s`` seconds, repeating after its end.
+    Simulation time ``t`` reads the series at ``t + offset_s`` (a run may start at any
+    point of a year-long series: ``with_offset``)."""
 
     values: np.ndarray  # gCO2/kWh, float64
     step_s: float = HOUR
     name: str = "synthetic"
+    offset_s: float = 0.0
 
     def __post_init__(self) -> None:
         v = np.asarray(self.values, dtype=np.float64)
@@ -35,13 +38,24 @@ class CarbonSeries:
             raise ValidationError("carbon.values", "must be finite and >= 0")
         if not (self.step_s > 0 and math.isfinite(self.step_s)):
             raise ValidationError("carbon.step_s", "must be a positive number")
+        if not (isinstance(self.offset_s, int | float) and 0 <= self.offset_s < math.inf):
+            raise ValidationError("carbon.offset_s", "must be a number >= 0")
         object.__setattr__(self, "values", v)
+
+    def with_offset(self, offset_s: float) -> CarbonSeries:
+        """The same series read from ``offset_s`` seconds into it."""
+        return CarbonSeries(self.values, self.step_s, self.name, float(offset_s))
+
+    @property
+    def span_s(self) -> float:
+        return self.values.size * self.step_s
 
     def at(self, t: float | np.ndarray) -> np.ndarray | float:
         """Intensity at simulation time(s) ``t`` (seconds), wrapping around the series."""
         if isinstance(t, (float, int)) and math.isfinite(t):  # per event: no array trip
-            return float(self.values[int(t // self.step_s) % self.values.size])
-        idx = (np.asarray(t, dtype=np.float64) // self.step_s).astype(np.int64) % self.values.size
+            return float(self.values[int((t + self.offset_s) // self.step_s) % self.values.size])
+        idx = ((np.asarray(t, dtype=np.float64) + self.offset_s) // self.step_s).astype(
+            np.int64) % self.values.size
         out = self.values[idx]
         return float(out) if np.ndim(out) == 0 else out
 

@@ -52,7 +52,7 @@ def write_cluster(spec: ClusterSpec, path: str | Path) -> None:
                 "access_latency_ms": s.access_latency_ms, "pue": s.pue,
                 "price_core_hour": s.price_core_hour, "price_gpu_hour": s.price_gpu_hour,
                 "carbon": {"values": s.carbon.values.tolist(), "step_s": s.carbon.step_s,
-                           "name": s.carbon.name},
+                           "name": s.carbon.name, "offset_s": s.carbon.offset_s},
             }
             for s in spec.sites
         ],
@@ -74,7 +74,8 @@ def read_cluster(path: str | Path) -> ClusterSpec:
     for s in meta["sites"]:
         c = s.pop("carbon")
         sites.append(Site(**{**s, "coords_km": tuple(s["coords_km"])},
-                          carbon=CarbonSeries(np.asarray(c["values"]), c["step_s"], c["name"])))
+                          carbon=CarbonSeries(np.asarray(c["values"]), c["step_s"], c["name"],
+                                              float(c.get("offset_s", 0.0)))))
     zones = [Zone(**z) for z in meta["zones"]]
     nodes = []
     for i, r in enumerate(table.to_pylist()):

@@ -118,6 +118,19 @@ class DeschedulePlugin(Protocol):
 
 
 @runtime_checkable
+class DeferPlugin(Protocol):
+    """Defer extension point: whether a pod that could start now should wait (carbon).
+    Asked only for pods with feasible nodes; a deferred pod is offered again at the next
+    periodic flush."""
+
+    name: str
+
+    def defer(self, ctx: CycleContext, feasible: np.ndarray) -> str | None:
+        """Why the pod should wait now, or None to place it."""
+        ...
+
+
+@runtime_checkable
 class BindPlugin(Protocol):
     """Bind extension point: which devices on the chosen node the pod gets."""
 
@@ -147,6 +160,8 @@ class Profile:
     post_filters: tuple[PostFilterPlugin, ...] = ()
     # Periodic passes that move bound pods (GpuDefrag).
     deschedulers: tuple[DeschedulePlugin, ...] = ()
+    # Asked before placing a pod that could start: wait instead (CarbonShift).
+    deferrers: tuple[DeferPlugin, ...] = ()
     # Run-wide settings (profile_doc.RunSettings): the queue's order, and how long pods
     # tolerate a NotReady node (None: the cluster's default).
     queue_sort: str = "priority"
@@ -154,7 +169,7 @@ class Profile:
 
     def plugins(self) -> list[object]:
         out: list[object] = [*self.filters, *(p for p, _ in self.scorers), *self.post_filters,
-                             *self.deschedulers]
+                             *self.deschedulers, *self.deferrers]
         if self.binder is not None and all(self.binder is not p for p in out):
             out.append(self.binder)
         return out
@@ -243,6 +258,10 @@ class ProfileScheduler:
             if reserve is not None:
                 return dataclasses.replace(rejected, reserve=reserve)
             return rejected
+        for d in self.profile.deferrers:
+            why = d.defer(ctx, ok)
+            if why is not None:
+                return Decision(None, defer=True, rejections=(Rejection(why, d.name),))
         if idx.size == 1 or not self.profile.scorers:
             total = np.zeros(state.num_nodes)
         else:

@@ -106,6 +106,7 @@ class ProfileDoc(RunSettings):
     binder: PluginRef | None = None
     post_filter: list[PluginRef] = Field(default_factory=list)
     deschedule: list[PluginRef] = Field(default_factory=list)
+    defer: list[PluginRef] = Field(default_factory=list)
     tie_break: Literal["random", "first", "rank"] = "random"
     forecaster: str | None = Field(None, min_length=1)
 

@@ -32,6 +32,7 @@ from smartsched.model.configfile import first_error, read_yaml, read_yaml_text, 
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.scheduling.framework import (
     BindPlugin,
+    DeferPlugin,
     DeschedulePlugin,
     FilterPlugin,
     PostFilterPlugin,
@@ -41,6 +42,7 @@ from smartsched.scheduling.framework import (
 from smartsched.scheduling.plugins import (
     accelerators,
     binders,
+    carbon,
     defrag,
     edge,
     gangs,
@@ -86,10 +88,12 @@ BUILTIN_PLUGINS: tuple[type, ...] = (
     gangs.Reservations,
     accelerators.AcceleratorFit,
     defrag.GpuDefrag,
+    carbon.CarbonShift,
+    carbon.GridCarbon,
 )
 
 # The extension points a plugin class may implement (framework.py's Protocols).
-_EXTENSION_METHODS = ("filter", "score", "devices", "post_filter", "plan")
+_EXTENSION_METHODS = ("filter", "score", "devices", "post_filter", "plan", "defer")
 
 _PLUGINS: dict[str, type] = {}
 
@@ -177,8 +181,11 @@ def build_profile(doc: ProfileDoc) -> Profile:
                        "a post-filter plugin")
     passes = _plugins_of(doc.deschedule, f"{name}.deschedule", DeschedulePlugin,
                          "a descheduling plugin")
+    deferrers = _plugins_of(doc.defer, f"{name}.defer", DeferPlugin, "a defer plugin")
     return Profile(name, tuple(filters), tuple(scorers), binder, doc.tie_break, doc.forecaster,
-                   tuple(post), tuple(passes), doc.queue_sort, doc.failure_toleration_s)
+                   post_filters=tuple(post), deschedulers=tuple(passes),
+                   deferrers=tuple(deferrers), queue_sort=doc.queue_sort,
+                   failure_toleration_s=doc.failure_toleration_s)
 
 
 def _plugins_of(refs: list[Any], where: str, point: type, what: str) -> tuple[Any, ...]:

@@ -333,7 +333,8 @@ class SitePlacer:
         if decision.node is None:
             why = unschedulable_message(self.state.num_nodes, decision.rejections)
             if decision.defer:
-                why = "the profile deferred it"
+                said = "; ".join(r.reason for r in decision.rejections)
+                why = "the profile deferred it" + (f": {said}" if said else "")
             return None, why, decision.rejected_by(), ()
         preempted: tuple[tuple[str, tuple[str, ...]], ...] = ()
         if decision.victims:

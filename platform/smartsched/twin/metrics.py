@@ -15,6 +15,10 @@ Definitions (time-weighted over the simulated span T):
   energy_kwh         = int sum_nodes (idle + dynamic watts) * PUE(site) dt
                        dynamic = (max-idle)_host * cpu_use + sum_gpu (max-idle) * gpu_use
   carbon_kg          = int energy rate * carbon intensity(site, t) dt
+  pods' carbon       = per pod, its share of its node's dynamic watts (cpu and GPU, by
+                       its share of the node's use), times the site's PUE and grid
+                       intensity, over the ticks: the carbon a placement or a shift in
+                       time can move (idle watts are the cluster's, not a pod's)
   cost_usd           = int sum powered-on nodes (cores * core-hour + gpus * gpu-hour price) dt
   fairness_jain      = mean over ticks of (sum x)^2 / (n sum x^2), x = tenants' dominant shares
   cross_zone_gb_per_h = mean over ticks of sum_pods traffic * (share of app peers in other zones)
@@ -58,7 +62,7 @@ from smartsched.twin.fragmentation import TargetWorkload, cluster_fragmentation
 from smartsched.twin.podtable import BOUND, DONE, FAILED, NOT_ARRIVED, PENDING, RUNNING, PodTable
 from smartsched.twin.power import PowerModel
 from smartsched.twin.sampling import RunningUse
-from smartsched.twin.state import POWER_OFF, ClusterState
+from smartsched.twin.state import POWER_OFF, POWER_ON, ClusterState
 
 USAGE_RES = (CPU, MEM, GPU)
 _ONLINE = POD_CLASSES.index(PodClass.ONLINE)
@@ -299,6 +303,7 @@ class MetricsRecorder:
         usage_sum = st.usage.sum(axis=0)
         if t < self.measure_from or dt <= 0:
             return  # warm-up (or the instant at the horizon): keep power current only
+        self._pod_carbon(use, cpu_util, gpu_util, t, dt)
         self.int_usage += usage_sum * dt
         self.int_usage_time += dt
         self.be_demand_cpu_s += float(be_demand[:, 0].sum()) * dt
@@ -484,6 +489,10 @@ class MetricsRecorder:
             "cross_zone_gb_per_h": float(np.mean(self.cross_zone)) if self.cross_zone else 0.0,
             "energy_kwh": self.energy_j / 3.6e6,
             "carbon_kg": self.carbon_g / 1000,
+            # The pods' own work (see the module docstring), per class, after the warm-up.
+            "pod_carbon_kg": {
+                cls.value: float(tb.carbon_g[tb.cls == ci].sum() / 1000)
+                for ci, cls in enumerate(POD_CLASSES) if (tb.cls == ci).any()},
             "cost_usd": self.cost_usd,
             "fairness_jain": float(np.mean(self.fairness)) if self.fairness else 1.0,
             "pods": {
@@ -520,6 +529,31 @@ class MetricsRecorder:
             ]
         return metrics
 
+
+    def _pod_carbon(self, use: RunningUse, cpu_util: np.ndarray, gpu_util: np.ndarray,
+                    t: float, dt: float) -> None:
+        """Charge each running pod its share of its node's dynamic watts over ``dt``."""
+        run = use.pods
+        if run.size == 0:
+            return
+        st, tb, pn = self.state, self.table, use.nodes
+        cpu = tb.requests[run, CPU] * use.factor
+        if use.best_effort.any():  # best-effort pods get what is left (throttled)
+            got = np.divide(use.be_got[:, 0], use.be_demand[:, 0],
+                            out=np.zeros(st.num_nodes), where=use.be_demand[:, 0] > 0)
+            cpu = np.where(use.best_effort, cpu * got[pn], cpu)
+        gpu = np.where(use.best_effort, 0.0, tb.requests[run, GPU] * use.factor)
+        pm = self.power_model
+        on = st.power[pn] == POWER_ON
+        host_w = (pm.host_dyn_w * cpu_util)[pn]
+        gpu_w = (pm.gpu_dyn_w * gpu_util)[pn]
+        node_cpu, node_gpu = st.usage[pn, 0], st.usage[pn, 2]
+        w = host_w * np.divide(cpu, node_cpu, out=np.zeros(run.size), where=node_cpu > 0) \
+            + gpu_w * np.divide(gpu, node_gpu, out=np.zeros(run.size), where=node_gpu > 0)
+        site = st.site_id[pn]
+        ci = np.array([c.at(t) for c in self.site_carbon])
+        grams = np.where(on, w, 0.0) * self.site_pue[site] * ci[site] * dt / 3.6e6
+        np.add.at(tb.carbon_g, run, grams)
 
     def _availability(self) -> dict[str, dict[str, float | None]]:
         """Per class: share of the time from first start to end that pods ran."""

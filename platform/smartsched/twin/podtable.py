@@ -112,6 +112,9 @@ class PodTable:
         # When the node it was on failed (nan: not stopped by a failure); cleared once it
         # runs again, for the re-placement figures.
         self.failed_at = np.full(p, np.nan)
+        # Grams of CO2 of each pod's own work after the warm-up (metrics.tick: its share of
+        # its node's dynamic watts, at the node's PUE and grid intensity).
+        self.carbon_g = np.zeros(p)
 
     def __len__(self) -> int:
         return len(self.pods)

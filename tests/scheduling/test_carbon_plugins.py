@@ -1,0 +1,130 @@
+"""CarbonShift waits for cleaner hours within the deadline; GridCarbon picks the cleaner
+grid; pods' own carbon is their share of their node's dynamic power."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from smartsched.carbon.outlook import outlook
+from smartsched.model.carbon import CarbonSeries
+from smartsched.model.cluster import ClusterSpec, Site, Zone
+from smartsched.model.errors import ValidationError
+from smartsched.model.pod import PodClass
+from smartsched.scheduling.base import make_scheduler
+from smartsched.scheduling.registry import profile_from_dict
+from smartsched.scheduling.runner import run
+from smartsched.twin.engine import Engine, EngineConfig
+from smartsched.twin.power import PowerModel
+from tests.builders import node, pod
+
+# Dirty for the first 3 hours of every day, clean after.
+DIRTY_MORNING = CarbonSeries(np.array([1000.0] * 3 + [100.0] * 21), 3600.0, "dirty-morning")
+
+
+def _spec(*series: CarbonSeries) -> ClusterSpec:
+    sites = tuple(Site(f"s{i}", carbon=c, pue=1.0) for i, c in enumerate(series))
+    zones = tuple(Zone(f"z{i}", f"s{i}") for i in range(len(series)))
+    nodes = tuple(node(f"n{i}", cpu=8000, zone=f"z{i}") for i in range(len(series)))
+    return ClusterSpec("grids", sites, zones, nodes)
+
+
+def _run(spec, pods, scheduler, hours=30.0):
+    e = Engine(spec, pods, EngineConfig(power_management=False, horizon_s=hours * 3600.0))
+    return e, run(e, make_scheduler(scheduler, 0) if isinstance(scheduler, str) else scheduler)
+
+
+def _batch(pid="job", deadline_h=24.0, duration_h=1.0, **kw):
+    return pod(pid, cpu=4000, pod_class=PodClass.BATCH, priority=100, arrival=0.0,
+               duration=duration_h * 3600.0, deadline=deadline_h * 3600.0, **kw)
+
+
+def test_carbon_shift_waits_for_the_clean_hours_and_emits_less() -> None:
+    spec = _spec(DIRTY_MORNING)
+    e, m = _run(spec, [_batch()], "green-batch")
+    start = e.table.started_at[0]
+    assert 3 * 3600.0 <= start < 4 * 3600.0  # at the first flush of the clean hours
+    assert e.table.finished_at[0] <= e.table.deadline[0]
+    e2, m2 = _run(spec, [_batch()], "composite-batch")
+    assert e2.table.started_at[0] == 0.0
+    assert m["pod_carbon_kg"]["batch"] < 0.2 * m2["pod_carbon_kg"]["batch"]
+    assert m["pods"]["deadline_missed"] == 0
+
+
+def test_carbon_shift_never_waits_past_the_latest_start_less_the_margin() -> None:
+    # 1 h of work due in 2.5 h, margin 1 h: at most 0.5 h of slack -> it starts now.
+    e, _ = _run(_spec(DIRTY_MORNING), [_batch(deadline_h=2.5)], "green-batch")
+    assert e.table.started_at[0] == 0.0
+    # Online pods (and pods without a deadline) never wait.
+    online = pod("web", cpu=1000, pod_class=PodClass.ONLINE, arrival=0.0, duration=3600.0)
+    nodl = pod("nodl", cpu=1000, pod_class=PodClass.BATCH, arrival=0.0, duration=3600.0)
+    e, _ = _run(_spec(DIRTY_MORNING), [online, nodl], "green-batch")
+    assert (e.table.started_at == 0.0).all()
+
+
+def test_grid_carbon_prefers_the_cleaner_site() -> None:
+    spec = _spec(CarbonSeries.constant(500.0), CarbonSeries.constant(100.0))
+    e, _ = _run(spec, [_batch(deadline_h=2.0)], "green-batch")
+    assert e.table.node[0] == 1
+    # PUE counts: the clean grid behind a wasteful site loses (250 x 1.0 < 100 x 3.0).
+    sites = (dataclasses.replace(spec.sites[0], pue=1.0,
+                                 carbon=CarbonSeries.constant(250.0)),
+             dataclasses.replace(spec.sites[1], pue=3.0))
+    e, _ = _run(dataclasses.replace(spec, sites=sites), [_batch(deadline_h=2.0)], "green-batch")
+    assert e.table.node[0] == 0
+
+
+def test_pod_carbon_is_the_dynamic_part_of_the_cluster_carbon() -> None:
+    spec = _spec(CarbonSeries.constant(300.0))
+    p = pod("w", cpu=4000, arrival=0.0, duration=7200.0)
+    e, m = _run(spec, [p], "first-fit", hours=2.0)
+    idle_w = PowerModel.of(spec, e.state.gpu_model, e.state.gpu_count).idle_w.sum()
+    idle_kg = idle_w * 7200.0 / 3.6e6 * 300.0 / 1000
+    assert m["pod_carbon_kg"]["batch"] == pytest.approx(m["carbon_kg"] - idle_kg, rel=0.02)
+    assert m["pod_carbon_kg"]["batch"] > 0
+
+
+def test_outlook_of_a_repeating_day_and_of_an_offset() -> None:
+    o = outlook(DIRTY_MORNING)
+    assert o.expected(0.0, 5).tolist() == [1000.0, 1000.0, 1000.0, 100.0, 100.0]
+    shifted = outlook(DIRTY_MORNING.with_offset(2 * 3600.0))
+    assert shifted.expected(0.0, 3).tolist() == [1000.0, 100.0, 100.0]
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    ({"defer": ["GridCarbon"]}, "mine.defer[0]"),
+    ({"defer": [{"name": "CarbonShift", "args": {"classes": ["gaming"]}}]},
+     "mine.defer[0].args.classes[0]"),
+    ({"defer": [{"name": "CarbonShift", "args": {"margin_h": -1}}]},
+     "mine.defer[0].args.margin_h"),
+])
+def test_bad_defer_plugins_name_the_field(patch, field) -> None:
+    with pytest.raises(ValidationError) as e:
+        profile_from_dict({"name": "mine", "filters": ["NodeResourcesFit"], **patch})
+    assert e.value.field == field
+
+
+def test_a_deferred_job_keeps_slack_to_run_again_once() -> None:
+    # 4 h of work due at 10 h; dirty until 3 h. Without checkpoints it keeps a whole
+    # re-run (4 h) and the 1 h margin: it may wait at most an hour, so it starts by then
+    # (at a flush) although the clean hours come later.
+    e, _ = _run(_spec(DIRTY_MORNING), [_batch(deadline_h=10.0, duration_h=4.0)], "green-batch")
+    assert e.table.started_at[0] <= 3600.0 + 300.0
+    # With a checkpoint every 30 min only that much is kept back: it waits for 3 h.
+    e, _ = _run(_spec(DIRTY_MORNING), [_batch(deadline_h=10.0, duration_h=4.0,
+                                              checkpoint_interval_s=1800.0)], "green-batch")
+    assert 3 * 3600.0 <= e.table.started_at[0] < 4 * 3600.0
+    assert e.table.finished_at[0] <= e.table.deadline[0]
+
+
+def test_residency_decides_where_carbon_may_move_work() -> None:
+    from smartsched.scheduling.compliance import attach, load_policy
+
+    spec = _spec(CarbonSeries.constant(500.0), CarbonSeries.constant(100.0))
+    job = dataclasses.replace(_batch(deadline_h=2.0), tenant="bank")
+    e = Engine(spec, [job], EngineConfig(power_management=False, horizon_s=7200.0))
+    attach(e.state, load_policy({"tenants": ["bank"], "residency": {"bank": ["s0"]}}))
+    run(e, make_scheduler("green-batch", 0))
+    assert e.table.node[0] == 0  # the dirtier grid, where the tenant's data must stay
