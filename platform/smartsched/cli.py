@@ -783,6 +783,18 @@ def bench() -> None:
     """Benchmark suites that print figures (and write them with --json)."""
 
 
+def _int_list(text: str, param: str, low: int, high: int) -> list[int]:
+    """"24,48" -> [24, 48], each within low..high, or a BadParameter naming ``param``."""
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"not comma-separated whole numbers: {text!r}",
+                                 param_hint=param) from None
+    if not out or min(out) < low or max(out) > high:
+        raise click.BadParameter(f"each must be within {low}..{high}", param_hint=param)
+    return out
+
+
 def _seeds(text: str) -> list[int]:
     """"42-51" or "42,43" -> a list of seeds."""
     out: list[int] = []
@@ -1031,21 +1043,9 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
     with --twin, temporal and spatial shifting in the twin)."""
     from smartsched.bench.carbon import run_carbon, run_twin_carbon
 
-    try:
-        slacks = [int(x) for x in slack_hours.split(",") if x]
-    except ValueError:
-        raise click.BadParameter("comma-separated whole hours",
-                                 param_hint="--slack-hours") from None
-    if not slacks or min(slacks) < 1 or max(slacks) > 168:
-        raise click.BadParameter("each within 1..168", param_hint="--slack-hours")
+    slacks = _int_list(slack_hours, "--slack-hours", 1, 168)
     if twin:
-        try:
-            starts = [int(x) for x in days.split(",") if x]
-        except ValueError:
-            raise click.BadParameter("comma-separated whole days", param_hint="--days") \
-                from None
-        if not starts or min(starts) < 0:
-            raise click.BadParameter("days >= 0", param_hint="--days")
+        starts = _int_list(days, "--days", 0, 10_000)
         res = run_twin_carbon(starts, slacks, hours=hours, workers=workers, echo=click.echo)
         _write_json(json_path, res)
         return

@@ -16,7 +16,14 @@ import hashlib
 
 import numpy as np
 
-from smartsched.carbon.forecast import DAY, WEEK, hourly, lag_regression, seasonal_naive
+from smartsched.carbon.forecast import (
+    DAY,
+    WEEK,
+    ahead,
+    hourly,
+    lag_regression,
+    seasonal_naive,
+)
 from smartsched.model.carbon import CarbonSeries
 
 HORIZON_H = 48
@@ -44,12 +51,7 @@ class SiteOutlook:
         """Expected intensity of the ``hours`` hours from the one containing ``t_s``,
         forecast at the end of the hour before it."""
         k = int((t_s + self.series.offset_s) // 3600.0) % self.n
-        row = self.rows[self._shift + (k - 1) % self.n if self._shift else (k - 1) % self.n]
-        h = np.arange(hours)
-        beyond = h >= row.size
-        h[beyond] -= DAY * np.ceil((h[beyond] - row.size + 1) / DAY).astype(np.int64)
-        f = row[np.clip(h, 0, row.size - 1)]
-        return np.where(np.isfinite(f), f, 0.0)
+        return ahead(self.rows[self._shift + (k - 1) % self.n], hours)
 
 
 _BY_ARRAY: dict[int, tuple[np.ndarray, float, SiteOutlook]] = {}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from smartsched.carbon.forecast import DAY, ForecastTable
+from smartsched.carbon.forecast import ForecastTable, ahead
 from smartsched.model.errors import ValidationError
 
 
@@ -100,17 +100,12 @@ def emitted_kg(job: Job, hours: np.ndarray, y: np.ndarray) -> float:
 
 
 def _expected(table: ForecastTable, t: int, n: int) -> np.ndarray:
-    """The forecast for hours ``t .. t + n - 1`` made at the end of hour ``t - 1``; hours
-    past the table's horizon take the same hour of the last forecast day; NaN (too
-    little past to forecast) counts as no preference (the job runs as it arrives)."""
+    """The forecast for hours ``t .. t + n - 1`` made at the end of hour ``t - 1``
+    (``forecast.ahead``: no forecast counts as no preference, the job runs as it
+    arrives)."""
     if t < 1:
         return np.zeros(n)
-    row = table.rows[t - 1]
-    h = np.arange(n)
-    beyond = h >= row.size
-    h[beyond] -= DAY * np.ceil((h[beyond] - row.size + 1) / DAY).astype(np.int64)
-    f = row[np.clip(h, 0, row.size - 1)]
-    return np.where(np.isfinite(f), f, 0.0)
+    return ahead(table.rows[t - 1], n)
 
 
 def _window_sums(x: np.ndarray, w: int) -> np.ndarray:

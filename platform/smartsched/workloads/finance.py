@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.configfile import read_resource, read_yaml, validate
@@ -32,6 +32,7 @@ from smartsched.model.priority import priority_classes
 
 HOUR = 3600.0
 POOL_LABEL = "pool"
+Positive = Annotated[int, Field(ge=1)]
 
 
 class _Online(BaseModel):
@@ -39,19 +40,11 @@ class _Online(BaseModel):
     tenant: str = Field("core", min_length=1)
     pool: str = Field("core", min_length=1)
     load: float = Field(0.5, gt=0, le=1.0)
-    replicas: list[int] = Field(min_length=1)
-    cpu_milli: list[int] = Field(min_length=1)
+    replicas: list[Positive] = Field(min_length=1)
+    cpu_milli: list[Positive] = Field(min_length=1)
     memory_mib_per_core: int = Field(4096, gt=0, le=1 << 20)
     usage_peak_hour: float = Field(11.0, ge=0, lt=24)
     priority_class: str = "online"
-
-    @model_validator(mode="after")
-    def _positive(self) -> _Online:
-        if min(self.replicas) < 1:
-            raise ValueError("replicas must all be >= 1")
-        if min(self.cpu_milli) < 1:
-            raise ValueError("cpu_milli must all be >= 1")
-        return self
 
 
 class _Batch(BaseModel):
@@ -60,23 +53,17 @@ class _Batch(BaseModel):
     pool: str = Field("batch", min_length=1)
     window_start_hour: float = Field(22.0, ge=0, lt=24)
     deadline_hour: float = Field(6.0, ge=0, lt=24)
-    release: list[tuple[float, float]] = Field(min_length=1)
+    # Waves: (hours after the start >= 0, share > 0).
+    release: list[tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(gt=0)]]] = Field(
+        min_length=1)
     work: float = Field(gt=0, le=24)
-    cpu_milli: list[int] = Field(min_length=1)
+    cpu_milli: list[Positive] = Field(min_length=1)
     memory_mib_per_core: int = Field(4096, gt=0, le=1 << 20)
     duration_minutes_mean: float = Field(gt=0, le=24 * 60)
     duration_sigma: float = Field(1.0, ge=0, le=3)
     duration_minutes_max: float = Field(120.0, gt=0, le=24 * 60)
     checkpoint_minutes: float | None = Field(None, gt=0)
     priority_class: str = "batch"
-
-    @model_validator(mode="after")
-    def _release(self) -> _Batch:
-        if any(h < 0 or s <= 0 for h, s in self.release):
-            raise ValueError("release: each wave is [hours after the start >= 0, share > 0]")
-        if min(self.cpu_milli) < 1:
-            raise ValueError("cpu_milli must all be >= 1")
-        return self
 
 
 class FinanceProfile(BaseModel):

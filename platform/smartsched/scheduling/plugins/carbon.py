@@ -48,22 +48,24 @@ class GridCarbonArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# (cluster, hour) -> [S, hours] outlook: it changes once an hour, decisions come by the
-# thousand (a deferred pod is offered again at every flush).
-_HOURLY: dict[tuple[int, int], np.ndarray] = {}
+# (cluster, hour) -> (the cluster, [S, hours] outlook): it changes once an hour, decisions
+# come by the thousand (a deferred pod is offered again at every flush). The cluster is
+# kept beside its outlook so that its id is not reused by another while cached.
+_HOURLY: dict[tuple[int, int], tuple[object, np.ndarray]] = {}
 
 
 def _site_outlook(ctx: CycleContext, hours: int) -> np.ndarray:
     """[S, >= hours] expected g/kWh (times PUE) of each site from the current hour."""
     st = ctx.state
     key = (id(st.spec), int(st.now // 3600.0))
-    got = _HOURLY.get(key)
-    if got is None or got.shape[1] < hours:
-        if got is None and len(_HOURLY) > 64:
-            _HOURLY.clear()
-        n = max(hours, 72)
-        got = _HOURLY[key] = np.stack([outlook(s.carbon).expected(st.now, n) * s.pue
-                                       for s in st.spec.sites])
+    hit = _HOURLY.get(key)
+    if hit is not None and hit[0] is st.spec and hit[1].shape[1] >= hours:
+        return hit[1]
+    if len(_HOURLY) > 64:
+        _HOURLY.clear()
+    n = max(hours, 72)
+    got = np.stack([outlook(s.carbon).expected(st.now, n) * s.pue for s in st.spec.sites])
+    _HOURLY[key] = (st.spec, got)
     return got
 
 
