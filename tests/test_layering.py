@@ -29,8 +29,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"workloads", "forecast", "audit", "carbon"}),
     frozenset({"twin"}),
     frozenset({"scheduling"}),
+    # optimize: the annealing window placer and its exact reference (over profiles).
     frozenset({"objectives", "prometheus", "perception", "rl", "serving", "k8s",
-               "federation", "tuning", "client"}),
+               "federation", "tuning", "client", "optimize"}),
     frozenset({"bench"}),
     frozenset({"cli", "__main__"}),
 )

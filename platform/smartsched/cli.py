@@ -1054,6 +1054,57 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
     _write_json(json_path, res)
 
 
+@bench.command("anneal")
+@click.option("--part", default="gap,speed,fill", show_default=True,
+              help="Comma-separated: gap (against the exact optimum), speed (a window on "
+              "the whole openb cluster), fill (openb fill at 130 % in windows vs fgd).")
+@click.option("--seeds", default="0-9", show_default=True, help="gap: instances.")
+@click.option("--nodes", type=click.IntRange(min=2, max=1213), default=100, show_default=True,
+              help="gap: openb nodes drawn per instance.")
+@click.option("--pods", type=click.IntRange(min=1, max=5000), default=200, show_default=True,
+              help="gap: pods in the window.")
+@click.option("--sweeps", default="1,2,5,10,20,40,80", show_default=True,
+              help="gap: the annealer's sweep budgets (the time-quality curve).")
+@click.option("--limit-s", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, help="gap: the exact solver's time limit.")
+@click.option("--window", type=click.IntRange(min=1, max=20_000), default=1000,
+              show_default=True, help="speed: pods in the window.")
+@click.option("--variants", default="default,cpu050,gpushare40,multigpu50", show_default=True,
+              help="fill: openb trace variants.")
+@click.option("--fill-seeds", default="42-44", show_default=True)
+@click.option("--fill-spec", default="anneal:fgd?window=1000&value=gpu&homes=profile",
+              show_default=True, help="fill: the windowed scheduler beside fgd.")
+@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+              help="gap: PNG of the time-quality curve.")
+@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limit_s: float,
+                 window: int, variants: str, fill_seeds: str, fill_spec: str,
+                 plot: str | None, workers: int | None, json_path: str | None) -> None:
+    """Issue 21: the annealing window placer against the exact optimum, the clock, and
+    sequential fgd in the fill experiment."""
+    from smartsched.bench import anneal as bench_mod
+
+    parts = [x for x in part.split(",") if x]
+    unknown = set(parts) - {"gap", "speed", "fill"}
+    if unknown or not parts:
+        raise click.BadParameter(f"unknown part(s) {sorted(unknown)}; use gap, speed, fill",
+                                 param_hint="--part")
+    out: dict[str, Any] = {}
+    if "gap" in parts:
+        out["gap"] = bench_mod.run_gap(_seeds(seeds), nodes=nodes, pods=pods,
+                                       sweeps=_int_list(sweeps, "--sweeps", 1, 100_000),
+                                       limit_s=limit_s, workers=workers, echo=click.echo,
+                                       plot=plot)
+    if "speed" in parts:
+        out["speed"] = bench_mod.run_speed(window=window, echo=click.echo)
+    if "fill" in parts:
+        names = [v for v in variants.split(",") if v]
+        out["fill"] = bench_mod.run_fill(names, _seeds(fill_seeds), ["fgd", fill_spec],
+                                         workers=workers, echo=click.echo)
+    _write_json(json_path, out)
+
+
 @bench.command("telemetry")
 @click.option("--clusters", default="small,medium,large", show_default=True)
 @click.option("--hours", default=2.0, show_default=True, help="Simulated before measuring.")

@@ -36,6 +36,19 @@ class Scheduler(Protocol):
 
 
 @runtime_checkable
+class WindowPlanner(Protocol):
+    """A scheduler that places pods jointly, a window at a time: in fill mode the drive
+    loop hands it each window of ``window`` arrivals (``plan_window``) before offering
+    their pods one by one (``decide``)."""
+
+    window: int
+
+    def planned(self, request: PodRequest) -> bool: ...
+
+    def plan_window(self, state: ClusterState, requests: Sequence[PodRequest]) -> None: ...
+
+
+@runtime_checkable
 class WorkloadAware(Protocol):
     """A scheduler or plugin that models the workload before placing it (FGD's typical
     pods): the run builder calls ``prepare`` with the workload's pods first."""

@@ -30,6 +30,7 @@ from smartsched.scheduling.base import (
     NeedsTwin,
     Scheduler,
     TwinNeeds,
+    WindowPlanner,
     WorkloadAware,
     make_scheduler,
 )
@@ -58,10 +59,19 @@ class Run:
         """Advance the twin to the next pod that needs placing (None: the run is over)."""
         return self.engine.next_decision()
 
+    @functools.cached_property
+    def _windows(self) -> WindowPlanner | None:
+        """The scheduler, when it places fill mode's arrivals in windows."""
+        s = self.scheduler
+        return s if isinstance(s, WindowPlanner) and self.engine.config.mode == "fill" else None
+
     def decide(self, req: DecisionRequest) -> None:
         """Let the scheduler decide ``req`` and commit it; the wall time counts as the
-        decision's latency."""
+        decision's latency (a window's solve counts to its first pod)."""
         t0 = time.perf_counter()
+        win = self._windows
+        if win is not None and not win.planned(req.request):
+            win.plan_window(self.engine.state, self.engine.fill_window(win.window))
         self.engine.apply(self.scheduler.decide(self.engine.state, req.request))
         self.engine.record_decision_time(time.perf_counter() - t0)
 

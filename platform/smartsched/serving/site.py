@@ -34,7 +34,7 @@ from smartsched.model.errors import (
 )
 from smartsched.model.pod import Pod
 from smartsched.model.resources import CPU, GPU, MEM
-from smartsched.scheduling.base import WorkloadAware, make_scheduler
+from smartsched.scheduling.base import WindowPlanner, WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import unschedulable_message
 from smartsched.scheduling.sandbox import Placement, Proposal, Sandbox, SandboxConfig
 from smartsched.serving.journal import Journal, pod_from_dict, pod_to_dict
@@ -223,6 +223,11 @@ class SitePlacer:
                    request_id: str | None) -> list[SiteResult]:
         results: list[SiteResult] = []
         self._made_now = set()  # reservations of this request: never victims
+        singles = [p for p in pods if not p.gang_id]
+        if len(singles) > 1 and isinstance(self.scheduler, WindowPlanner):
+            # A joint placer (``anneal:<profile>``) solves the batch's single pods as one
+            # window first; each is then booked as usual, as the plan says.
+            self.scheduler.plan_window(self.state, [self.state.compile(p) for p in singles])
         groups: dict[str, list[Pod]] = {}
         for p in pods:
             groups.setdefault(p.gang_id or f"\0{p.id}", []).append(p)

@@ -280,6 +280,17 @@ class Engine:
         for n in sorted(freed - {node}):  # gang mates evicted elsewhere left room there
             self.queue.room_freed(n)
 
+    def fill_window(self, size: int) -> list[PodRequest]:
+        """Fill mode's arrivals in windows: the pod offered now and the ``size - 1`` after
+        it, in the order they will be offered (their window has arrived: a driver that
+        places windows jointly may read them; nothing later)."""
+        if self._fill is None or self._current is None:
+            raise ValidationError("mode", "windows are fill mode's, with a pod offered")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValidationError("window", f"must be an integer >= 1, got {size!r}")
+        later = self._fill.order[self._fill.pos:self._fill.pos + size - 1]
+        return [self._current.request] + [self._request(i) for i in later]
+
     @property
     def tentative(self) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
         """Gang members placed tentatively while the rest of their gang is decided:

@@ -1,0 +1,292 @@
+"""``smartsched bench anneal``: the window placer against the exact optimum, the clock and fgd.
+
+Owns issue 21's figures, in three parts:
+
+* ``gap``: instances the exact solver can prove (``--nodes`` openb nodes drawn at
+  random, filled by fgd to a random 50-95 % of their GPU with the shuffled,
+  inflated openb trace, then a window of the next ``--pods`` pods). The exact
+  optimum (HiGHS, 60 s) beside the annealer's objective at each sweep budget:
+  the gap to the optimum (where proven), seconds (annealing, repair and
+  polish), and that every answer is feasible. The time-quality curve is plotted from these.
+* ``speed``: a window of ``--window`` pods on the whole 1,213-node openb cluster,
+  at three fill levels (empty, ~35 %, ~85 % GPU allocated by fgd): wall seconds of
+  the whole ``place_window`` (candidates, annealing, repair, the twin check) and
+  of each step, for each way of choosing the pods' homes; each window is solved
+  twice and the second call shown (the first also fills the profile's per-state
+  caches; its time is shown beside).
+* ``fill``: the FGD paper's fill experiment at 130 % with arrivals in windows
+  (``anneal:fgd?...``; a pod is known only once its window arrives) beside
+  sequential fgd, per trace variant and seed: the GPU allocation rate.
+
+The same model, the same objective and the same twin check for every solver:
+the exact solver and the annealer read one ``WindowProblem``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+SWEEPS = (1, 2, 5, 10, 20, 40, 80)
+
+
+def gap_instance(seed: int, nodes: int, pods: int) -> tuple[Any, Any, list[Any], float]:
+    """(profile, state, window requests, GPU allocated before the window) for one seed."""
+    from smartsched.model.presets import load_cluster
+    from smartsched.scheduling.run import build_run
+    from smartsched.workloads.resolve import load_workload
+
+    rng = np.random.default_rng(seed)
+    full = load_cluster("openb-gpu")
+    pick = np.sort(rng.choice(len(full.nodes), size=min(nodes, len(full.nodes)),
+                              replace=False))
+    spec = dataclasses.replace(full, name=f"openb-{nodes}", nodes=tuple(full.nodes[i]
+                                                                         for i in pick))
+    # The trace's pods that some drawn node could hold (the others could never be placed).
+    biggest = max(n.cpu_milli for n in spec.nodes)
+    trace = [p for p in load_workload("openb:default", full, 0.0, seed)
+             if p.cpu_milli <= biggest]
+    run = build_run(spec, trace, "fgd", mode="fill", seed=seed, inflate=1.3)
+    target = float(rng.uniform(0.5, 0.95))
+    eng = run.engine
+    cap = float(eng.state.capacity[:, 2].sum())
+    arrived = 0.0
+    while True:
+        req = run.next_decision()
+        if req is None:
+            raise RuntimeError("the trace ran out before the window")
+        if arrived >= target * cap:
+            window = eng.fill_window(pods)
+            break
+        arrived += float(req.request.vector[2])
+        run.decide(req)
+    alloc = float(eng.state.allocated[:, 2].sum()) / max(cap, 1.0)
+    return run.scheduler, eng.state, window, alloc
+
+
+def _gap_one(args: tuple[int, int, int, tuple[int, ...], float, dict[str, Any]]
+             ) -> dict[str, Any]:
+    seed, nodes, pods, sweeps, limit, opts = args
+    from smartsched.optimize.annealer import anneal
+    from smartsched.optimize.candidates import Pruning, build_problem
+    from smartsched.optimize.exact import solve_exact
+    from smartsched.optimize.repair import polish, repair
+
+    sched, state, window, alloc = gap_instance(seed, nodes, pods)
+    problem, _ = build_problem(sched, state, window, Pruning(opts["k"], opts["d"]),
+                               value=opts["value"], homes=opts["homes"])
+    ex = solve_exact(problem, time_limit_s=limit)
+    start = problem.start if problem.start is not None else np.zeros(problem.num_pods, int)
+    rows = []
+    for sw in sweeps:
+        t0 = time.perf_counter()
+        res = anneal(problem, sweeps=sw, replicas=opts["replicas"], method=opts["method"],
+                     seed=seed)
+        fixed, _ = repair(problem, res.assign)
+        if opts["polish"]:
+            fixed, _ = polish(problem, fixed, opts["polish"])
+        obj = problem.objective(fixed)
+        rows.append({"sweeps": sw, "seconds": time.perf_counter() - t0, "objective": obj,
+                     "feasible": bool(problem.overflow(fixed).size == 0),
+                     "gap_pct": _gap(ex.objective, obj) if ex.optimal else None})
+    return {"seed": seed, "gpu_allocated_before": alloc, "variables": problem.num_variables,
+            "exact_optimal": ex.optimal, "exact_objective": ex.objective,
+            "exact_bound": ex.bound, "exact_seconds": ex.seconds,
+            "start_objective": problem.objective(start),
+            "start_gap_pct": _gap(ex.objective, problem.objective(start)) if ex.optimal
+            else None, "anneal": rows}
+
+
+def _gap(opt: float, obj: float) -> float:
+    return 100.0 * (opt - obj) / abs(opt) if opt else 0.0
+
+
+def run_gap(seeds: Sequence[int], nodes: int = 100, pods: int = 200,
+            sweeps: Sequence[int] = SWEEPS, limit_s: float = 60.0,
+            options: dict[str, Any] | None = None, workers: int | None = None,
+            echo: Callable[[str], Any] = print, plot: str | None = None) -> dict[str, Any]:
+    """The exact comparison over ``seeds``; a markdown table (and the plot)."""
+    from smartsched.bench.pool import map_jobs
+
+    opts = {"k": 8, "d": 2, "value": "share", "homes": "shapes", "replicas": 8,
+            "method": "sa", "polish": 2000, **(options or {})}
+    jobs = [(s, nodes, pods, tuple(sweeps), limit_s, opts) for s in seeds]
+    per = map_jobs(_gap_one, jobs, workers)
+    table, curve = gap_table(per, sweeps, f"{nodes} nodes x {pods} pods", limit_s)
+    echo(table)
+    if plot and curve:
+        proven = sum(p["exact_optimal"] for p in per)
+        plot_curves([(f"{nodes} nodes x {pods} pods ({proven} proven)", curve)], plot)
+    return {"nodes": nodes, "pods": pods, "options": opts, "instances": per, "table": table,
+            "curve": curve}
+
+
+def gap_table(per: Sequence[dict[str, Any]], sweeps: Sequence[int], size: str,
+              limit_s: float) -> tuple[str, list[tuple[int, float, float, float]]]:
+    """Markdown tables from ``_gap_one`` results: the gap to the proven optimum (where
+    HiGHS proved one) per sweep budget, then, for every instance, the gap to HiGHS's
+    best answer at its time limit (negative: the annealer found more); and the curve."""
+    proven = [p for p in per if p["exact_optimal"]]
+    lines = [f"exact: {len(proven)} of {len(per)} instances proven optimal "
+             f"({size}; HiGHS, {limit_s:.0f} s), "
+             f"median {statistics.median(p['exact_seconds'] for p in per):.2f} s",
+             "| sweeps | median s | median gap % | max gap % | within 2 % | feasible |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    if proven:
+        g0 = [p["start_gap_pct"] for p in proven]
+        lines.append(f"| start | 0 | {statistics.median(g0):.3f} | {max(g0):.3f} | "
+                     f"{sum(g <= 2.0 for g in g0)}/{len(g0)} | - |")
+    curve = []
+    for j, sw in enumerate(sweeps):
+        secs = [p["anneal"][j]["seconds"] for p in per]
+        gaps = [p["anneal"][j]["gap_pct"] for p in proven]
+        feas = sum(p["anneal"][j]["feasible"] for p in per)
+        if gaps:
+            curve.append((sw, statistics.median(secs), statistics.median(gaps), max(gaps)))
+            lines.append(f"| {sw} | {statistics.median(secs):.3f} | "
+                         f"{statistics.median(gaps):.3f} | {max(gaps):.3f} | "
+                         f"{sum(g <= 2.0 for g in gaps)}/{len(gaps)} | {feas}/{len(per)} |")
+    with_answer = [p for p in per if np.isfinite(p["exact_objective"])]
+    if with_answer:
+        lines += ["", f"against HiGHS's answer at {limit_s:.0f} s, all {len(with_answer)} "
+                  "instances (gap % to its answer; to its bound in brackets)",
+                  "| sweeps | median gap % | max gap % | min gap % |", "|---:|---:|---:|---:|"]
+        for j, sw in enumerate(sweeps):
+            inc = [_gap(p["exact_objective"], p["anneal"][j]["objective"])
+                   for p in with_answer]
+            bnd = [_gap(p["exact_bound"], p["anneal"][j]["objective"]) for p in with_answer]
+            lines.append(f"| {sw} | {statistics.median(inc):.3f} "
+                         f"({statistics.median(bnd):.3f}) | {max(inc):.3f} ({max(bnd):.3f}) | "
+                         f"{min(inc):.3f} |")
+    return "\n".join(lines), curve
+
+
+def plot_curves(curves: Sequence[tuple[str, list[tuple[int, float, float, float]]]],
+                path: str) -> None:
+    """Sweeps against the gap to the proven optimum (median solid, worst dashed), one
+    colour per instance size, each point labelled with its median milliseconds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for n, (label, curve) in enumerate(curves):
+        sw = [c[0] for c in curve]
+        colour = f"C{n}"
+        ax.plot(sw, [c[2] for c in curve], "o-", color=colour, label=f"{label}: median")
+        ax.plot(sw, [c[3] for c in curve], "s--", color=colour, alpha=0.6,
+                label=f"{label}: worst")
+        for c in curve:
+            ax.annotate(f"{c[1] * 1e3:.0f} ms", (c[0], c[2]), textcoords="offset points",
+                        xytext=(0, 6), fontsize=6, ha="center", color=colour)
+    ax.axhline(2.0, color="grey", lw=0.8, ls=":", label="2 % target")
+    ax.set_xscale("log")
+    ax.set_xlabel("sweeps (each: about one move per pod and replica)")
+    ax.set_ylabel("gap to the proven optimum, %")
+    ax.set_title("Annealer time-quality (anneal + repair + polish, 8 replicas)", fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_speed(window: int = 1000, levels: Sequence[int] = (0, 3000, 7000),
+              options: Sequence[dict[str, Any]] | None = None, seed: int = 0,
+              echo: Callable[[str], Any] = print) -> dict[str, Any]:
+    """``place_window`` on the whole openb cluster at fill levels (pods fgd placed first)."""
+    from smartsched.optimize.placer import AnnealOptions, place_window
+    from smartsched.scheduling.run import build_run
+
+    variants = list(options or [{"homes": "shapes"}, {"homes": "profile"}])
+    run = build_run("openb-gpu", "openb:default", "fgd", mode="fill", seed=seed)
+    eng, sched = run.engine, run.scheduler
+    st = eng.state
+    rows = []
+    done = 0
+    lines = ["| pods placed first | GPU allocated | homes | total s | first call s | "
+             "candidates s | anneal s | repair+polish s | twin check s | by model | "
+             "by profile | unplaced |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for level in levels:
+        while done < level:
+            req = run.next_decision()
+            if req is None:
+                break
+            run.decide(req)
+            done += 1
+        req = run.next_decision()
+        if req is None:
+            break
+        win = eng.fill_window(window)
+        alloc = float(st.allocated[:, 2].sum() / st.capacity[:, 2].sum())
+        for v in variants:
+            opts = AnnealOptions(window=window, **v)
+            # Twice: the first call also pays what the profile caches per state (FGD's
+            # per-node fragmentation); the table shows the second, the JSON both.
+            cold = 0.0
+            for rep in range(2):
+                t0 = time.perf_counter()
+                res = place_window(sched, st, win, opts, seed=seed)
+                total = time.perf_counter() - t0
+                cold = total if rep == 0 else cold
+            s = res.stats
+            rows.append({"level": level, "gpu_allocated": alloc, "options": v, "seconds": total,
+                         "cold_seconds": cold,
+                         **{k: s.get(k) for k in ("build_s", "anneal_s", "repair_s",
+                                                  "verify_s", "placed_by_model",
+                                                  "placed_by_profile", "unplaced")}})
+            lines.append(f"| {level} | {100 * alloc:.1f} % | {opts.homes} | {total:.3f} | "
+                         f"{cold:.3f} | "
+                         f"{s['build_s']:.3f} | {s['anneal_s']:.3f} | {s['repair_s']:.3f} | "
+                         f"{s['verify_s']:.3f} | {s['placed_by_model']} | "
+                         f"{s['placed_by_profile']} | {s['unplaced']} |")
+        run.decide(req)  # the pod offered goes on as fgd decides it
+        done += 1
+    table = "\n".join(lines)
+    echo(table)
+    return {"window": window, "rows": rows, "table": table}
+
+
+def _fill_one(args: tuple[str, str, int]) -> tuple[str, str, int, float, float]:
+    variant, scheduler, seed = args
+    from smartsched.scheduling.run import build_run
+
+    t0 = time.perf_counter()
+    run = build_run("openb-gpu", f"openb:{variant}", scheduler, mode="fill", seed=seed)
+    run.drive()
+    return (variant, scheduler, seed, float(run.report()["gpu_allocation_rate"]),
+            time.perf_counter() - t0)
+
+
+def run_fill(variants: Sequence[str], seeds: Sequence[int], schedulers: Sequence[str],
+             workers: int | None = None, echo: Callable[[str], Any] = print) -> dict[str, Any]:
+    """GPU allocation at 130 % arrived, per variant, scheduler and seed."""
+    from smartsched.bench.pool import map_jobs
+
+    jobs = [(v, s, seed) for v in variants for s in schedulers for seed in seeds]
+    out = map_jobs(_fill_one, jobs, workers)
+    runs: dict[str, dict[str, dict[int, float]]] = {}
+    secs: dict[str, dict[str, list[float]]] = {}
+    for v, s, seed, rate, sec in out:
+        runs.setdefault(v, {}).setdefault(s, {})[seed] = rate
+        secs.setdefault(v, {}).setdefault(s, []).append(sec)
+    base = schedulers[0]
+    lines = [f"| variant | scheduler | median GPU allocation % ({len(seeds)} seeds) | "
+             f"min diff vs {base} | wins/ties/losses | median run s |",
+             "|---|---|---:|---:|---:|---:|"]
+    for v, by in runs.items():
+        for s, r in by.items():
+            d = [r[k] - by[base][k] for k in seeds]
+            lines.append(f"| {v} | {s} | {statistics.median(r.values()):.3f} | "
+                         f"{min(d):+.3f} | {sum(x > 1e-9 for x in d)}/"
+                         f"{sum(abs(x) <= 1e-9 for x in d)}/{sum(x < -1e-9 for x in d)} | "
+                         f"{statistics.median(secs[v][s]):.1f} |")
+    table = "\n".join(lines)
+    echo(table)
+    return {"runs": runs, "seconds": secs, "table": table}

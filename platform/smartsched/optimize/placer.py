@@ -1,0 +1,257 @@
+"""Place a window of pods jointly: prune, anneal, repair, and check every answer on the twin.
+
+Owns ``place_window`` (what the fill mode's windows and the benches call) and the
+``anneal:<profile>`` scheduler that uses it: in fill mode, and as a service
+site's profile (``region_profile: anneal:fgd``), where a batch's single pods are
+placed as one window (``serving.site.SitePlacer``).
+
+A window is solved in four steps: ``candidates.build_problem`` (the profile's
+filters and scores, pruned to ``k`` nodes x ``d`` device choices a pod),
+``annealer.anneal`` (replicas of simulated annealing or parallel tempering),
+``repair.repair`` (feasible in the model, leftover room refilled) and
+``repair.polish`` (ejection chains: a pod left out takes a slot by taking out
+cheaper pods, which try their other slots; at most ``polish`` attempts), then
+the twin: on a fork of the state each placement is checked by the profile's
+filters and allocated (the twin refuses any over-allocation), in window order.
+A pod whose model answer fails there -- or that the model left out, or could
+not hold (best-effort pods, gang members) -- is decided by the profile itself
+on the fork, after the window's placements. So every answer is feasible on
+the real state, and no pod the profile alone would place given the window's
+choices is left out.
+
+Spec: ``anneal:<profile>?window=1000&k=8&d=2&sweeps=5&replicas=8&method=sa
+&value=share&score_weight=0.5&batch=64&homes=shapes&polish=2000``. As a
+scheduler it decides pods the driver announced in a window (``plan_window``;
+fill mode does); any other pod the profile decides alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from smartsched.model.errors import InfeasibleDecisionError, ValidationError
+from smartsched.model.pod import Pod
+from smartsched.optimize.annealer import METHODS, AnnealResult, anneal
+from smartsched.optimize.candidates import HOMES, VALUES, Pruning, build_problem
+from smartsched.optimize.problem import WindowProblem
+from smartsched.optimize.repair import polish, repair
+from smartsched.scheduling.base import TwinNeeds, make_scheduler
+from smartsched.scheduling.framework import ProfileScheduler
+from smartsched.twin.decision import Decision
+from smartsched.twin.state import ClusterState, PodRequest
+
+
+@dataclass(frozen=True)
+class AnnealOptions:
+    """How a window is solved (see the module docstring for the spec keys)."""
+
+    window: int = 1000
+    k: int = 8
+    d: int = 2
+    sweeps: int = 5
+    replicas: int = 8
+    method: str = "sa"
+    value: str = "share"
+    score_weight: float = 0.5
+    batch: int = 64
+    homes: str = "shapes"
+    polish: int = 2000
+
+    def __post_init__(self) -> None:
+        for name in ("window", "k", "d", "sweeps", "replicas", "batch", "polish"):
+            v = getattr(self, name)
+            low = 0 if name == "polish" else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValidationError(name, f"must be an integer >= {low}, got {v!r}")
+        if self.method not in METHODS:
+            raise ValidationError("method", f"must be one of {', '.join(METHODS)}")
+        if self.value not in VALUES:
+            raise ValidationError("value", f"must be one of {', '.join(VALUES)}")
+        if not 0.0 <= self.score_weight < 1.0:
+            raise ValidationError("score_weight", "must be in [0, 1)")
+        if self.homes not in HOMES:
+            raise ValidationError("homes", f"must be one of {', '.join(HOMES)}")
+
+
+@dataclass
+class WindowResult:
+    """One decision per request, in window order, and how they were reached.
+
+    ``stats``: seconds per step, the model's objective before and after repair, pods
+    placed by the model / by the profile after it / left unplaced, pruning figures."""
+
+    decisions: list[Decision]
+    stats: dict[str, Any] = field(default_factory=dict)
+    problem: WindowProblem | None = None
+    anneal: AnnealResult | None = None
+
+    @property
+    def unplaced(self) -> list[int]:
+        """Window positions of the pods left unplaced (each decision says why)."""
+        return [i for i, d in enumerate(self.decisions) if d.node is None]
+
+
+def place_window(
+    base: ProfileScheduler,
+    state: ClusterState,
+    requests: Sequence[PodRequest],
+    options: AnnealOptions = AnnealOptions(),
+    seed: int = 0,
+) -> WindowResult:
+    """Decide ``requests`` jointly on ``state`` (which is not changed)."""
+    if not requests:
+        raise ValidationError("window", "is empty: no pods to place")
+    t0 = time.perf_counter()
+    modelled = [i for i, r in enumerate(requests)
+                if not r.best_effort and r.pod.gang_id is None]
+    assign = np.zeros(0, dtype=np.int64)
+    problem = result = None
+    stats: dict[str, Any] = {"pods": len(requests), "modelled": len(modelled)}
+    if modelled:
+        problem, _ = build_problem(base, state, [requests[i] for i in modelled],
+                                   Pruning(options.k, options.d), value=options.value,
+                                   score_weight=options.score_weight, homes=options.homes)
+        t1 = time.perf_counter()
+        result = anneal(problem, sweeps=options.sweeps, replicas=options.replicas,
+                        method=options.method, seed=seed, batch=options.batch)
+        t2 = time.perf_counter()
+        assign, moved = repair(problem, result.assign)
+        if options.polish:
+            assign, moved["chains"] = polish(problem, assign, options.polish)
+        t3 = time.perf_counter()
+        stats.update(build_s=t1 - t0, anneal_s=t2 - t1, repair_s=t3 - t2,
+                     model_objective=problem.objective(assign),
+                     anneal_objective=problem.objective(result.assign),
+                     repaired=moved, **{f"problem_{k}": v for k, v in problem.info.items()})
+    t3 = time.perf_counter()
+    decisions: list[Decision | None] = [None] * len(requests)
+    fork = state.fork(share_bound=True)  # window pods stay out of the bound-pod table
+    by_model = 0
+    for j, i in enumerate(modelled):  # the model's placements, checked on the twin
+        c = int(assign[j])
+        if c == 0:
+            continue
+        req = requests[i]
+        node = int(problem.node[j, c])
+        dv = problem.devices[j, c]
+        devices = tuple(int(x) for x in dv[dv >= 0])
+        ok, _ = base.feasible(fork, req)
+        if not ok[node]:
+            continue
+        try:
+            fork.allocate(node, req, devices)
+        except InfeasibleDecisionError:
+            continue
+        decisions[i] = Decision(node, devices)
+        by_model += 1
+    by_profile = 0
+    for i, req in enumerate(requests):  # the rest: the profile decides, after the window
+        if decisions[i] is not None:
+            continue
+        dec = base.decide(fork, req)
+        if dec.node is not None and not dec.victims and not dec.defer:
+            devices = dec.devices if dec.devices is not None else \
+                fork.pick_devices(dec.node, req)
+            fork.allocate(dec.node, req, devices)
+            dec = Decision(dec.node, devices)
+            by_profile += 1
+        elif dec.node is not None:  # preemption or deferral: not part of a window's answer
+            dec = Decision.reject("the window placer does not preempt or defer")
+        decisions[i] = dec
+    stats.update(verify_s=time.perf_counter() - t3, seconds=time.perf_counter() - t0,
+                 placed_by_model=by_model, placed_by_profile=by_profile,
+                 unplaced=len(requests) - by_model - by_profile)
+    return WindowResult([d for d in decisions if d is not None], stats, problem, result)
+
+
+class WindowPlacer:
+    """``anneal:<profile>``: a scheduler that places announced windows jointly."""
+
+    def __init__(self, base: ProfileScheduler, options: AnnealOptions, seed: int,
+                 name: str) -> None:
+        self.base = base
+        self.options = options
+        self.window = options.window
+        self.seed = seed
+        self.name = name
+        self.queue_sort = base.queue_sort
+        self.failure_toleration_s = base.failure_toleration_s
+        self._plan: dict[str, tuple[PodRequest, Decision]] = {}
+        self._windows = 0
+        self.last: WindowResult | None = None
+
+    def prepare(self, pods: Sequence[Pod]) -> None:
+        self.base.prepare(pods)
+
+    def twin_needs(self) -> TwinNeeds:
+        return self.base.twin_needs()
+
+    def planned(self, request: PodRequest) -> bool:
+        """Whether ``request``'s pod (the same object) belongs to a window already solved."""
+        hit = self._plan.get(request.pod.id)
+        return hit is not None and hit[0].pod is request.pod
+
+    def plan_window(self, state: ClusterState, requests: Sequence[PodRequest]) -> None:
+        """Solve the window ``requests`` (the next pods to be offered, in order)."""
+        res = place_window(self.base, state, requests, self.options,
+                           seed=self.seed + self._windows)
+        self._windows += 1
+        self.last = res
+        self._plan = {r.pod.id: (r, d) for r, d in zip(requests, res.decisions, strict=True)}
+
+    def decide(self, state: ClusterState, request: PodRequest) -> Decision:
+        hit = self._plan.pop(request.pod.id, None)
+        if hit is None or hit[0].pod is not request.pod:
+            return self.base.decide(state, request)
+        dec = hit[1]
+        if dec.node is not None:
+            ok, _ = self.base.feasible(state, request)
+            devices = dec.devices or ()
+            if not ok[dec.node] or np.any(state.gpu_free[dec.node, list(devices)]
+                                          < request.gpu_milli):
+                return self.base.decide(state, request)  # the state moved since the plan
+        return dec
+
+
+def parse_spec(spec: str) -> tuple[str, AnnealOptions]:
+    """``<profile>?key=value&...`` -> the base profile's name and the options."""
+    from urllib.parse import parse_qs
+
+    head, sep, query = spec.partition("?")
+    if not head:
+        raise ValidationError("scheduler", "anneal: needs a base profile, e.g. anneal:fgd")
+    kw: dict[str, Any] = {}
+    if sep:
+        parsed = parse_qs(query, keep_blank_values=True)
+        fields = AnnealOptions.__dataclass_fields__
+        for key, vals in parsed.items():
+            if key not in fields:
+                raise ValidationError(f"scheduler.{key}", "unknown anneal option; known: "
+                                      + ", ".join(fields))
+            raw = vals[-1]
+            kind = {"int": (int, "an integer"), "float": (float, "a number")}.get(
+                fields[key].type)
+            if kind is None:
+                kw[key] = raw
+                continue
+            try:
+                kw[key] = kind[0](raw)
+            except ValueError:
+                raise ValidationError(f"scheduler.{key}",
+                                      f"must be {kind[1]}, got {raw!r}") from None
+    return head, AnnealOptions(**kw)
+
+
+def make_window_placer(spec: str, seed: int) -> WindowPlacer:
+    """Entry point for the ``anneal:`` prefix (see pyproject's smartsched.schedulers)."""
+    head, options = parse_spec(spec)
+    base = make_scheduler(head, seed)
+    if not isinstance(base, ProfileScheduler):
+        raise ValidationError("scheduler", f"anneal:{head}: the base must be a scheduling "
+                              "profile (its filters and scores build the window's model)")
+    return WindowPlacer(base, options, seed, f"anneal:{spec}")
