@@ -194,3 +194,54 @@ def test_windows_are_fill_modes_and_sized_sensibly() -> None:
         fill.engine.fill_window(0)
     win = fill.engine.fill_window(10)  # never past the last arrival
     assert win[0] is first.request and len(win) == 3
+
+
+def test_a_split_profile_routes_each_pod_to_its_own_profile() -> None:
+    spec = _spec()
+    st = ClusterState(spec)
+    pods = [pod(f"web{i}", cpu=1500, pod_class="online") for i in range(6)] + \
+        [_gpu(f"train{i}", 1 + i % 2) for i in range(3)] + \
+        [pod(f"be{i}", cpu=500, best_effort=True) for i in range(2)]
+    reqs = [st.compile(p) for p in pods]
+    base = make_scheduler("composite")
+    res = place_window(base, st, reqs, AnnealOptions(sweeps=5))
+    assert res.stats["modelled"] == 9  # the best-effort pods go to the profile after
+    assert _apply(st, reqs, res.decisions) == len(pods) - len(res.unplaced)
+    assert not res.unplaced
+    assert isinstance(make_scheduler("anneal:composite?sweeps=3"), WindowPlacer)
+
+
+def test_gangs_are_kept_only_whole() -> None:
+    st = ClusterState(_spec())  # 6 GPUs in all
+    too_big = [pod(f"g{i}", num_gpu=2, gpu_milli=1000, tolerations=GPU_TAINT, gang_id="g",
+                   gang_size=4) for i in range(4)]  # 8 GPUs: never whole
+    half = [pod(f"h{i}", num_gpu=1, gpu_milli=1000, tolerations=GPU_TAINT, gang_id="h",
+                gang_size=3) for i in range(2)]  # 2 of 3 members in the window
+    fits = [pod(f"f{i}", num_gpu=1, gpu_milli=1000, tolerations=GPU_TAINT, gang_id="f",
+                gang_size=2) for i in range(2)]
+    reqs = [st.compile(p) for p in too_big + half + fits]
+    res = place_window(make_scheduler("bestfit"), st, reqs, AnnealOptions(sweeps=3))
+    placed = [reqs[i].pod.id for i, d in enumerate(res.decisions) if d.node is not None]
+    assert placed == ["f0", "f1"]
+    assert all("not placed whole" in " ".join(res.decisions[i].reasons) for i in range(4))
+    assert all("2 of 3 members" in " ".join(res.decisions[i].reasons) for i in (4, 5))
+    assert _apply(st, reqs, res.decisions) == 2
+
+
+@pytest.mark.parametrize("profile", ["k8s-default", "composite", "green"])
+def test_the_mixed_day_on_medium_every_answer_feasible(profile: str) -> None:
+    """Every class at once (online, batch, training gangs, inference, edge pods with an
+    origin and a latency SLO, best-effort pods) through profiles, a split one and a
+    deferring one included: each answer allocates on the real state, each pod left out
+    says why, gangs are whole or absent."""
+    run = build_run("medium", "mixed", profile, mode="replay", seed=3, hours=2)
+    st = run.engine.state
+    reqs = [st.compile(p) for p in run.engine.table.pods[:300]]
+    res = place_window(run.scheduler, st, reqs, AnnealOptions(homes="profile", sweeps=3))
+    assert _apply(st, reqs, res.decisions) == len(reqs) - len(res.unplaced)
+    assert all(res.decisions[i].reasons for i in res.unplaced)
+    gangs: dict[str, set[bool]] = {}
+    for r, d in zip(reqs, res.decisions, strict=True):
+        if r.pod.gang_id:
+            gangs.setdefault(r.pod.gang_id, set()).add(d.node is not None)
+    assert all(len(v) == 1 for v in gangs.values())

@@ -35,6 +35,7 @@ from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod
 from smartsched.model.resources import CPU, FPGA, GPU, MEM
 from smartsched.optimize.problem import WindowProblem
+from smartsched.scheduling.base import Scheduler, SplitScheduler
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.twin.state import (
     MILLI_PER_DEVICE,
@@ -62,6 +63,18 @@ class Pruning:
 
 
 _SHAPE_FIELDS = tuple(f.name for f in dataclasses.fields(Pod) if f.name not in ("id", "arrival"))
+
+
+def profile_for(sched: Scheduler, request: PodRequest) -> ProfileScheduler | None:
+    """The scheduling profile whose filters and scores decide ``request`` under ``sched``:
+    itself, or a split profile's route for the pod's class; None when that is not a
+    profile (a learned policy has no scores to prune by: the placer leaves such pods to
+    it, after the window)."""
+    if isinstance(sched, ProfileScheduler):
+        return sched
+    if isinstance(sched, SplitScheduler):
+        return profile_for(sched.route(request), request)
+    return None
 
 
 def shape_key(pod: Pod) -> tuple:
@@ -96,7 +109,7 @@ def pod_values(state: ClusterState, requests: Sequence[PodRequest], value: str) 
 
 
 def build_problem(
-    sched: ProfileScheduler,
+    sched: Scheduler,
     state: ClusterState,
     requests: Sequence[PodRequest],
     pruning: Pruning = Pruning(),
@@ -106,6 +119,9 @@ def build_problem(
     homes: str = "shapes",
 ) -> tuple[WindowProblem, dict[int, str]]:
     """The window's problem, and for pods no node passes, why (position -> message).
+
+    ``sched``: a scheduling profile, or a split profile whose routes for these pods are
+    profiles (each pod is filtered and scored by its own route).
 
     ``homes``: each pod's home slot, the annealer's start. ``shapes``: shapes take room
     in turn, biggest first, each filling its best-scored nodes (one profile run per
@@ -138,7 +154,6 @@ def build_problem(
     shapes: dict[tuple, list[int]] = {}
     for i, r in enumerate(requests):
         shapes.setdefault(shape_key(r.pod), []).append(i)
-    weight_sum = sum(w for _, w in sched.profile.scorers) or 1.0
     homed = 0
     if homes == "profile":
         # Each pod's home is where the profile alone puts it, pods in window order, each
@@ -151,21 +166,26 @@ def build_problem(
         work = state.fork(share_bound=True)
     for members in sorted(shapes.values(), key=lambda ms: (-values[ms[0]], ms[0])):
         req = requests[members[0]]
+        prof = profile_for(sched, req)
+        if prof is None:
+            raise ValidationError("scheduler", f"{getattr(sched, 'name', sched)!r} has no "
+                                  f"scheduling profile for pod {req.pod.id!r} to prune by")
+        weight_sum = sum(w for _, w in prof.profile.scorers) or 1.0
         on = work if work is not None else state
-        ok, ctx = sched.feasible(on, req)
+        ok, ctx = prof.feasible(on, req)
         if not ok.any() and on is not state:  # no room left after earlier shapes
             on = state
-            ok, ctx = sched.feasible(state, req)
+            ok, ctx = prof.feasible(state, req)
         idx = np.flatnonzero(ok)
         if idx.size == 0:
             from smartsched.scheduling.framework import unschedulable_message
 
-            why = unschedulable_message(n, sched.reasons(ctx))
+            why = unschedulable_message(n, prof.reasons(ctx))
             for i in members:
                 unplaceable[i] = why
             continue
-        if sched.profile.scorers and idx.size > 1:
-            total = sched.weighted_scores(ctx, ok)[idx]
+        if prof.profile.scorers and idx.size > 1:
+            total = prof.weighted_scores(ctx, ok)[idx]
         else:
             total = np.zeros(idx.size)
         order = np.argsort(-total, kind="stable")
@@ -259,7 +279,7 @@ def _fit_counts(state: ClusterState, req: PodRequest, nodes: np.ndarray) -> np.n
     return fit
 
 
-def _profile_homes(sched: ProfileScheduler, state: ClusterState,
+def _profile_homes(sched: Scheduler, state: ClusterState,
                    requests: Sequence[PodRequest], node: np.ndarray, score: np.ndarray,
                    devs: np.ndarray, valid: np.ndarray) -> int:
     """Slot 1 of each pod: the profile's own decision on a working copy, in window order

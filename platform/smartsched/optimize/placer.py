@@ -15,9 +15,9 @@ the twin: on a fork of the state each placement is checked by the profile's
 filters and allocated (the twin refuses any over-allocation), in window order.
 A pod whose model answer fails there -- or that the model left out, or could
 not hold (best-effort pods, gang members) -- is decided by the profile itself
-on the fork, after the window's placements. So every answer is feasible on
-the real state, and no pod the profile alone would place given the window's
-choices is left out.
+on the fork, after the window's placements; a gang is kept only whole. So
+every answer is feasible on the real state, and no pod the profile alone would
+place given the window's choices is left out.
 
 Spec: ``anneal:<profile>?window=1000&k=8&d=2&sweeps=5&replicas=8&method=sa
 &value=share&score_weight=0.5&batch=64&homes=shapes&polish=2000``. As a
@@ -37,10 +37,10 @@ import numpy as np
 from smartsched.model.errors import InfeasibleDecisionError, ValidationError
 from smartsched.model.pod import Pod
 from smartsched.optimize.annealer import METHODS, AnnealResult, anneal
-from smartsched.optimize.candidates import HOMES, VALUES, Pruning, build_problem
+from smartsched.optimize.candidates import HOMES, VALUES, Pruning, build_problem, profile_for
 from smartsched.optimize.problem import WindowProblem
 from smartsched.optimize.repair import polish, repair
-from smartsched.scheduling.base import TwinNeeds, make_scheduler
+from smartsched.scheduling.base import Scheduler, SplitScheduler, TwinNeeds, make_scheduler
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.twin.decision import Decision
 from smartsched.twin.state import ClusterState, PodRequest
@@ -97,18 +97,21 @@ class WindowResult:
 
 
 def place_window(
-    base: ProfileScheduler,
+    base: Scheduler,
     state: ClusterState,
     requests: Sequence[PodRequest],
     options: AnnealOptions = AnnealOptions(),
     seed: int = 0,
 ) -> WindowResult:
-    """Decide ``requests`` jointly on ``state`` (which is not changed)."""
+    """Decide ``requests`` jointly on ``state`` (which is not changed). ``base``: a
+    scheduling profile or a split profile (pods whose route is not a profile, like
+    best-effort pods and gang members, are decided by ``base`` after the window)."""
     if not requests:
         raise ValidationError("window", "is empty: no pods to place")
     t0 = time.perf_counter()
     modelled = [i for i, r in enumerate(requests)
-                if not r.best_effort and r.pod.gang_id is None]
+                if not r.best_effort and r.pod.gang_id is None
+                and profile_for(base, r) is not None]
     assign = np.zeros(0, dtype=np.int64)
     problem = result = None
     stats: dict[str, Any] = {"pods": len(requests), "modelled": len(modelled)}
@@ -140,7 +143,7 @@ def place_window(
         node = int(problem.node[j, c])
         dv = problem.devices[j, c]
         devices = tuple(int(x) for x in dv[dv >= 0])
-        ok, _ = base.feasible(fork, req)
+        ok, _ = profile_for(base, req).feasible(fork, req)
         if not ok[node]:
             continue
         try:
@@ -150,19 +153,43 @@ def place_window(
         decisions[i] = Decision(node, devices)
         by_model += 1
     by_profile = 0
-    for i, req in enumerate(requests):  # the rest: the profile decides, after the window
-        if decisions[i] is not None:
-            continue
-        dec = base.decide(fork, req)
-        if dec.node is not None and not dec.victims and not dec.defer:
-            devices = dec.devices if dec.devices is not None else \
-                fork.pick_devices(dec.node, req)
-            fork.allocate(dec.node, req, devices)
-            dec = Decision(dec.node, devices)
-            by_profile += 1
-        elif dec.node is not None:  # preemption or deferral: not part of a window's answer
-            dec = Decision.reject("the window placer does not preempt or defer")
-        decisions[i] = dec
+    # The rest, in window order, the profile deciding on the fork: single pods, and
+    # gangs as units (all members or none, so a failed gang never holds room).
+    units: dict[str, list[int]] = {}
+    for i, req in enumerate(requests):
+        if decisions[i] is None:
+            units.setdefault(req.pod.gang_id or f"\0{i}", []).append(i)
+    for key, idx in units.items():
+        placed: list[int] = []
+        why = ""
+        for i in idx:
+            req = requests[i]
+            dec = base.decide(fork, req)
+            if dec.node is not None and not dec.victims and not dec.defer:
+                devices = dec.devices if dec.devices is not None else \
+                    fork.pick_devices(dec.node, req)
+                fork.allocate(dec.node, req, devices)
+                dec = Decision(dec.node, devices)
+                placed.append(i)
+            elif dec.node is not None:  # preemption: not part of a window's answer
+                dec = Decision.reject("the window placer does not preempt")
+            decisions[i] = dec
+            if dec.node is None and not key.startswith("\0"):
+                said = "; ".join(dec.reasons) or ("deferred" if dec.defer else "no node")
+                why = f"gang {key} not placed whole: {req.pod.id}: {said}"
+                break
+        if not key.startswith("\0") and not why:
+            size = requests[idx[0]].pod.gang_size
+            if len(idx) < size:
+                why = f"gang {key}: {len(idx)} of {size} members in the window"
+        if why:
+            for i in placed:
+                d = decisions[i]
+                fork.release(d.node, requests[i], tuple(d.devices or ()))
+            for i in idx:
+                decisions[i] = Decision.reject(why)
+            placed = []
+        by_profile += len(placed)
     stats.update(verify_s=time.perf_counter() - t3, seconds=time.perf_counter() - t0,
                  placed_by_model=by_model, placed_by_profile=by_profile,
                  unplaced=len(requests) - by_model - by_profile)
@@ -172,7 +199,7 @@ def place_window(
 class WindowPlacer:
     """``anneal:<profile>``: a scheduler that places announced windows jointly."""
 
-    def __init__(self, base: ProfileScheduler, options: AnnealOptions, seed: int,
+    def __init__(self, base: Scheduler, options: AnnealOptions, seed: int,
                  name: str) -> None:
         self.base = base
         self.options = options
@@ -209,8 +236,9 @@ class WindowPlacer:
         if hit is None or hit[0].pod is not request.pod:
             return self.base.decide(state, request)
         dec = hit[1]
-        if dec.node is not None:
-            ok, _ = self.base.feasible(state, request)
+        prof = profile_for(self.base, request)
+        if dec.node is not None and prof is not None:
+            ok, _ = prof.feasible(state, request)
             devices = dec.devices or ()
             if not ok[dec.node] or np.any(state.gpu_free[dec.node, list(devices)]
                                           < request.gpu_milli):
@@ -251,7 +279,8 @@ def make_window_placer(spec: str, seed: int) -> WindowPlacer:
     """Entry point for the ``anneal:`` prefix (see pyproject's smartsched.schedulers)."""
     head, options = parse_spec(spec)
     base = make_scheduler(head, seed)
-    if not isinstance(base, ProfileScheduler):
+    if not isinstance(base, ProfileScheduler | SplitScheduler):
         raise ValidationError("scheduler", f"anneal:{head}: the base must be a scheduling "
-                              "profile (its filters and scores build the window's model)")
+                              "profile or a split profile (its filters and scores build the "
+                              "window's model)")
     return WindowPlacer(base, options, seed, f"anneal:{spec}")

@@ -189,6 +189,10 @@ class SplitScheduler:
     def _route(self, request: PodRequest) -> Scheduler:
         return self.routes.get(request.pod.pod_class.value) or self.routes["default"]
 
+    def route(self, request: PodRequest) -> Scheduler:
+        """The scheduler this split hands ``request`` to (by the pod's class)."""
+        return self._route(request)
+
     def _distinct(self) -> list[Scheduler]:
         return list({id(s): s for s in self.routes.values()}.values())
 
