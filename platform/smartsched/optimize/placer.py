@@ -166,11 +166,15 @@ def place_window(
             req = requests[i]
             dec = base.decide(fork, req)
             if dec.node is not None and not dec.victims and not dec.defer:
-                devices = dec.devices if dec.devices is not None else \
-                    fork.pick_devices(dec.node, req)
-                fork.allocate(dec.node, req, devices)
-                dec = Decision(dec.node, devices)
-                placed.append(i)
+                try:
+                    devices = tuple(dec.devices) if dec.devices is not None else \
+                        fork.pick_devices(dec.node, req)
+                    fork.allocate(dec.node, req, devices)
+                except InfeasibleDecisionError as e:  # a profile bug must not corrupt
+                    dec = Decision.reject(f"refused by the state: {e}")
+                else:
+                    dec = Decision(dec.node, devices)
+                    placed.append(i)
             elif dec.node is not None:  # preemption: not part of a window's answer
                 dec = Decision.reject("the window placer does not preempt")
             decisions[i] = dec
