@@ -37,7 +37,7 @@ import numpy as np
 
 from smartsched.model.errors import ValidationError
 from smartsched.optimize.problem import EPS, WindowProblem
-from smartsched.optimize.repair import repair
+from smartsched.optimize.repair import first_fit, repair
 
 METHODS = ("sa", "pt")
 MOVES = ("heat-bath", "metropolis")
@@ -67,19 +67,9 @@ def greedy_assignment(problem: WindowProblem, order: np.ndarray | None = None) -
     """Each pod in ``order`` (default: window order) takes its first slot (slots are
     best-scored first) that overfills no bin given the pods before it; slot 0 if none."""
     load = np.zeros(problem.num_bins + 1)
-    cap = problem.cap
     assign = np.zeros(problem.num_pods, dtype=np.int64)
     for i in (range(problem.num_pods) if order is None else order):
-        n = int(problem.nslots[i])
-        if n <= 1:
-            continue
-        b = problem.bins[i, 1:n]
-        fits = np.all(load[b] + problem.amount[i, 1:n] <= cap[b] + EPS, axis=1)
-        hit = np.flatnonzero(fits)
-        if hit.size:
-            c = int(hit[0]) + 1
-            assign[i] = c
-            np.add.at(load, problem.bins[i, c], problem.amount[i, c])
+        assign[i] = first_fit(problem, int(i), load)
     return assign
 
 

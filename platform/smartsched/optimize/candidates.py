@@ -36,7 +36,7 @@ from smartsched.model.pod import Pod
 from smartsched.model.resources import CPU, FPGA, GPU, MEM
 from smartsched.optimize.problem import WindowProblem
 from smartsched.scheduling.base import Scheduler, SplitScheduler
-from smartsched.scheduling.framework import ProfileScheduler
+from smartsched.scheduling.framework import MAX_NODE_SCORE, ProfileScheduler
 from smartsched.twin.state import (
     MILLI_PER_DEVICE,
     ClusterState,
@@ -190,7 +190,7 @@ def build_problem(
             total = np.zeros(idx.size)
         order = np.argsort(-total, kind="stable")
         ranked = idx[order]
-        s = np.clip(total[order] / (MAX_SCORE * weight_sum), 0.0, 1.0)
+        s = np.clip(total[order] / (MAX_NODE_SCORE * weight_sum), 0.0, 1.0)
         mem = np.asarray(members)
         pos, within, home = _positions(on, req, ranked, len(members), k)
         _fill_slots(on, req, ranked, s, pos, within, mem, d, node, score, option, devs, valid)
@@ -232,9 +232,6 @@ def build_problem(
               "homes": homes, "homed": homed})
     problem.validate()
     return problem, unplaceable
-
-
-MAX_SCORE = 100.0
 
 
 def _positions(state: ClusterState, req: PodRequest, ranked: np.ndarray, m: int,
@@ -296,10 +293,7 @@ def _profile_homes(sched: Scheduler, state: ClusterState,
             work.allocate(nd, req, dv)
         except InfeasibleDecisionError:
             continue
-        node[i, 1] = nd
-        score[i, 1] = 1.0
-        devs[i, 1, :len(dv)] = dv
-        valid[i, 1] = True
+        _set_home(i, nd, dv, 1.0, node, score, devs, valid)
         got += 1
     return got
 
@@ -319,12 +313,18 @@ def _take_homes(work: ClusterState, req: PodRequest, ranked: np.ndarray, s: np.n
             work.allocate(nd, req, dv)
         except InfeasibleDecisionError:
             continue
-        node[i, 1] = nd
-        score[i, 1] = s[home[j]]
-        devs[i, 1, :len(dv)] = dv
-        valid[i, 1] = True
+        _set_home(i, nd, dv, float(s[home[j]]), node, score, devs, valid)
         got += 1
     return got
+
+
+def _set_home(i: int, nd: int, dv: Sequence[int], sc: float, node: np.ndarray,
+              score: np.ndarray, devs: np.ndarray, valid: np.ndarray) -> None:
+    """Write pod ``i``'s home slot (slot 1 before compaction)."""
+    node[i, 1] = nd
+    score[i, 1] = sc
+    devs[i, 1, :len(dv)] = dv
+    valid[i, 1] = True
 
 
 def _fill_slots(state: ClusterState, req: PodRequest, ranked: np.ndarray, s: np.ndarray,

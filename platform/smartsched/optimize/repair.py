@@ -14,6 +14,22 @@ import numpy as np
 from smartsched.optimize.problem import EPS, WindowProblem
 
 
+def first_fit(problem: WindowProblem, i: int, load: np.ndarray) -> int:
+    """Pod ``i``'s first slot (slots are best-scored first) that overfills no bin under
+    ``load``, taken into ``load``; 0 (and ``load`` unchanged) when none fits."""
+    n = int(problem.nslots[i])
+    if n <= 1:
+        return 0
+    b = problem.bins[i, 1:n]
+    hit = np.flatnonzero(np.all(load[b] + problem.amount[i, 1:n] <= problem.cap[b] + EPS,
+                                axis=1))
+    if not hit.size:
+        return 0
+    c = int(hit[0]) + 1
+    np.add.at(load, problem.bins[i, c], problem.amount[i, c])
+    return c
+
+
 def repair(problem: WindowProblem, assign: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
     """A feasible assignment from ``assign``, and how many pods each step moved."""
     pr = problem
@@ -34,15 +50,8 @@ def repair(problem: WindowProblem, assign: np.ndarray) -> tuple[np.ndarray, dict
     added = 0
     left = np.flatnonzero((a == 0) & (pr.nslots > 1))
     for i in left[np.argsort(-pr.value[left], kind="stable")]:
-        n = int(pr.nslots[i])
-        b = pr.bins[i, 1:n]
-        fits = np.all(load[b] + pr.amount[i, 1:n] <= pr.cap[b] + EPS, axis=1)
-        hit = np.flatnonzero(fits)
-        if hit.size:
-            c = int(hit[0]) + 1
-            a[i] = c
-            np.add.at(load, pr.bins[i, c], pr.amount[i, c])
-            added += 1
+        a[i] = first_fit(pr, int(i), load)
+        added += int(a[i] > 0)
     return a, {"removed": removed, "added": added}
 
 
@@ -94,14 +103,7 @@ def polish(problem: WindowProblem, assign: np.ndarray, max_tries: int = 4000
                 np.add.at(tl, b, w)
                 out = np.flatnonzero((trial == 0) & (a > 0))
                 for i in out[np.argsort(-pr.value[out], kind="stable")]:
-                    n = int(pr.nslots[i])
-                    bb = pr.bins[i, 1:n]
-                    fits = np.flatnonzero(np.all(tl[bb] + pr.amount[i, 1:n]
-                                                 <= pr.cap[bb] + EPS, axis=1))
-                    if fits.size:
-                        cc = int(fits[0]) + 1
-                        trial[i] = cc
-                        np.add.at(tl, pr.bins[i, cc], pr.amount[i, cc])
+                    trial[i] = first_fit(pr, int(i), tl)
                 new = pr.objective(trial)
                 if new > obj + 1e-12:
                     a, load, obj = trial, tl, new
