@@ -433,6 +433,64 @@ def forecast_crossfit(data: str, folds: int, epochs: int, lookback: int, hidden:
     _write_json(json_path, res)
 
 
+def _federation_options(fn: Any) -> Any:
+    opts = [
+        click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True,
+                     help="The usage series shared out across the sites (long CSV/Parquet "
+                     "or google2011)."),
+        click.option("--cluster", default="large", show_default=True,
+                     help="Preset whose MEC sites learn (large: four)."),
+        click.option("--sites", default=None,
+                     help="Comma-separated MEC sites of the cluster (default: all)."),
+        click.option("--partition", type=click.Choice(["level", "iid"]), default="level",
+                     show_default=True, help="level: non-IID by load level; iid: at random."),
+        click.option("--rounds", default=20, show_default=True, type=int),
+        click.option("--local-epochs", default=3, show_default=True, type=int,
+                     help="Epochs each site trains per round on its own windows."),
+        click.option("--mu", default=0.0, show_default=True, type=float,
+                     help="FedProx's proximal weight (0: FedAvg)."),
+        click.option("--server-momentum", default=0.0, show_default=True, type=float,
+                     help="FedAvgM: the cloud's momentum over rounds (0: plain averaging)."),
+        click.option("--lookback", default=36, show_default=True, type=click.IntRange(2, 10_000)),
+        click.option("--hidden", default=64, show_default=True, type=click.IntRange(4, 4096)),
+        click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True),
+        click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _run_federation(data: str, cluster: str, sites: str | None, partition: str, rounds: int,
+                    local_epochs: int, mu: float, server_momentum: float, lookback: int,
+                    hidden: int, seed: int, json_path: str | None, out: str | None,
+                    references: tuple[str, ...]) -> None:
+    from smartsched.bench.federation import format_federation, run_federation
+
+    names = None if sites is None else [x for x in sites.split(",") if x]
+    res = run_federation(_forecast_data(data), cluster=cluster, sites=names,
+                         partition=partition, rounds=rounds, local_epochs=local_epochs, mu=mu,
+                         server_momentum=server_momentum, lookback=lookback, hidden=hidden,
+                         seed=seed, references=references,
+                         out=out, echo=click.echo)
+    click.echo(format_federation(res))
+    if out is not None:
+        click.echo(f"saved the federated forecaster to {out} (use it as forecaster={out})")
+    _write_json(json_path, res)
+
+
+@main.command()
+@_federation_options
+@click.option("--out", default="models/forecast-federated", show_default=True)
+def federate(data: str, cluster: str, sites: str | None, partition: str, rounds: int,
+             local_epochs: int, mu: float, server_momentum: float, lookback: int, hidden: int,
+             seed: int, json_path: str | None, out: str) -> None:
+    """Federated training of the edge sites' load forecaster: each MEC site a Ray actor
+    that trains on its own nodes' usage; only weights leave a site."""
+    _run_federation(data, cluster, sites, partition, rounds, local_epochs, mu, server_momentum,
+                    lookback, hidden, seed, json_path, out, ())
+
+
 @main.group()
 def telemetry() -> None:
     """The twin's per-node telemetry: the metric catalogue and a live /metrics exporter."""
@@ -1103,6 +1161,22 @@ def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limi
         out["fill"] = bench_mod.run_fill(names, _seeds(fill_seeds), ["fgd", fill_spec],
                                          workers=workers, echo=click.echo)
     _write_json(json_path, out)
+
+
+@bench.command("federation")
+@_federation_options
+@click.option("--out", default=None, help="Also save the federated forecaster here.")
+@click.option("--references", default="central,local", show_default=True,
+              help="Comma-separated: central (pooled data), local (each site alone).")
+def bench_federation(data: str, cluster: str, sites: str | None, partition: str, rounds: int,
+                     local_epochs: int, mu: float, server_momentum: float, lookback: int,
+                     hidden: int, seed: int, json_path: str | None, out: str | None,
+                     references: str) -> None:
+    """Issue 22: federated edge learning against central and local training (objective,
+    rounds, bytes per round, round time)."""
+    _run_federation(data, cluster, sites, partition, rounds, local_epochs, mu, server_momentum,
+                    lookback, hidden, seed, json_path, out,
+                    tuple(x for x in references.split(",") if x))
 
 
 @bench.command("telemetry")

@@ -53,8 +53,8 @@ def _profile(with_slo: bool) -> ProfileScheduler:
                                                "tie_break": "first"}))
 
 
-def _run(sched: ProfileScheduler, pods: list[Pod]) -> dict:
-    e = Engine(_cluster(), pods, EngineConfig(power_management=False))
+def _run(sched: ProfileScheduler, pods: list[Pod], horizon_s: float | None = None) -> dict:
+    e = Engine(_cluster(), pods, EngineConfig(power_management=False, horizon_s=horizon_s))
     while (req := e.next_decision()) is not None:
         e.apply(sched.decide(e.state, req.request))
     return e.run_report()["slo"]
@@ -77,3 +77,49 @@ def test_violations_are_split_by_cause() -> None:
         "name": "ff", "filters": ["NodeResourcesFit"], "tie_break": "first"}))
     slo = _run(far_first, big)
     assert slo["latency_violations"] == slo["latency_violations_no_room"] == 1
+
+
+def test_the_share_within_slo_counts_every_latency_bound_arrival() -> None:
+    """``latency_within_slo_pct``: of the latency-bound pods that arrived, those started
+    within their SLO; a pod that never starts counts as missed, a pod without an SLO not
+    at all."""
+    pods = [_edge_pod(i, arrival=float(i), duration=1000.0) for i in range(3)]
+    pods.append(Pod(id="plain", cpu_milli=1000, memory_mib=1024, arrival=0.5, duration=5.0))
+    slo = _run(_profile(True), pods)
+    assert slo["latency_pods_arrived"] == 3 and slo["latency_within_slo_pct"] == 100.0
+    spread = _run(_profile(False), pods)
+    assert spread["latency_within_slo_pct"] == 100.0 * (3 - spread["latency_violations"]) / 3
+    # No node within its SLO has room before the run ends (the far region has, beyond
+    # it): it is still waiting, and that is a miss, not an absence.
+    never = _edge_pod(7, cpu=31000, arrival=2.5, duration=10.0)
+    slo = _run(_profile(True), [*pods, never], horizon_s=500.0)
+    assert slo["latency_pods_arrived"] == 4 and slo["latency_within_slo_pct"] == 75.0
+
+
+def test_the_iiot_profile_is_mixed_with_8_ms_control_loops(tmp_path) -> None:
+    import pytest
+
+    from smartsched.model.errors import ValidationError
+    from smartsched.model.presets import load_cluster
+    from smartsched.workloads.mixed import load_profile
+    from smartsched.workloads.resolve import load_workload
+
+    iiot, mixed = load_profile("iiot"), load_profile()
+    assert iiot["edge-rt"]["latency_slo_ms"] == 8.0 and "extends" not in iiot
+    assert iiot["online"] == mixed["online"] and iiot["images"] == mixed["images"]
+    assert iiot["tenants"]["online"] == mixed["tenants"]["online"]
+    assert iiot["tenants"]["edge-rt"] != mixed["tenants"]["edge-rt"]
+    pods = load_workload("mixed:iiot", load_cluster("large"), hours=1.0, seed=0)
+    edge = [p for p in pods if p.pod_class == PodClass.EDGE_RT]
+    assert edge and all(p.latency_slo_ms == 8.0 for p in edge)
+    assert {p.origin_site for p in edge} == {"mec-0", "mec-1", "mec-2", "mec-3"}
+    # A user's own file may extend a packaged profile; only packaged names are bases.
+    own = tmp_path / "mine.yaml"
+    own.write_text("extends: iiot\nedge-rt: {latency_slo_ms: 5.0}\n")
+    doc = load_profile(own)
+    assert doc["edge-rt"]["latency_slo_ms"] == 5.0 and doc["edge-rt"]["load"] == 0.8
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"extends: {own}\n")
+    with pytest.raises(ValidationError) as e:
+        load_profile(bad)
+    assert e.value.field == "workload.extends"

@@ -610,3 +610,29 @@ def test_serve_learn_serves_the_store_and_runs_the_loop_beside_the_service(
             requests.put(f"{service}/v1/admin/sites/{region}/profile", headers=operator,
                          json={"profile": "k8s-default"}, timeout=30).raise_for_status()
         shutil.rmtree(store.root, ignore_errors=True)
+
+
+def test_an_edge_site_reports_its_link_and_escalations(service: str, auth: dict,
+                                                       operator: dict) -> None:
+    """Issue 22: an MEC site's autonomy state over HTTP (operator only; names the field)."""
+    url = f"{service}/v1/admin/sites/mec-0/escalations"
+    assert requests.get(url, headers=auth, timeout=10).status_code == 403
+    r = requests.get(url, headers=operator, timeout=10)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["site"] == "mec-0" and body["region_reachable"] is True
+    assert body["queued"] == [] and isinstance(body["reconciled"], list)
+    r = requests.get(f"{service}/v1/admin/sites/region-a/escalations", headers=operator,
+                     timeout=10)
+    assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["site"]
+    r = requests.get(url, params={"limit": -1}, headers=operator, timeout=10)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["limit"]
+    edges = {}
+    for region in ("region-a", "region-b"):
+        summary = requests.get(f"{service}/v1/clusters/{region}/summary", headers=auth,
+                               timeout=10).json()
+        assert summary.get("autonomy") is None  # a region has no parent to reach
+        edges.update({e["site"]: e for e in summary["edge_sites"]})
+    assert set(edges) == {"mec-0", "mec-1"}
+    assert all(e["autonomy"] == {"region_reachable": True, "queued_escalations": 0,
+                                 "queued_pods": 0} for e in edges.values())

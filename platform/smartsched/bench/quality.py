@@ -68,6 +68,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("nodes on", ("powered_on_nodes_avg",), "{:.1f}"),
     ("online contended %", ("slo", "online_contended_time_pct"), "{:.2f}"),
     ("latency SLO viol.", ("slo", "latency_violations"), "{:.0f}"),
+    ("latency pods within SLO %", ("slo", "latency_within_slo_pct"), "{:.1f}"),
     ("cross-zone GB/h", ("cross_zone_gb_per_h",), "{:.0f}"),
     ("energy kWh", ("energy_kwh",), "{:.0f}"),
     ("fairness", ("fairness_jain",), "{:.3f}"),

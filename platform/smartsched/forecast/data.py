@@ -144,6 +144,12 @@ def load_google2011(path: str | Path, chain_days: bool = True) -> list[Series]:
     return series_from_long(long, ["cpu", "mem"], str(path), step_s=300.0)
 
 
+def job_key(series_id: str) -> str:
+    """The job a series belongs to (``job<id>-r<run>`` / ``job<id>-d<day>`` -> ``job<id>``;
+    any other id is its own job)."""
+    return series_id.split("-r")[0].split("-d")[0]
+
+
 @dataclass(frozen=True)
 class Split:
     train: list[Series]
@@ -159,7 +165,7 @@ def split_by_series(series: Sequence[Series], val_frac: float = 0.15, test_frac:
         raise ValidationError("split", "val_frac + test_frac must be < 1, each >= 0")
 
     def key(s: Series) -> str:
-        return s.id.split("-r")[0].split("-d")[0] if group == "job" else s.id
+        return job_key(s.id) if group == "job" else s.id
 
     def u(s: Series) -> float:
         h = hashlib.sha256(f"{seed}:{key(s)}".encode()).digest()

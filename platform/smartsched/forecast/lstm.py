@@ -113,33 +113,14 @@ class LSTMForecaster:
         import torch
 
         s = self.s
-        s.targets, s.step_s = tuple(train.targets), float(train.step_s)
-        torch.manual_seed(s.seed)
+        self.init_net(train)
         rng = np.random.default_rng(s.seed)
-        k = train.past.shape[2]
-        self.net = _net(s, k)
         opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)
-        x, tf, last, scale = self._inputs(train)
-        y = (train.future[:, : s.horizon, :] / scale - last[:, None, :]).astype(np.float32)
-        qs = torch.tensor(QUANTILES)
+        data = self.training_tensors(train)
         best, best_state, bad = np.inf, None, 0
         for epoch in range(s.epochs):
             t0 = time.perf_counter()
-            self.net.train()
-            order = rng.permutation(len(x))
-            total = 0.0
-            for i in range(0, len(order), s.batch):
-                b = order[i:i + s.batch]
-                q = self.net(torch.from_numpy(x[b]), torch.from_numpy(tf[b]),
-                             torch.from_numpy(last[b]))
-                err = torch.from_numpy(y[b]).unsqueeze(-1) - q
-                loss = torch.maximum(qs * err, (qs - 1) * err).mean()
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
-                opt.step()
-                total += loss.item() * len(b)
-            rec = {"epoch": epoch + 1, "train_pinball": total / len(x),
+            rec = {"epoch": epoch + 1, "train_pinball": self.train_epoch(data, opt, rng),
                    "seconds": time.perf_counter() - t0}
             if val is not None and len(val):
                 rec["val_mae"] = float(np.abs(self.predict(val) - val.future[:, : s.horizon])
@@ -159,6 +140,51 @@ class LSTMForecaster:
             self.net.load_state_dict(best_state)
         if val is not None and len(val):
             self.calibrate(val)
+
+    # The pieces of ``fit``, also driven one epoch at a time by federated training
+    # (``smartsched.federation``), where each site runs epochs on its own windows.
+    def init_net(self, train: Windows) -> None:
+        """A fresh, seeded network for ``train``'s targets and step."""
+        import torch
+
+        self.s.targets, self.s.step_s = tuple(train.targets), float(train.step_s)
+        torch.manual_seed(self.s.seed)
+        self.net = _net(self.s, train.past.shape[2])
+
+    def training_tensors(self, train: Windows) -> tuple[np.ndarray, ...]:
+        """(inputs, time features, last value, target change) of ``train``'s windows."""
+        x, tf, last, scale = self._inputs(train)
+        y = (train.future[:, : self.s.horizon, :] / scale - last[:, None, :]).astype(np.float32)
+        return x, tf, last, y
+
+    def train_epoch(self, data: tuple[np.ndarray, ...], opt: Any, rng: np.random.Generator,
+                    anchor: dict[str, Any] | None = None, mu: float = 0.0) -> float:
+        """One pass over ``data`` (from ``training_tensors``) in shuffled minibatches; the
+        mean pinball loss. ``anchor`` and ``mu`` add FedProx's proximal term
+        ``mu / 2 * ||w - anchor||^2``, which keeps a site's update near the global model."""
+        import torch
+
+        x, tf, last, y = data
+        qs = torch.tensor(QUANTILES)
+        params = dict(self.net.named_parameters())
+        self.net.train()
+        order = rng.permutation(len(x))
+        total = 0.0
+        for i in range(0, len(order), self.s.batch):
+            b = order[i:i + self.s.batch]
+            q = self.net(torch.from_numpy(x[b]), torch.from_numpy(tf[b]),
+                         torch.from_numpy(last[b]))
+            err = torch.from_numpy(y[b]).unsqueeze(-1) - q
+            loss = torch.maximum(qs * err, (qs - 1) * err).mean()
+            total += loss.item() * len(b)
+            if anchor is not None and mu > 0:
+                loss = loss + mu / 2 * sum(((params[k] - anchor[k]) ** 2).sum()
+                                           for k in anchor)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), 1.0)
+            opt.step()
+        return total / max(len(x), 1)
 
     def calibrate(self, val: Windows, target: float = 0.8) -> list[float]:
         """Scale each target's interval so it covers ``target`` of the validation actuals

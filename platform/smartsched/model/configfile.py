@@ -104,3 +104,12 @@ def validate(model: type[M], doc: Any, *, prefix: str = "", source: str | None =
     except PydanticError as e:
         field, msg = first_error(e, prefix, drop)
         raise ValidationError(field, msg, source=source) from None
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` merged in, mappings recursively (neither is modified)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(
+            out.get(k), dict) else v
+    return out

@@ -121,7 +121,7 @@ class SiteDeployment:
                              parent=call_parent if parent is not None else None, seed=cfg.seed,
                              journal_dir=cfg.journal_dir, usage=cfg.prometheus,
                              preemption=cfg.preemption, sandbox=cfg.sandbox,
-                             compliance=cfg.compliance)
+                             compliance=cfg.compliance, autonomy=cfg.edge_autonomy)
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Live policy reload: ``{profile: <name|rl:PATH>}`` swaps the profile in place."""
@@ -141,6 +141,12 @@ class SiteDeployment:
 
     async def summary(self) -> dict[str, Any]:
         return self.tier.summary()
+
+    async def escalations(self, limit: int = 100) -> dict[str, Any]:
+        return self.tier.escalations(limit)
+
+    async def reconcile(self) -> dict[str, Any]:
+        return await self.tier.reconcile()
 
     async def free(self) -> dict[str, float]:
         return self.tier.free()
@@ -460,6 +466,21 @@ async def experience(request: Request, limit: int = 2000,
     names = list(ing.sites)
     got = await asyncio.gather(*(ing.sites[n].recent.remote(limit) for n in names))
     return {"sites": {n: pods for n, pods in zip(names, got, strict=True)}}
+
+
+@app_api.get("/v1/admin/sites/{site}/escalations", dependencies=OPERATOR_AUTH)
+async def escalations(site: str, request: Request, limit: int = 100,
+                      ing: Any = Depends(_ingress)) -> Any:
+    """An MEC site's autonomy state: whether it reaches its region, the escalations it
+    queued while it did not, and the region's answers to the ones reconciled since
+    (operator credential: the pods of every tenant are listed)."""
+    if (denied := ing.authorize(request, OPERATOR)) is not None:
+        return denied
+    if site not in ing.h.edges:
+        raise UnknownReferenceError("site", f"unknown edge site {site!r}")
+    if not 0 <= limit <= 10_000:
+        raise ValidationError("limit", "must be between 0 and 10000")
+    return await ing.sites[site].escalations.remote(limit)
 
 
 @app_api.put("/v1/admin/sites/{site}/profile", dependencies=OPERATOR_AUTH)

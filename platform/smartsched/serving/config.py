@@ -105,6 +105,17 @@ class SandboxPolicy(BaseModel):
         return self.sites.get(site, self.mode)
 
 
+class EdgeAutonomy(BaseModel):
+    """How an MEC site behaves when its region is unreachable (``serving.tiers``): it waits
+    ``escalation_timeout_s`` for the region, then queues the escalation (at most
+    ``max_queued_pods`` pods) and replays the queue every ``reconcile_every_s``."""
+
+    model_config = ConfigDict(extra="forbid")
+    escalation_timeout_s: float = Field(10.0, gt=0, le=600)
+    reconcile_every_s: float = Field(2.0, gt=0, le=3600)
+    max_queued_pods: int = Field(10_000, ge=0, le=1_000_000)
+
+
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cluster: str = "medium"
@@ -135,6 +146,7 @@ class ServiceConfig(BaseModel):
     # A compliance policy file (scheduling.compliance: residency, dedicated pools,
     # isolation) every site's decisions are bound by, whatever its profile.
     compliance: str | None = None
+    edge_autonomy: EdgeAutonomy = Field(default_factory=EdgeAutonomy)
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"

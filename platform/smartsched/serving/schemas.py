@@ -101,7 +101,7 @@ class BatchPlacementRequest(BaseModel):
 class StageReason(BaseModel):
     tier: Tier
     site: str
-    outcome: Literal["placed", "escalated", "skipped", "full", "rejected"]
+    outcome: Literal["placed", "escalated", "skipped", "full", "rejected", "queued"]
     reason: str
     # The filter plugins that rejected the pod at this stage (e.g. NodeResourcesFit).
     plugins: list[str] = Field(default_factory=list)
@@ -128,6 +128,17 @@ class Validation(BaseModel):
     seconds: float = 0.0
 
 
+class EscalationRef(BaseModel):
+    """An escalation an MEC site could not make because its region was unreachable:
+    ``queued`` (the pod is booked nowhere yet; retry with the same request id, or read
+    ``GET /v1/admin/sites/{site}/escalations``), ``reconciled`` (this is the region's
+    answer, given once it was back) or ``dropped`` (the queue was full: retry later with
+    the same request id)."""
+
+    id: str
+    state: Literal["queued", "reconciled", "dropped"]
+
+
 class Placement(BaseModel):
     pod_id: str
     placed: bool
@@ -143,6 +154,7 @@ class Placement(BaseModel):
     reasons: list[StageReason] = Field(default_factory=list)
     preempted: list[Preempted] = Field(default_factory=list)
     validation: Validation | None = None
+    escalation: EscalationRef | None = None
 
 
 class PlacementResponse(BaseModel):
@@ -200,6 +212,14 @@ class NodesRequest(BaseModel):
     nodes: list[NodeUpdate] = Field(min_length=1, max_length=10_000)
 
 
+class Autonomy(BaseModel):
+    """An MEC site's link to its region, as the site sees it."""
+
+    region_reachable: bool
+    queued_escalations: int
+    queued_pods: int
+
+
 class SiteSummary(BaseModel):
     site: str
     tier: Tier
@@ -210,6 +230,7 @@ class SiteSummary(BaseModel):
     gpus_total: int
     reservations: int
     profile: str
+    autonomy: Autonomy | None = None
 
 
 class RegionSummary(SiteSummary):

@@ -6,7 +6,14 @@ one instance per replica:
 
 * ``SiteTier`` -- one region's cloud nodes or one MEC site (a ``SitePlacer``).
   An edge site answers pods from its own nodes and escalates to its parent
-  region when it cannot place them.
+  region when it cannot place them. When the region cannot be reached (the call
+  fails or times out) the edge keeps deciding on its own state and profile and
+  queues the escalation; ``reconcile`` (run in the background every few
+  seconds while anything is queued) replays queued escalations to the region
+  with the request ids they were first sent with, so a call that did reach the
+  region before the link broke is answered from the region's idempotency record
+  instead of booking twice. Queued pods are booked nowhere until then, and the
+  cloud does not spill them over elsewhere: one pod, one placement.
 * ``CloudTier`` -- picks regions for each pod (``serving.hierarchy``) and
   asks them in order, spilling over when one is full; pods from an edge site
   with a latency SLO go to that site first (unless ``allowed_regions`` leaves the
@@ -23,6 +30,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -70,10 +78,12 @@ class SiteTier:
                  parent: SiteCaller | None = None, seed: int = 0,
                  clock: Callable[[], float] = time.time, journal_dir: str | None = None,
                  usage: Any = None, preemption: bool = False, sandbox: Any = None,
-                 compliance: str | None = None) -> None:
+                 compliance: str | None = None, autonomy: Any = None) -> None:
         """``usage``: a ``serving.config.UsageFromPrometheus`` (or None): node usage is
         then pulled from Prometheus in the background of requests. ``sandbox``: a
-        ``serving.config.SandboxPolicy`` (None: validate only requests that ask)."""
+        ``serving.config.SandboxPolicy`` (None: validate only requests that ask).
+        ``autonomy``: a ``serving.config.EdgeAutonomy`` (None: its defaults), how an edge
+        site waits for its region and queues escalations while it is unreachable."""
         self.h = hierarchy
         self.site = site
         self.tier = "region" if site in hierarchy.regions else "edge"
@@ -98,6 +108,18 @@ class SiteTier:
         self._usage_due = 0.0
         self._usage_task: Any = None
         self.usage_status: dict[str, Any] = {}
+        if autonomy is None:
+            from smartsched.serving.config import EdgeAutonomy
+
+            autonomy = EdgeAutonomy()
+        self.autonomy = autonomy
+        # escalation id -> what to replay; escalation id -> the region's answers
+        self.queued: OrderedDict[str, _Escalation] = OrderedDict()
+        self.reconciled: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self.parent_down_since: float | None = None
+        self.parent_error = ""
+        self._reconciler: asyncio.Task | None = None
+        self._replaying = asyncio.Lock()
 
     async def refresh_usage(self) -> dict[str, Any]:
         """Read the site's node usage from Prometheus (in a thread) and apply it here, on
@@ -155,8 +177,9 @@ class SiteTier:
 
     async def place(self, pods: list[Pod], ttl_s: float, request_id: str | None,
                     validate: bool = False) -> list[dict[str, Any]]:
-        """Place here; an edge site escalates what it cannot place to its parent region.
-        ``validate``: the request asked for sandbox validation."""
+        """Place here; an edge site escalates what it cannot place to its parent region
+        (queued when the region is unreachable). ``validate``: the request asked for
+        sandbox validation."""
         self._maybe_refresh_usage()
         results = [self._result(r, []) for r in self.placer.place(pods, ttl_s, request_id,
                                                                   validate)]
@@ -164,22 +187,140 @@ class SiteTier:
             return results
         # Escalate the pods (whole gangs) that did not fit here.
         missing = [p for p, r in zip(pods, results, strict=True) if not r["placed"]]
-        up = await self.parent(missing, ttl_s,
-                               None if request_id is None else f"{request_id}@{self.site}",
-                               validate)
-        by_id = {r["pod_id"]: r for r in up}
+        lost = {r["pod_id"]: r for r in results if not r["placed"]}
+        esc_rid = (f"{request_id}@{self.site}" if request_id is not None
+                   else f"auto-{secrets.token_hex(8)}@{self.site}")
+        if esc_rid in self.reconciled:  # a retry of a request reconciled since: its answer
+            by_id = {r["pod_id"]: r for r in self.reconciled[esc_rid]}
+        elif esc_rid in self.queued:  # a retry of a request still queued: still queued
+            by_id = {p.id: self._queued_result(lost[p.id], esc_rid, "") for p in missing}
+        else:
+            try:
+                up = await self._ask_parent(missing, ttl_s, esc_rid, validate)
+            except _Unreachable as e:
+                return self._queue(results, missing, ttl_s, esc_rid, validate, str(e))
+            by_id = {r["pod_id"]: self._escalated(lost[r["pod_id"]], r) for r in up}
+        return [by_id.get(r["pod_id"], r) if not r["placed"] else r for r in results]
+
+    def _escalated(self, local: dict[str, Any], up: dict[str, Any]) -> dict[str, Any]:
+        last = local["reasons"][-1]
+        up["reasons"] = [_stage("edge", self.site, "escalated",
+                                f"{last['reason']}; escalated to {self.region}",
+                                tuple(last["plugins"])), *up["reasons"]]
+        return up
+
+    async def _ask_parent(self, pods: list[Pod], ttl_s: float, rid: str,
+                          validate: bool) -> list[dict[str, Any]]:
+        """The region's answers, or ``_Unreachable`` when the call fails or times out. An
+        error that is an answer (bad input, a conflict: ``SmartSchedError``) is raised."""
+        assert self.parent is not None
+        try:
+            up = await asyncio.wait_for(self.parent(pods, ttl_s, rid, validate),
+                                        self.autonomy.escalation_timeout_s)
+        except SmartSchedError:
+            raise
+        except Exception as e:  # a broken link, a stopped deployment, a timeout
+            cause = getattr(e, "cause", None)  # Ray's RayTaskError wraps the remote error
+            cause = cause if isinstance(cause, BaseException) else e
+            if isinstance(cause, SmartSchedError):
+                raise cause from None
+            if self.parent_down_since is None:
+                self.parent_down_since = time.time()
+            self.parent_error = (f"{type(cause).__name__}" if not isinstance(
+                cause, TimeoutError) else f"no answer in {self.autonomy.escalation_timeout_s:g} s")
+            raise _Unreachable(f"{self.region} unreachable ({self.parent_error})") from None
+        self.parent_down_since, self.parent_error = None, ""
+        return up
+
+    def _queue(self, results: list[dict[str, Any]], missing: list[Pod], ttl_s: float,
+               esc_rid: str, validate: bool, why: str) -> list[dict[str, Any]]:
+        """Queue the escalation (bounded); answer its pods as queued, not placed."""
+        held = sum(len(q.pods) for q in self.queued.values())
+        full = held + len(missing) > self.autonomy.max_queued_pods
+        if not full:
+            self.queued[esc_rid] = _Escalation(missing, ttl_s, validate, time.time())
+            self._start_reconciler()
         out = []
         for r in results:
             if r["placed"]:
                 out.append(r)
-                continue
-            esc = by_id[r["pod_id"]]
-            last = r["reasons"][-1]
-            esc["reasons"] = [_stage("edge", self.site, "escalated",
-                                     f"{last['reason']}; escalated to {self.region}",
-                                     tuple(last["plugins"])), *esc["reasons"]]
-            out.append(esc)
+            elif full:  # final too: the region may have booked it before the link broke
+                last = r["reasons"][-1]
+                r["reasons"][-1] = {**last, "reason": f"{last['reason']}; {why}; the "
+                                    f"escalation queue is full ({held} pods), not queued: "
+                                    "retry with the same request id"}
+                r["escalation"] = {"id": esc_rid, "state": "dropped"}
+                out.append(r)
+            else:
+                out.append(self._queued_result(r, esc_rid, why))
         return out
+
+    def _queued_result(self, r: dict[str, Any], esc_rid: str, why: str) -> dict[str, Any]:
+        last = r["reasons"][-1]
+        r["reasons"] = [*r["reasons"][:-1], _stage(
+            "edge", self.site, "queued", f"{last['reason']}; "
+            f"{why or self.region + ' unreachable'}: escalation {esc_rid} queued, replayed "
+            "to the region when it is back", tuple(last["plugins"]))]
+        r["escalation"] = {"id": esc_rid, "state": "queued"}
+        return r
+
+    def _start_reconciler(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._reconciler is None or self._reconciler.done():
+            self._reconciler = loop.create_task(self._reconcile_loop())
+
+    async def _reconcile_loop(self) -> None:
+        while self.queued:
+            await asyncio.sleep(self.autonomy.reconcile_every_s)
+            try:
+                await self.reconcile()
+            except Exception:  # an answer-type error is kept on the escalation; go on
+                continue
+
+    async def reconcile(self) -> dict[str, Any]:
+        """Replay queued escalations to the region, oldest first, each with the request id
+        it was first sent with; stop at the first that still cannot reach it."""
+        async with self._replaying:
+            done = 0
+            while self.queued:
+                rid, esc = next(iter(self.queued.items()))
+                esc.attempts += 1
+                try:
+                    up = await self._ask_parent(esc.pods, esc.ttl_s, rid, esc.validate)
+                except _Unreachable:
+                    break
+                except SmartSchedError as e:  # the region refused it: an answer, kept
+                    up = [_unplaced(p, [_stage("region", self.region, "rejected",
+                                               f"on reconciliation: {e}")]) for p in esc.pods]
+                self.queued.pop(rid)
+                queued_stage = _stage("edge", self.site, "queued",
+                                      f"queued {time.time() - esc.queued_at:.1f} s while "
+                                      f"{self.region} was unreachable; replayed "
+                                      f"{esc.attempts} time(s)")
+                for r in up:
+                    r["reasons"] = [queued_stage, *r["reasons"]]
+                    r["escalation"] = {"id": rid, "state": "reconciled"}
+                self.reconciled[rid] = up
+                while len(self.reconciled) > IDEMPOTENCY_KEEP:
+                    self.reconciled.popitem(last=False)
+                done += 1
+            return {"reconciled": done, "queued": len(self.queued)}
+
+    def escalations(self, limit: int = 100) -> dict[str, Any]:
+        """The edge's autonomy state: is the region reachable, what is queued, and the
+        answers of the last ``limit`` reconciled escalations."""
+        return {
+            "site": self.site, "region": self.region,
+            "region_reachable": self.parent_down_since is None,
+            "unreachable_since": self.parent_down_since, "last_error": self.parent_error,
+            "queued": [{"id": rid, "pods": [p.id for p in q.pods], "queued_at": q.queued_at,
+                        "attempts": q.attempts} for rid, q in self.queued.items()],
+            "reconciled": [{"id": rid, "placements": res}
+                           for rid, res in list(self.reconciled.items())[-limit:]],
+        }
 
     # Reservations and views (the ingress routes by reservation id).
     def confirm(self, rid: str, tenant: str | None = None) -> dict[str, Any]:
@@ -194,6 +335,10 @@ class SiteTier:
 
     def summary(self) -> dict[str, Any]:
         out = {"site": self.site, "tier": self.tier, **self.placer.summary()}
+        if self.parent is not None:
+            out["autonomy"] = {"region_reachable": self.parent_down_since is None,
+                               "queued_escalations": len(self.queued),
+                               "queued_pods": sum(len(q.pods) for q in self.queued.values())}
         if self.usage_cfg is not None:
             out["usage_from_prometheus"] = self.usage_status
         return out
@@ -278,7 +423,9 @@ class CloudTier:
                 "cloud", "global", "rejected", plan.final)]) for p in plan.members]
             out.update({r["pod_id"]: r for r in res})
         results = [out[p.id] for p in pods]
-        if request_id is not None:
+        # An answer with escalations queued at an edge is not final: a retry goes back to
+        # the edge, which answers it from its queue or from the reconciled answer.
+        if request_id is not None and not any(r.get("escalation") for r in results):
             self.answers[request_id] = (body, results)
             while len(self.answers) > IDEMPOTENCY_KEEP:
                 self.answers.popitem(last=False)
@@ -327,13 +474,29 @@ class CloudTier:
         by_id = {r["pod_id"]: r for r in res}
         for plan in bucket:
             mine = [by_id[p.id] for p in plan.members]
-            if all(r["placed"] for r in mine):
+            if all(r["placed"] or r.get("escalation") for r in mine):
+                # Placed, or queued (or dropped) at an edge site whose region is
+                # unreachable: the region may hold it or get it later, so it must not be
+                # placed anywhere else.
                 for r in mine:
                     r["reasons"] = [*plan.stages, *r["reasons"]]
                 plan.result = mine
             else:
                 plan.stages += mine[0]["reasons"]
                 plan.pos += 1
+
+
+class _Unreachable(Exception):
+    """The parent region did not answer (the link is cut, it is stopped, or slow)."""
+
+
+@dataclass
+class _Escalation:
+    pods: list[Pod]
+    ttl_s: float
+    validate: bool
+    queued_at: float
+    attempts: int = 0
 
 
 @dataclass

@@ -30,8 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from smartsched.model.configfile import deep_merge
 from smartsched.objectives.reward import COMPONENTS
-from smartsched.tuning.sweep import Evaluation, Objective, SweepConfig, deep_merge
+from smartsched.tuning.sweep import Evaluation, Objective, SweepConfig
 
 
 def _metric(metrics: dict[str, Any], dotted: str) -> float:

@@ -131,10 +131,3 @@ def load_sweep(path: str | Path) -> SweepConfig:
                     drop=("float", "Range"))
 
 
-def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``over`` merged in, mappings recursively (neither is modified)."""
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(
-            out.get(k), dict) else v
-    return out

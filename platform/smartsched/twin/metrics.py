@@ -440,6 +440,13 @@ class MetricsRecorder:
         over = tb.latency_ms[lat] > slo
         lat_viol = int(over.sum())
         too_far = int((over & tb.room_within_slo[lat]).sum())
+        # Of every latency-bound pod that arrived in the window, the share that started
+        # within its SLO (one still waiting, or failed, counts as missed).
+        came = np.flatnonzero(measured & (tb.status != 0))
+        bound = came[np.array([tb.pods[i].latency_slo_ms is not None for i in came],
+                              dtype=bool)] if came.size else came
+        within = int((np.isfinite(slo) & ~over).sum())
+        within_pct = 100.0 * within / bound.size if bound.size else None
         dec = np.array(self.decision_seconds)
         metrics: dict[str, Any] = {
             "gpu_allocation_rate": gpu_rate,
@@ -474,6 +481,8 @@ class MetricsRecorder:
                 # none had (no room within the SLO).
                 "latency_violations_placed_too_far": too_far,
                 "latency_violations_no_room": lat_viol - too_far,
+                "latency_pods_arrived": int(bound.size),
+                "latency_within_slo_pct": within_pct,
                 "online_availability_pct": avail.get(PodClass.ONLINE.value, {}).get(
                     "availability_pct"),
             },

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from smartsched.model.cluster import ClusterSpec
-from smartsched.model.configfile import read_resource, read_yaml
+from smartsched.model.configfile import deep_merge, read_resource, read_yaml
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.presets import GPU_NODE_TAINT
@@ -34,14 +34,30 @@ HOUR = 3600.0
 SIGMA = 0.8
 
 
+PACKAGED = ("mixed", "iiot")  # profiles_data/<name>.yaml, named without a path
+
+
 def load_profile(path: str | Path | None = None) -> dict[str, Any]:
-    """The mixed profile from ``path`` or the packaged default."""
+    """The mixed profile from ``path``, a packaged one by name (``iiot``), or the packaged
+    default. A profile with ``extends: <packaged name>`` is that profile with its own
+    sections laid over (mappings merged key by key, anything else replaced)."""
     if path is None:
-        return read_resource("smartsched.workloads", "profiles_data/mixed.yaml", "workload")
-    doc = read_yaml(path, "workload")
+        path = "mixed"
+    if str(path) in PACKAGED and not Path(path).is_file():
+        doc = read_resource("smartsched.workloads", f"profiles_data/{path}.yaml", "workload")
+        source = f"packaged profile {path}"
+    else:
+        doc = read_yaml(path, "workload")
+        source = str(path)
     if not isinstance(doc, dict):
-        raise ValidationError("workload", "profile must be a mapping", source=str(path))
-    return doc
+        raise ValidationError("workload", "profile must be a mapping", source=source)
+    base = doc.pop("extends", None)
+    if base is None:
+        return doc
+    if base not in PACKAGED or base == path:
+        raise ValidationError("workload.extends", f"must name a packaged profile "
+                              f"({', '.join(PACKAGED)}), got {base!r}", source=source)
+    return deep_merge(load_profile(base), doc)
 
 
 class _Gen:
