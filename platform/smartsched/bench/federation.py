@@ -117,7 +117,10 @@ def run_federation(data: str | Path, *, cluster: str = "large",
     if out is not None:
         _save(run, out, res)
         res["model"] = str(out)
-    by_site = {n: [s for s in series if s.id in set(held[n])] for n in names}
+    site_of = {i: n for n, ids in held.items() for i in ids}
+    by_site: dict[str, list[Any]] = {n: [] for n in names}
+    for s in series:
+        by_site[site_of[s.id]].append(s)
     epochs = rounds * local_epochs
     if "central" in references:
         echo(f"central reference: one model on every site's training windows, up to "

@@ -43,6 +43,13 @@ def _rebuild_validation_error(cls: type[ValidationError], field: str, message: s
     return cls(field, message, row=row, source=source)
 
 
+def remote_cause(e: BaseException) -> BaseException:
+    """The exception a remote call raised, unwrapped from Ray's RayTaskError (whose message
+    holds the remote traceback and process details); ``e`` itself otherwise."""
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, BaseException) else e
+
+
 class UnknownReferenceError(ValidationError):
     """A name (GPU model, preset, region, node, scheduler) that is not defined."""
 

@@ -31,6 +31,7 @@ from smartsched.model.errors import (
     SmartSchedError,
     UnknownReferenceError,
     ValidationError,
+    remote_cause,
 )
 from smartsched.serving.audit_trail import (
     ANONYMOUS,
@@ -160,13 +161,6 @@ class SiteDeployment:
     async def apply_node_updates(self, updates: list, usage: dict,
                                  dry_run: bool = False) -> dict[str, Any]:
         return self.tier.apply_node_updates(updates, usage, dry_run)
-
-
-def _cause(e: BaseException) -> BaseException:
-    """The exception a remote call raised, unwrapped from Ray's RayTaskError (whose message
-    holds the remote traceback and process details); ``e`` itself otherwise."""
-    cause = getattr(e, "cause", None)
-    return cause if isinstance(cause, BaseException) else e
 
 
 def _printable(x: Any) -> str:
@@ -318,22 +312,22 @@ def make_fastapi() -> FastAPI:
     # original exception only.
     @app.exception_handler(UnknownReferenceError)
     async def _unknown(_: Request, e: UnknownReferenceError) -> JSONResponse:
-        c = _cause(e)
+        c = remote_cause(e)
         return _error(404, getattr(c, "field", "request"), getattr(c, "message", str(c)))
 
     @app.exception_handler(ValidationError)
     async def _invalid(_: Request, e: ValidationError) -> JSONResponse:
-        c = _cause(e)
+        c = remote_cause(e)
         return _error(422, getattr(c, "field", "request"), getattr(c, "message", str(c)))
 
     @app.exception_handler(PermissionDeniedError)
     async def _forbidden(_: Request, e: PermissionDeniedError) -> JSONResponse:
-        c = _cause(e)
+        c = remote_cause(e)
         return _error(403, getattr(c, "field", "request"), getattr(c, "message", str(c)))
 
     @app.exception_handler(SmartSchedError)
     async def _other(_: Request, e: SmartSchedError) -> JSONResponse:
-        return _error(409, "request", str(_cause(e)))
+        return _error(409, "request", str(remote_cause(e)))
 
     return app
 

@@ -37,7 +37,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from smartsched.model.errors import SmartSchedError
+from smartsched.model.errors import SmartSchedError, remote_cause
 from smartsched.model.pod import Pod, PodClass
 from smartsched.serving.hierarchy import Hierarchy, RankWeights
 from smartsched.serving.site import IDEMPOTENCY_KEEP, SitePlacer, SiteResult, site_subspec
@@ -191,7 +191,9 @@ class SiteTier:
         esc_rid = (f"{request_id}@{self.site}" if request_id is not None
                    else f"auto-{secrets.token_hex(8)}@{self.site}")
         if esc_rid in self.reconciled:  # a retry of a request reconciled since: its answer
-            by_id = {r["pod_id"]: r for r in self.reconciled[esc_rid]}
+            # (copies: the tiers above add their stages to what they get)
+            by_id = {r["pod_id"]: {**r, "reasons": list(r["reasons"])}
+                     for r in self.reconciled[esc_rid]}
         elif esc_rid in self.queued:  # a retry of a request still queued: still queued
             by_id = {p.id: self._queued_result(lost[p.id], esc_rid, "") for p in missing}
         else:
@@ -220,8 +222,7 @@ class SiteTier:
         except SmartSchedError:
             raise
         except Exception as e:  # a broken link, a stopped deployment, a timeout
-            cause = getattr(e, "cause", None)  # Ray's RayTaskError wraps the remote error
-            cause = cause if isinstance(cause, BaseException) else e
+            cause = remote_cause(e)
             if isinstance(cause, SmartSchedError):
                 raise cause from None
             if self.parent_down_since is None:
