@@ -1092,10 +1092,13 @@ def bench_finance(seeds: str, nights: int, mtbf_hours: float, no_failures: bool,
               help="--twin: start days in the grid series (one run each).")
 @click.option("--hours", type=click.FloatRange(min=1, max=24 * 30), default=72.0,
               show_default=True, help="--twin: simulated hours per run.")
+@click.option("--variants", default="agnostic,time,space,time+space", show_default=True,
+              help="--twin: batch placement variants (also: green, time+green -- "
+              "GreenScore instead of GridCarbon).")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str | None,
-                 twin: bool, days: str, hours: float, workers: int | None,
+                 twin: bool, days: str, hours: float, variants: str, workers: int | None,
                  json_path: str | None) -> None:
     """Issue 20: temporal shifting by forecast against the perfect-knowledge bound (or,
     with --twin, temporal and spatial shifting in the twin)."""
@@ -1104,7 +1107,9 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
     slacks = _int_list(slack_hours, "--slack-hours", 1, 168)
     if twin:
         starts = _int_list(days, "--days", 0, 10_000)
-        res = run_twin_carbon(starts, slacks, hours=hours, workers=workers, echo=click.echo)
+        res = run_twin_carbon(starts, slacks, hours=hours,
+                              variants=[v for v in variants.split(",") if v],
+                              workers=workers, echo=click.echo)
         _write_json(json_path, res)
         return
     names = [s for s in series.split(",") if s]

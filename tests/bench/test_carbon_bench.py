@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from smartsched.bench.carbon import run_carbon
+from smartsched.model.errors import ValidationError
 
 
 def test_carbon_bench_on_a_real_series(tmp_path: Path, data_dir: Path) -> None:
@@ -32,11 +33,16 @@ def test_twin_carbon_bench_one_start_day() -> None:
 
     lines: list[str] = []
     res = run_twin_carbon(days=(150,), slacks=(24,), hours=30.0,
-                          variants=("agnostic", "time+space"), workers=1, echo=lines.append)
+                          variants=("time+space", "green"), workers=1, echo=lines.append)
     rows = {r["variant"]: r for r in res["rows"]}
     assert rows["agnostic"]["batch_kg"] > 0
     assert rows["agnostic"]["deadline_missed"] == rows["time+space"]["deadline_missed"] == 0
     # Three grids of very different intensity: moving batch in time and space pays.
     assert rows["time+space"]["batch_kg"] < rows["agnostic"]["batch_kg"]
     assert rows["time+space"]["batch_wait_h_per_pod"] > rows["agnostic"]["batch_wait_h_per_pod"]
-    assert "batch kg" in lines[0]
+    # GreenScore alone (no waiting) picks cleaner sites for batch too.
+    assert rows["green"]["batch_kg"] < rows["agnostic"]["batch_kg"]
+    assert all(0 < r["green_score"] <= 1 for r in rows.values())
+    assert "batch kg" in lines[0] and "GreenScore" in lines[0]
+    with pytest.raises(ValidationError, match="variants"):
+        run_twin_carbon(days=(150,), slacks=(24,), variants=("bogus",))

@@ -172,6 +172,8 @@ def test_metrics_and_openapi(service: str, auth: dict) -> None:
     assert 'smartsched_decisions_total{profile="k8s-default",tier="region"}' in text
     assert "smartsched_request_seconds_bucket" in text
     assert "smartsched_reservations_active" in text
+    assert 'smartsched_green_score{site="region-a"}' in text
+    assert 'smartsched_green_score_term{site="region-a",term="renewable_share"}' in text
     schema = requests.get(f"{service}/openapi.json", timeout=10).json()
     assert "/v1/placements" in schema["paths"] and "/v1/placements:batch" in schema["paths"]
 

@@ -509,3 +509,40 @@ def test_the_service_preempts_within_a_tenant_only() -> None:
     own = placer.place([pod("retail-high", cpu=6000, tenant="retail", priority=1000)],
                        ttl_s=600)[0]
     assert own.placed and own.preempted and own.preempted[0][0] == low.reservation_id
+
+
+def test_regions_rank_by_green_score_and_sites_report_it(medium: Hierarchy) -> None:
+    import dataclasses
+
+    from smartsched.model.carbon import CarbonSeries
+    from smartsched.serving.hierarchy import RankWeights
+
+    only_green = RankWeights(latency=0, load=0, price=0, carbon=0, green=1)
+    free = {r: {"cpu": 0.5, "gpu": 0.5, "memory": 0.5} for r in medium.regions}
+    clean = CarbonSeries(np.array([300.0]), 3600.0, "clean", renewable=np.array([0.9]))
+    dirty = CarbonSeries(np.array([300.0]), 3600.0, "dirty", renewable=np.array([0.1]))
+
+    def with_grids(a: CarbonSeries, b: CarbonSeries) -> Hierarchy:
+        sites = tuple(dataclasses.replace(s, carbon={"region-a": a, "region-b": b}[s.name])
+                      if s.name in ("region-a", "region-b") else s for s in medium.spec.sites)
+        return Hierarchy.from_spec(dataclasses.replace(medium.spec, sites=sites))
+
+    for a, b, first in ((clean, dirty, "region-a"), (dirty, clean, "region-b")):
+        h = with_grids(a, b)
+        ranked = h.rank_regions(_pod("g"), free, 0.0, only_green)
+        assert ranked[0][0] == first and "GreenScore" in ranked[0][1]
+        assert h.green(first, 0.5, 0.0) > h.green(ranked[1][0], 0.5, 0.0)
+    # At equal grids and PUE, the busier region's nodes do more work per watt.
+    h = with_grids(clean, clean)
+    assert h.green("region-a", 0.9, 0.0) > h.green("region-a", 0.1, 0.0)
+
+    clock = Clock()
+    tier = SiteTier(medium, "region-a", "k8s-default", clock=clock)
+    empty = tier.summary()["green"]
+    assert empty["use_from"] == "allocation" and empty["efficiency"] == 0.0
+    site = medium.site("region-a")
+    assert empty["pue_share"] == pytest.approx(1 / site.pue)
+    assert empty["renewable_share"] == pytest.approx(site.carbon.renewable_at(0.0))
+    asyncio.run(tier.place([_pod(i, cpu=8000) for i in range(20)], 30, None))
+    busy = tier.summary()["green"]
+    assert 0 < busy["efficiency"] <= 1 and busy["score"] > empty["score"]

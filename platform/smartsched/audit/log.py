@@ -272,6 +272,11 @@ class AuditLog:
             self._broken = e
             raise
 
+    @property
+    def stopped(self) -> BaseException | None:
+        """The failure that stopped the log (None while it works)."""
+        return self._broken
+
     def _check(self) -> None:
         if self._broken is not None:
             raise AuditWriteError(f"the audit log {self.dir} stopped after a failed write: "

@@ -33,6 +33,7 @@ from smartsched.carbon.forecast import (
     seasonal_naive,
 )
 from smartsched.carbon.shifting import Job, agnostic, emitted_kg, forecast, oracle
+from smartsched.model.errors import ValidationError
 
 SERIES = ("ger-2020", "gb-2020", "ca-2022")
 WARMUP_H = WEEK + 28 * DAY
@@ -188,9 +189,11 @@ THREE_GRIDS = {
                "count": 12} for s in ("de", "gb", "ca")],
 }
 TWIN_VARIANTS = ("agnostic", "time", "space", "time+space")
+# Also known: "green" and "time+green" (GreenScore picks the node instead of GridCarbon).
+ALL_TWIN_VARIANTS = (*TWIN_VARIANTS, "green", "time+green")
 
 
-def _batch_profile(name: str, defer: bool, grid: bool) -> Any:
+def _batch_profile(name: str, defer: bool, grid: bool, green: bool = False) -> Any:
     from smartsched.scheduling.registry import read_profile_doc
 
     doc, _ = read_profile_doc("green-batch")
@@ -199,20 +202,25 @@ def _batch_profile(name: str, defer: bool, grid: bool) -> Any:
         doc["defer"] = []
     if not grid:
         doc["score"] = [s for s in doc["score"] if s["name"] != "GridCarbon"]
+    if green:  # GreenScore where GridCarbon was, at its weight
+        doc["score"] = [*doc["score"], {"name": "GreenScore", "weight": 10}]
     return doc
 
 
 def twin_scheduler(variant: str, seed: int) -> Any:
     """The composite with batch placed carbon-agnostic, or with CarbonShift (time),
-    GridCarbon (space) or both."""
+    GridCarbon (space), GreenScore (green) or time with either."""
     from smartsched.scheduling.base import SplitScheduler, make_scheduler
     from smartsched.scheduling.framework import ProfileScheduler
     from smartsched.scheduling.registry import profile_from_dict
 
     if variant == "agnostic":
         return make_scheduler("composite", seed)
+    if variant not in ALL_TWIN_VARIANTS:
+        raise ValidationError("variants", f"unknown variant {variant!r} (known: "
+                              f"{', '.join(ALL_TWIN_VARIANTS)})")
     batch = ProfileScheduler(profile_from_dict(_batch_profile(
-        f"batch-{variant}", "time" in variant, "space" in variant)), seed)
+        f"batch-{variant}", "time" in variant, "space" in variant, "green" in variant)), seed)
     online = make_scheduler("composite-online", seed)
     accel = make_scheduler("composite-accelerators", seed)
     return SplitScheduler(f"green-{variant}", {
@@ -242,6 +250,7 @@ def _twin_job(job: tuple[str, int, int, int, float]) -> dict[str, Any]:
     batch = m["classes"].get("batch", {})
     return {"variant": variant, "day": day, "slack_h": slack, "seed": seed,
             "batch_kg": m["pod_carbon_kg"].get("batch", 0.0), "carbon_kg": m["carbon_kg"],
+            "green_score": m["green"]["score"],
             "deadline_missed": m["pods"]["deadline_missed"],
             "batch_wait_pod_h": batch.get("waiting_pod_hours", 0.0),
             "batch_pods": batch.get("arrived", 0)}
@@ -252,9 +261,15 @@ def run_twin_carbon(days: Sequence[int] = (45, 135, 225, 315), slacks: Sequence[
                     workers: int | None = None, echo: Callable[[str], Any] = print
                     ) -> dict[str, Any]:
     """The mixed workload (batch deadline = slack) on three regions with the DE, GB and
-    CA grids, from each start day of the series; batch pods' own carbon per variant."""
+    CA grids, from each start day of the series; batch pods' own carbon per variant
+    (``agnostic``, the reference, always runs)."""
     from smartsched.bench.pool import map_jobs
 
+    unknown = [v for v in variants if v not in ALL_TWIN_VARIANTS]
+    if unknown:
+        raise ValidationError("variants", f"unknown variant {unknown[0]!r} (known: "
+                              f"{', '.join(ALL_TWIN_VARIANTS)})")
+    variants = ["agnostic", *(v for v in dict.fromkeys(variants) if v != "agnostic")]
     jobs = [(v, d, s, k, hours) for s in slacks for v in variants
             for k, d in enumerate(days)]
     res = map_jobs(_twin_job, jobs, workers)
@@ -269,14 +284,16 @@ def run_twin_carbon(days: Sequence[int] = (45, 135, 225, 315), slacks: Sequence[
                          "cluster_kg": sum(r["carbon_kg"] for r in rs),
                          "deadline_missed": sum(r["deadline_missed"] for r in rs),
                          "batch_wait_h_per_pod": sum(r["batch_wait_pod_h"] for r in rs)
-                         / max(1, sum(r["batch_pods"] for r in rs))})
+                         / max(1, sum(r["batch_pods"] for r in rs)),
+                         "green_score": float(np.mean([r["green_score"] for r in rs]))})
     lines = [f"twin: three regions (DE 2020, GB 2020, CA 2022 grids), mixed workload, "
              f"{hours:g} h from days {list(days)}; batch pods' own carbon",
              "deadline h | variant | batch kg | vs agnostic | cluster kg | missed | "
-             "batch wait h/pod"]
+             "batch wait h/pod | GreenScore"]
     for r in rows:
         lines.append(f"{r['slack_h']} | {r['variant']} | {r['batch_kg']:.1f} | "
                      f"{r['vs_agnostic_pct']:+.1f} % | {r['cluster_kg']:.0f} | "
-                     f"{r['deadline_missed']} | {r['batch_wait_h_per_pod']:.1f}")
+                     f"{r['deadline_missed']} | {r['batch_wait_h_per_pod']:.1f} | "
+                     f"{r['green_score']:.3f}")
     echo("\n".join(lines))
     return {"rows": rows, "runs": res, "days": list(days), "hours": hours}

@@ -71,6 +71,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("latency pods within SLO %", ("slo", "latency_within_slo_pct"), "{:.1f}"),
     ("cross-zone GB/h", ("cross_zone_gb_per_h",), "{:.0f}"),
     ("energy kWh", ("energy_kwh",), "{:.0f}"),
+    ("GreenScore", ("green", "score"), "{:.3f}"),
     ("fairness", ("fairness_jain",), "{:.3f}"),
     ("decisions/s", ("decisions_per_second",), "{:.0f}"),
 )

@@ -4,11 +4,23 @@ Owns a regular time series and its lookup at simulation times, plus loaders
 for the public traces under SMARTSCHED_DATA_DIR. Irregular sources are
 resampled onto a fixed grid (mean per bin, gaps held) so lookups are one
 vectorized index.
+
+A series may also carry the grid's renewable share of generation (wind, solar,
+hydro over all generation), where its source has the generation mix (the
+California file). Where it does not (the German and British files hold
+intensity only), ``renewable_at`` estimates the low-carbon share from the
+intensity: ``1 - CI / fossil_g_per_kwh``, the share of generation that cannot
+be fossil if the fossil part emits ``fossil_g_per_kwh`` (nuclear counts as
+low-carbon there, so it is an upper estimate of the renewable share). The
+default fossil intensity is IPCC AR5's life-cycle median for gas combined
+cycle (490 g/kWh); a coal-heavy grid should set its own (coal: 820).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +29,9 @@ import numpy as np
 from smartsched.model.errors import ValidationError
 
 HOUR = 3600.0
+# IPCC AR5 (WG3 annex III) life-cycle medians, gCO2eq/kWh: gas combined cycle, coal.
+GAS_G_PER_KWH = 490.0
+COAL_G_PER_KWH = 820.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -29,6 +44,9 @@ class CarbonSeries:
     step_s: float = HOUR
     name: str = "synthetic"
     offset_s: float = 0.0
+    # Renewable share of generation in [0, 1] at each step (None: estimated, see module).
+    renewable: np.ndarray | None = None
+    fossil_g_per_kwh: float = GAS_G_PER_KWH
 
     def __post_init__(self) -> None:
         v = np.asarray(self.values, dtype=np.float64)
@@ -40,11 +58,33 @@ class CarbonSeries:
             raise ValidationError("carbon.step_s", "must be a positive number")
         if not (isinstance(self.offset_s, int | float) and 0 <= self.offset_s < math.inf):
             raise ValidationError("carbon.offset_s", "must be a number >= 0")
+        f = self.fossil_g_per_kwh
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 5000:
+            raise ValidationError("carbon.fossil_g_per_kwh",
+                                  f"must be a number in (0, 5000] g/kWh, got {f!r}")
         object.__setattr__(self, "values", v)
+        if self.renewable is not None:
+            r = np.asarray(self.renewable, dtype=np.float64)
+            if r.shape != v.shape:
+                raise ValidationError("carbon.renewable",
+                                      f"must have one share per value ({v.size}), got {r.size}")
+            if not np.all(np.isfinite(r)) or np.any(r < 0) or np.any(r > 1):
+                raise ValidationError("carbon.renewable", "shares must be within [0, 1]")
+            object.__setattr__(self, "renewable", r)
 
     def with_offset(self, offset_s: float) -> CarbonSeries:
         """The same series read from ``offset_s`` seconds into it."""
-        return CarbonSeries(self.values, self.step_s, self.name, float(offset_s))
+        return dataclasses.replace(self, offset_s=float(offset_s))
+
+    def renewable_at(self, t: float | np.ndarray) -> np.ndarray | float:
+        """Renewable share of generation at simulation time(s) ``t``: the series' own where
+        it has one, else the low-carbon share estimated from intensity (module docstring)."""
+        if self.renewable is not None:
+            return self._read(self.renewable, t)
+        ci = self.at(t)
+        if isinstance(ci, float):
+            return min(max(1.0 - ci / self.fossil_g_per_kwh, 0.0), 1.0)
+        return np.clip(1.0 - ci / self.fossil_g_per_kwh, 0.0, 1.0)
 
     @property
     def span_s(self) -> float:
@@ -52,11 +92,15 @@ class CarbonSeries:
 
     def at(self, t: float | np.ndarray) -> np.ndarray | float:
         """Intensity at simulation time(s) ``t`` (seconds), wrapping around the series."""
+        return self._read(self.values, t)
+
+    def _read(self, values: np.ndarray, t: float | np.ndarray) -> np.ndarray | float:
+        """``values`` (one per step) at simulation time(s) ``t``, wrapping around."""
         if isinstance(t, (float, int)) and math.isfinite(t):  # per event: no array trip
-            return float(self.values[int((t + self.offset_s) // self.step_s) % self.values.size])
+            return float(values[int((t + self.offset_s) // self.step_s) % values.size])
         idx = ((np.asarray(t, dtype=np.float64) + self.offset_s) // self.step_s).astype(
-            np.int64) % self.values.size
-        out = self.values[idx]
+            np.int64) % values.size
+        out = values[idx]
         return float(out) if np.ndim(out) == 0 else out
 
     @staticmethod
@@ -76,6 +120,17 @@ PUBLIC_SERIES: dict[str, tuple[str, str, str]] = {
     "ger-2020": ("carbon-intensity-letswaitawhile-2020/ger_ci.csv", "Time", "Carbon Intensity"),
     "gb-2020": ("carbon-intensity-letswaitawhile-2020/gb_ci.csv", "Time", "Carbon Intensity"),
     "ca-2022": ("carbon-intensity-sustaindc-eia-2022/CA_NG_avgCI.csv", "timestamp", "avg_CI"),
+}
+# Public series with a generation mix: (renewable columns, every generation column).
+PUBLIC_MIX: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "ca-2022": (("WND", "SUN", "WAT"), ("WND", "SUN", "WAT", "OIL", "NG", "COL", "NUC", "OTH")),
+}
+# The fossil intensity each public grid's estimate uses where it has no mix: the IPCC
+# medians weighted by the country's 2020 fossil generation (Germany: coal and lignite
+# about 60 %, gas 40 %; Great Britain: gas about 95 %), not fitted to the files.
+PUBLIC_FOSSIL: dict[str, float] = {
+    "ger-2020": 0.6 * COAL_G_PER_KWH + 0.4 * GAS_G_PER_KWH,
+    "gb-2020": 0.05 * COAL_G_PER_KWH + 0.95 * GAS_G_PER_KWH,
 }
 
 
@@ -134,28 +189,80 @@ def load_carbon_csv(
         raise ValidationError(value_column, f"a gap of {np.diff(secs_all[rows])[gaps[0]] / HOUR:g}"
                               f" h before this row (at most {max_gap_s / HOUR:g} h)", row=at,
                               source=str(path))
-    secs = secs_all[keep]
-    v = vals[keep].to_numpy(dtype=np.float64)
+    grid = _resample(secs_all[keep], vals[keep].to_numpy(dtype=np.float64), step_s)
+    return CarbonSeries(grid, step_s, path.stem)
+
+
+def _resample(secs: np.ndarray, v: np.ndarray, step_s: float, n: int | None = None
+              ) -> np.ndarray:
+    """Mean of ``v`` per ``step_s`` bin from the first reading, the last value held across
+    empty bins (vectorized forward fill); ``n`` bins (default: up to the last reading)."""
     bins = (secs // step_s).astype(np.int64)
-    n = int(bins.max()) + 1
+    n = int(bins.max()) + 1 if n is None else n
+    inside = bins < n
+    bins, v = bins[inside], v[inside]
     sums = np.bincount(bins, weights=v, minlength=n)
     counts = np.bincount(bins, minlength=n)
     grid = np.full(n, np.nan)
     has = counts > 0
     grid[has] = sums[has] / counts[has]
-    # hold last value across gaps (vectorized forward fill)
     idx = np.where(has, np.arange(n), 0)
     np.maximum.accumulate(idx, out=idx)
-    grid = grid[idx]
-    return CarbonSeries(grid, step_s, path.stem)
+    return grid[idx]
+
+
+def load_generation_share(path: str | Path, time_column: str, share_of: Sequence[str],
+                          total_of: Sequence[str], step_s: float, n: int) -> np.ndarray:
+    """[n] share of generation from ``share_of`` columns over ``total_of`` columns, on the
+    same grid as :func:`load_carbon_csv` (bins of ``step_s`` from the first timestamp).
+    Refused, naming the column or row: a missing column, a value that is not a number
+    or is negative, an hour with no generation at all."""
+    import pandas as pd
+
+    path = Path(path)
+    df = pd.read_csv(path)
+    for col in (time_column, *total_of):
+        if col not in df.columns:
+            raise ValidationError(col, "missing column", source=str(path))
+    ts = pd.to_datetime(df[time_column], utc=True, errors="coerce")
+    if ts.isna().any():
+        raise ValidationError(time_column, "not a timestamp",
+                              row=int(np.flatnonzero(ts.isna().to_numpy())[0]), source=str(path))
+    raw = {col: df[col] for col in total_of}
+    # A row with every generation column empty is a missing reading (held, as empty
+    # intensities are); anything else must be numbers >= 0.
+    missing = np.logical_and.reduce([r.isna().to_numpy() for r in raw.values()])
+    gen = {}
+    for col, r in raw.items():
+        x = pd.to_numeric(r, errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.flatnonzero((~np.isfinite(x) | (x < 0)) & ~missing)
+        if bad.size:
+            raise ValidationError(col, "generation must be a number >= 0, got "
+                                  f"{r.iloc[bad[0]]!r}", row=int(bad[0]), source=str(path))
+        gen[col] = x[~missing]
+    total = sum(gen[c] for c in total_of)
+    empty = np.flatnonzero(total <= 0)
+    if empty.size:
+        raise ValidationError(total_of[0], "no generation in this row",
+                              row=int(np.flatnonzero(~missing)[empty[0]]), source=str(path))
+    share = sum(gen[c] for c in share_of) / total
+    secs = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()[~missing]
+    return np.clip(_resample(secs, share, step_s, n), 0.0, 1.0)
 
 
 def load_public_series(name: str, data_dir: Path) -> CarbonSeries:
-    """Load one of :data:`PUBLIC_SERIES` from ``data_dir``."""
+    """Load one of :data:`PUBLIC_SERIES` from ``data_dir``, with its renewable share where
+    the file has the generation mix (:data:`PUBLIC_MIX`)."""
     if name not in PUBLIC_SERIES:
         raise ValidationError(
             "carbon", f"unknown series {name!r} (known: {', '.join(PUBLIC_SERIES)})"
         )
     rel, tcol, vcol = PUBLIC_SERIES[name]
     series = load_carbon_csv(data_dir / rel, tcol, vcol)
-    return CarbonSeries(series.values, series.step_s, name)
+    renewable = None
+    if name in PUBLIC_MIX:
+        share_of, total_of = PUBLIC_MIX[name]
+        renewable = load_generation_share(data_dir / rel, tcol, share_of, total_of,
+                                          series.step_s, series.values.size)
+    return CarbonSeries(series.values, series.step_s, name, renewable=renewable,
+                        fossil_g_per_kwh=PUBLIC_FOSSIL.get(name, GAS_G_PER_KWH))

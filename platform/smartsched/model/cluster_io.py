@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from smartsched.model.carbon import CarbonSeries
+from smartsched.model.carbon import GAS_G_PER_KWH, CarbonSeries
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
 from smartsched.model.errors import ValidationError
 from smartsched.model.table import numeric_column, read_frame, require_columns, text_column
@@ -52,7 +52,10 @@ def write_cluster(spec: ClusterSpec, path: str | Path) -> None:
                 "access_latency_ms": s.access_latency_ms, "pue": s.pue,
                 "price_core_hour": s.price_core_hour, "price_gpu_hour": s.price_gpu_hour,
                 "carbon": {"values": s.carbon.values.tolist(), "step_s": s.carbon.step_s,
-                           "name": s.carbon.name, "offset_s": s.carbon.offset_s},
+                           "name": s.carbon.name, "offset_s": s.carbon.offset_s,
+                           "renewable": (None if s.carbon.renewable is None
+                                         else s.carbon.renewable.tolist()),
+                           "fossil_g_per_kwh": s.carbon.fossil_g_per_kwh},
             }
             for s in spec.sites
         ],
@@ -74,8 +77,11 @@ def read_cluster(path: str | Path) -> ClusterSpec:
     for s in meta["sites"]:
         c = s.pop("carbon")
         sites.append(Site(**{**s, "coords_km": tuple(s["coords_km"])},
-                          carbon=CarbonSeries(np.asarray(c["values"]), c["step_s"], c["name"],
-                                              float(c.get("offset_s", 0.0)))))
+                          carbon=CarbonSeries(
+                              np.asarray(c["values"]), c["step_s"], c["name"],
+                              float(c.get("offset_s", 0.0)),
+                              None if c.get("renewable") is None else np.asarray(c["renewable"]),
+                              float(c.get("fossil_g_per_kwh", GAS_G_PER_KWH)))))
     zones = [Zone(**z) for z in meta["zones"]]
     nodes = []
     for i, r in enumerate(table.to_pylist()):

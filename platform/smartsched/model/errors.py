@@ -63,3 +63,8 @@ class InfeasibleDecisionError(SmartSchedError):
 
     The twin refuses such a decision instead of silently corrupting state.
     """
+
+
+class ServiceUnavailableError(SmartSchedError):
+    """The service cannot take decisions now for a reason of its own (not the request's):
+    the audit log it must record them in stopped, say. Answered 503."""

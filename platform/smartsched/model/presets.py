@@ -8,6 +8,7 @@ cluster; the openb presets read the public trace's node lists.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -241,7 +242,8 @@ def cluster_from_yaml(path: Path) -> ClusterSpec:
 
         name: my-cluster
         sites:  [{name, kind, coords_km: [x, y], access_latency_ms, pue,
-                  price_core_hour, price_gpu_hour, carbon: <number|public-series-name>}]
+                  price_core_hour, price_gpu_hour, carbon: <number|public-series-name>,
+                  fossil_g_per_kwh}]   # the grid's fossil intensity (renewable estimate)
         zones:  [{name, site}]
         nodes:  [{name, zone, cpu_milli, memory_mib, num_gpu, gpu_model, rack,
                   labels: {k: v}, taints: [..], count: N}]   # count expands a pool
@@ -282,6 +284,12 @@ def _site(s: dict[str, Any]) -> Site:
         series = CarbonSeries.constant(float(carbon))
     else:
         series = load_public_series(str(carbon), data_dir())
+    if "fossil_g_per_kwh" in s:
+        f = s["fossil_g_per_kwh"]
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 5000:
+            raise ValidationError(f"sites.{s.get('name')}.fossil_g_per_kwh",
+                                  f"must be a number in (0, 5000] g/kWh, got {f!r}")
+        series = dataclasses.replace(series, fossil_g_per_kwh=float(f))
     xy = s.get("coords_km", (0.0, 0.0))
     return Site(
         name=str(s["name"]),

@@ -90,6 +90,7 @@ BUILTIN_PLUGINS: tuple[type, ...] = (
     defrag.GpuDefrag,
     carbon.CarbonShift,
     carbon.GridCarbon,
+    carbon.GreenScore,
 )
 
 # The extension points a plugin class may implement (framework.py's Protocols).

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from smartsched.model.errors import (
     PermissionDeniedError,
+    ServiceUnavailableError,
     SmartSchedError,
     UnknownReferenceError,
     ValidationError,
@@ -325,6 +326,11 @@ def make_fastapi() -> FastAPI:
         c = remote_cause(e)
         return _error(403, getattr(c, "field", "request"), getattr(c, "message", str(c)))
 
+    @app.exception_handler(ServiceUnavailableError)
+    async def _unavailable(_: Request, e: ServiceUnavailableError) -> JSONResponse:
+        return JSONResponse({"detail": [{"loc": ["service"], "msg": str(remote_cause(e))}]},
+                            status_code=503, headers={"Retry-After": "60"})
+
     @app.exception_handler(SmartSchedError)
     async def _other(_: Request, e: SmartSchedError) -> JSONResponse:
         return _error(409, "request", str(remote_cause(e)))
@@ -356,6 +362,7 @@ async def metrics(ing: Any = Depends(_ingress)) -> PlainTextResponse:
     names = list(ing.sites)
     sums = await asyncio.gather(*(ing.sites[n].summary.remote() for n in names))
     ing.metrics.set_reservations({s["site"]: s["reservations"] for s in sums})
+    ing.metrics.set_green({s["site"]: s["green"] for s in sums if s.get("green")})
     body, ctype = ing.metrics.render()
     return PlainTextResponse(body, media_type=ctype)
 
@@ -386,6 +393,7 @@ async def _reservation_op(ing: Any, request: Request, rid: str, op: str, event: 
     """Authorize, route the reservation to its site, run ``op`` there, count ``event``."""
     if (denied := ing.authorize(request)) is not None:
         return denied
+    ing.trail.guard()
     site, local = ing.site_of(rid)
     who = request.state.principal
     out = await getattr(site, op).remote(local, who.tenant)  # a tenant: its own only
@@ -419,6 +427,7 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
     (operator credential)."""
     if (denied := ing.authorize(request, OPERATOR)) is not None:
         return denied
+    ing.trail.guard()
     per_site: dict[str, tuple[list, dict]] = {}
     first: dict[str, int] = {}
     for i, n in enumerate(body.nodes):
@@ -484,6 +493,7 @@ async def set_profile(site: str, body: ProfileUpdate, request: Request,
     stay. A policy or profile file is read only from the service's ``models_dir``."""
     if (denied := ing.authorize(request, OPERATOR)) is not None:
         return denied
+    ing.trail.guard()
     if site not in ing.sites:
         raise UnknownReferenceError("site", f"unknown site {site!r}")
     # Loaded from the resolved path; shown (answers, metrics, summaries) as the operator
@@ -588,6 +598,7 @@ class Ingress:
 
     async def place(self, specs: list, ttl_s: float, rid: str | None,
                     validate: bool = False, who: Principal = ANONYMOUS) -> PlacementResponse:
+        self.trail.guard()  # no decision without its record (service.audit.on_failure)
         now = time.time()
         if who.tenant is not None:
             specs = self._scoped(specs, who.tenant)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from smartsched.model.errors import ServiceUnavailableError
 from smartsched.serving.config import Audit
 
 log = logging.getLogger(__name__)
@@ -46,11 +47,20 @@ def tenant_principal(tenant: str) -> Principal:
 
 
 class Trail:
-    """The service's audit records; a no-op without ``service.audit``."""
+    """The service's audit records; a no-op without ``service.audit``.
+
+    When the log stops (a failed write: a full disk, say), ``guard`` refuses every
+    decision-making request from then on (``on_failure: refuse``, the default: no
+    decision without its record), or lets them through with the gap logged as an error
+    (``continue``). Records are sealed and made durable within ``block_seconds``, so the
+    decisions of the block being written when the disk failed are the ones a failure can
+    leave unrecorded; they stand (the journal has them) and the error names the failure.
+    """
 
     def __init__(self, cfg: Audit | None) -> None:
         self.log = None
         self.broken = False
+        self.refuse_when_broken = cfg is not None and cfg.on_failure == "refuse"
         self._refused_second, self._refused_n, self._suppressed = -1, 0, 0
         if cfg is not None:
             from smartsched.audit.keys import load_private_key
@@ -75,6 +85,20 @@ class Trail:
             if not self.broken:
                 log.error("audit log stopped: %s", e)
             self.broken = True
+
+    def guard(self) -> None:
+        """Raise ServiceUnavailableError (503) when the log has stopped and the service
+        must not decide without it; called before a request changes anything."""
+        if self.log is None:
+            return
+        if not self.broken and self.log.stopped is not None:
+            log.error("audit log stopped: %s", self.log.stopped)
+            self.broken = True
+        if self.broken and self.refuse_when_broken:
+            raise ServiceUnavailableError(
+                "the audit log stopped after a failed write; decisions are refused until "
+                "the service is restarted with a working log (service.audit.on_failure: "
+                "refuse)")
 
     def placements(self, who: Principal, request_id: str | None,
                    results: Iterable[Mapping[str, Any]],

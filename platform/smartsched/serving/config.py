@@ -29,7 +29,8 @@ class Ranking(BaseModel):
     latency: float = Field(1.0, ge=0, le=100)
     load: float = Field(1.0, ge=0, le=100)
     price: float = Field(0.5, ge=0, le=100)
-    carbon: float = Field(0.5, ge=0, le=100)
+    carbon: float = Field(0.0, ge=0, le=100)  # grid intensity now
+    green: float = Field(0.5, ge=0, le=100)  # GreenScore now (carbon.greenscore)
 
 
 class TenantToken(BaseModel):
@@ -75,6 +76,10 @@ class Audit(BaseModel):
     key_file: str
     block_seconds: float = Field(1.0, gt=0, le=3600)
     fsync: bool = True
+    # When the log stops after a failed write (a full disk): "refuse" answers every
+    # decision-making request 503 until the service is restarted with a working log (no
+    # decision without its record); "continue" keeps deciding and logs the gap as an error.
+    on_failure: Literal["refuse", "continue"] = "refuse"
 
 
 class UsageFromPrometheus(BaseModel):

@@ -10,7 +10,11 @@ cloud tier ranks regions for a pod. Ranking, in order of precedence:
 3. a cost score, lower is better, each term scaled to [0, 1] over the
    candidate regions: latency from the origin, load (1 - free share of the
    resource the pod needs most, from the region summaries), price of the pod
-   per hour, and grid carbon intensity now. Weights are configurable.
+   per hour, grid carbon intensity now, and the region's GreenScore now
+   (``carbon.greenscore``: its PUE share, its grid's renewable share, and the
+   work per watt of its nodes at that load; higher is better, so it enters as
+   its negative). Weights are configurable; by default GreenScore stands for
+   the grid (``green`` 0.5) and raw intensity is off (``carbon`` 0).
 
 The cloud tier asks regions in this order and spills over to the next when
 one is full.
@@ -21,9 +25,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
+from smartsched.carbon.greenscore import efficiency, green_score, pue_share
 from smartsched.model.cluster import ClusterSpec, Site
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.model.pod import Pod
@@ -34,10 +40,11 @@ class RankWeights:
     latency: float = 1.0
     load: float = 1.0
     price: float = 0.5
-    carbon: float = 0.5
+    carbon: float = 0.0
+    green: float = 0.5
 
     def __post_init__(self) -> None:
-        for k in ("latency", "load", "price", "carbon"):
+        for k in ("latency", "load", "price", "carbon", "green"):
             v = getattr(self, k)
             if not (isinstance(v, int | float) and 0 <= v <= 100 and math.isfinite(v)):
                 raise ValidationError(f"ranking.{k}", f"must be within [0, 100], got {v!r}")
@@ -83,6 +90,24 @@ class Hierarchy:
     def site(self, name: str) -> Site:
         return self.spec.site(name)
 
+    @cached_property
+    def region_watts(self) -> dict[str, tuple[float, float]]:
+        """Each region's nodes' watts summed: (idle, full load), for its efficiency."""
+        from smartsched.twin.power import PowerModel
+
+        pm = PowerModel.of_spec(self.spec)
+        zone_site = self.spec.zone_site()
+        site = np.array([zone_site[n.zone] for n in self.spec.nodes])
+        return {r: (float(pm.idle_w[site == r].sum()), float(pm.max_w[site == r].sum()))
+                for r in self.regions}
+
+    def green(self, region: str, load: float, now_s: float) -> float:
+        """The region's GreenScore at ``load`` (0..1, its nodes' share in use) and time."""
+        s = self.site(region)
+        idle, peak = self.region_watts[region]
+        eff = float(efficiency(np.array([load]), np.array([idle]), np.array([peak]))[0])
+        return float(green_score(pue_share(s.pue), float(s.carbon.renewable_at(now_s)), eff))
+
     def region_of(self, site: str) -> str:
         """The region a site belongs to (itself for a region)."""
         if site in self.regions:
@@ -107,8 +132,11 @@ class Hierarchy:
         load = np.array([1.0 - float(free.get(r, {}).get(need, 1.0)) for r in cand])
         price = np.array([_price(self.site(r), pod) for r in cand])
         carbon = np.array([self.site(r).carbon.at(now_s) for r in cand])
+        green = np.array([self.green(r, float(u), now_s) for r, u in zip(cand, load,
+                                                                           strict=True)])
         score = (weights.latency * _unit(lat) + weights.load * _unit(load)
-                 + weights.price * _unit(price) + weights.carbon * _unit(carbon))
+                 + weights.price * _unit(price) + weights.carbon * _unit(carbon)
+                 + weights.green * _unit(-green))
         meets = (lat <= pod.latency_slo_ms) if pod.latency_slo_ms is not None else np.ones(
             len(cand), dtype=bool)
         order = np.lexsort((score, ~meets))
@@ -116,7 +144,7 @@ class Hierarchy:
             where = (f"latency {lat[i]:.1f} ms from {pod.origin_site}"
                      f"{'' if meets[i] else ' (over SLO)'}, " if origin else "")
             return (f"{where}load {100 * load[i]:.0f} % {need}, {price[i]:.2f} USD/h, "
-                    f"{carbon[i]:.0f} gCO2/kWh")
+                    f"{carbon[i]:.0f} gCO2/kWh, GreenScore {green[i]:.2f}")
 
         return [(cand[i], why(i)) for i in order]
 

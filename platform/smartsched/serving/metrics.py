@@ -35,6 +35,12 @@ class ServiceMetrics:
                                           ["event"], registry=r)
         self.reservations = Gauge("smartsched_reservations_active",
                                   "Live reservations per site", ["site"], registry=r)
+        self.green = Gauge("smartsched_green_score",
+                           "GreenScore per site now (0..1): 1/PUE, grid renewable share and "
+                           "work per watt, averaged", ["site"], registry=r)
+        self.green_terms = Gauge("smartsched_green_score_term",
+                                 "GreenScore's terms per site (0..1)", ["site", "term"],
+                                 registry=r)
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.latency.labels(method, route, str(status)).observe(seconds)
@@ -60,6 +66,12 @@ class ServiceMetrics:
     def set_reservations(self, per_site: dict[str, int]) -> None:
         for site, n in per_site.items():
             self.reservations.labels(site).set(n)
+
+    def set_green(self, per_site: dict[str, dict[str, Any]]) -> None:
+        for site, g in per_site.items():
+            self.green.labels(site).set(g["score"])
+            for term in ("pue_share", "renewable_share", "efficiency"):
+                self.green_terms.labels(site, term).set(g[term])
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -220,6 +220,18 @@ class Autonomy(BaseModel):
     queued_pods: int
 
 
+class GreenTerms(BaseModel):
+    """The site's GreenScore now (0..1, 1 greenest) and its three terms: 1/PUE, the grid's
+    renewable share (from its generation mix, or estimated from intensity), and its
+    nodes' work per watt relative to full load (from reported usage, else bookings)."""
+
+    score: float
+    pue_share: float
+    renewable_share: float
+    efficiency: float
+    use_from: Literal["usage", "allocation"]
+
+
 class SiteSummary(BaseModel):
     site: str
     tier: Tier
@@ -231,6 +243,7 @@ class SiteSummary(BaseModel):
     reservations: int
     profile: str
     autonomy: Autonomy | None = None
+    green: GreenTerms | None = None
 
 
 class RegionSummary(SiteSummary):

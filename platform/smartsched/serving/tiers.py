@@ -41,6 +41,7 @@ from smartsched.model.errors import SmartSchedError, remote_cause
 from smartsched.model.pod import Pod, PodClass
 from smartsched.serving.hierarchy import Hierarchy, RankWeights
 from smartsched.serving.site import IDEMPOTENCY_KEEP, SitePlacer, SiteResult, site_subspec
+from smartsched.twin.green import site_terms
 
 RID_SEP = "~"  # reservation id = "<site>~<hex>": the ingress routes by it
 
@@ -335,7 +336,8 @@ class SiteTier:
                 "pods": [b.pod.id for b in r.bookings]}
 
     def summary(self) -> dict[str, Any]:
-        out = {"site": self.site, "tier": self.tier, **self.placer.summary()}
+        out = {"site": self.site, "tier": self.tier, **self.placer.summary(),
+               "green": self.green()}
         if self.parent is not None:
             out["autonomy"] = {"region_reachable": self.parent_down_since is None,
                                "queued_escalations": len(self.queued),
@@ -343,6 +345,17 @@ class SiteTier:
         if self.usage_cfg is not None:
             out["usage_from_prometheus"] = self.usage_status
         return out
+
+    def green(self) -> dict[str, Any]:
+        """This site's GreenScore now and its terms (``twin.green``), from the nodes' reported
+        usage when there is any, else from what is booked on them."""
+        st = self.placer.state
+        source = "usage" if st.usage.any() else "allocation"
+        terms = site_terms(st, self.placer.clock() - self.placer.t0, source=source)
+        i = st.site_names.index(self.site)
+        return {"score": float(terms["score"][i]), "pue_share": float(terms["pue"][i]),
+                "renewable_share": float(terms["renewable"][i]),
+                "efficiency": float(terms["efficiency"][i]), "use_from": source}
 
     def apply_node_updates(self, updates: list[tuple[int, str, dict[str, Any]]],
                            usage: dict[str, tuple[float, float, float]],

@@ -15,6 +15,12 @@ Definitions (time-weighted over the simulated span T):
   energy_kwh         = int sum_nodes (idle + dynamic watts) * PUE(site) dt
                        dynamic = (max-idle)_host * cpu_use + sum_gpu (max-idle) * gpu_use
   carbon_kg          = int energy rate * carbon intensity(site, t) dt
+  green              = GreenScore (carbon.greenscore) over the run, weighted by facility
+                       energy: pue_share = IT energy / facility energy; renewable_share =
+                       int facility watts * grid renewable share(site, t) dt / energy;
+                       efficiency = int sum_nodes use * full-load watts dt / IT energy (use
+                       weighted by the watts each part adds); score = the energy-weighted
+                       mean of each site's GreenScore at each moment
   pods' carbon       = per pod, its share of its node's dynamic watts (cpu and GPU, by
                        its share of the node's use), times the site's PUE and grid
                        intensity, over the ticks: the carbon a placement or a shift in
@@ -54,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from smartsched.carbon.greenscore import green_score
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.pod import POD_CLASS_IDS, POD_CLASSES, PodClass
 from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, GPU_MODEL_NAMES, MEM
@@ -105,6 +112,13 @@ class MetricsRecorder:
         self.on_idle_w_site = np.bincount(state.site_id[on], self.node_idle_w[on], n_sites)
         self.on_price_h = float(self.node_price_h[on].sum())
         self.dyn_w_site = np.zeros(n_sites)
+        # Work done in full-load watts (use * max watts of powered-on nodes), per site, and
+        # the integrals behind the report's "green" (see the module docstring).
+        self.work_w_site = np.zeros(n_sites)
+        self.it_j = 0.0
+        self.work_j = 0.0
+        self.renewable_j = 0.0
+        self.green_j = 0.0
         self.alloc_total = np.zeros(state.capacity.shape[1], dtype=np.float64)
         self.be_alloc_total = np.zeros(2, dtype=np.float64)  # best-effort cpu, mem requests
         self.int_be_alloc = np.zeros(2)
@@ -155,6 +169,15 @@ class MetricsRecorder:
         # (nan: restarted in place), failure -> running).
         self.replacements: list[tuple[int, float, float]] = []
 
+    def _green(self) -> dict[str, float | None]:
+        """GreenScore and its terms over the run (module docstring); None before any energy."""
+        e = self.energy_j
+        if e <= 0 or self.it_j <= 0:
+            return {"score": None, "pue_share": None, "renewable_share": None,
+                    "efficiency": None}
+        return {"score": self.green_j / e, "pue_share": self.it_j / e,
+                "renewable_share": self.renewable_j / e, "efficiency": self.work_j / self.it_j}
+
     # ----------------------------------------------------------- event hooks
     def advance(self, t0: float, t1: float) -> None:
         """Integrate event-constant quantities over [t0, t1) (only after the warm-up)."""
@@ -175,10 +198,17 @@ class MetricsRecorder:
         self.int_pending_s += self.pending * dt
         self.int_pending_gpu_s += self.pending_gpu * dt
         self.int_pending_cls_s += self.pending_cls * dt
-        watts = (self.on_idle_w_site + self.dyn_w_site) * self.site_pue
+        it = self.on_idle_w_site + self.dyn_w_site
+        watts = it * self.site_pue
         self.energy_j += float(watts.sum()) * dt
         ci = np.array([c.at(t0) for c in self.site_carbon])
         self.carbon_g += float((watts * ci).sum()) * dt / 3.6e6  # W*s -> kWh, * g/kWh
+        ren = np.array([c.renewable_at(t0) for c in self.site_carbon])
+        eff = np.divide(self.work_w_site, it, out=np.zeros_like(it), where=it > 0)
+        self.it_j += float(it.sum()) * dt
+        self.work_j += float(self.work_w_site.sum()) * dt
+        self.renewable_j += float((watts * ren).sum()) * dt
+        self.green_j += float((watts * green_score(1.0 / self.site_pue, ren, eff)).sum()) * dt
         self.cost_usd += self.on_price_h * dt / 3600.0
 
     def bound(self, pod: int) -> None:
@@ -300,6 +330,11 @@ class MetricsRecorder:
         gpu_util = np.minimum(st.usage[:, 2] / np.maximum(cap[:, GPU], 1), 1.0)
         dyn = self.power_model.dynamic_w(st.power, cpu_util, gpu_util)
         self.dyn_w_site = np.bincount(st.site_id, dyn, minlength=self.dyn_w_site.size)
+        pm = self.power_model
+        dyn_max = pm.host_dyn_w + pm.gpu_dyn_w
+        node_use = np.divide(dyn, dyn_max, out=np.zeros_like(dyn), where=dyn_max > 0)
+        self.work_w_site = np.bincount(st.site_id, node_use * pm.max_w,
+                                       minlength=self.work_w_site.size)
         usage_sum = st.usage.sum(axis=0)
         if t < self.measure_from or dt <= 0:
             return  # warm-up (or the instant at the horizon): keep power current only
@@ -498,6 +533,7 @@ class MetricsRecorder:
             "cross_zone_gb_per_h": float(np.mean(self.cross_zone)) if self.cross_zone else 0.0,
             "energy_kwh": self.energy_j / 3.6e6,
             "carbon_kg": self.carbon_g / 1000,
+            "green": self._green(),
             # The pods' own work (see the module docstring), per class, after the warm-up.
             "pod_carbon_kg": {
                 cls.value: float(tb.carbon_g[tb.cls == ci].sum() / 1000)

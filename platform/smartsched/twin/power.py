@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from smartsched.model.cluster import ClusterSpec
-from smartsched.model.resources import DEVICE_MODELS, GPU_MODEL_NAMES
+from smartsched.model.resources import DEVICE_MODELS, GPU_MODEL_IDS, GPU_MODEL_NAMES
 from smartsched.twin.state import POWER_OFF, POWER_ON
 
 
@@ -47,6 +47,13 @@ class PowerModel:
         host_max = np.array([n.host_max_watts for n in spec.nodes], dtype=np.float64)
         return PowerModel(host_idle, host_max - host_idle, idle[gpu_model], peak[gpu_model],
                           np.asarray(gpu_count))
+
+    @staticmethod
+    def of_spec(spec: ClusterSpec) -> PowerModel:
+        """The model of ``spec``'s nodes without a ClusterState (the service's ranking)."""
+        model = np.array([GPU_MODEL_IDS[n.gpu_model] if n.num_gpu else 0 for n in spec.nodes],
+                         dtype=np.int16)
+        return PowerModel.of(spec, model, np.array([n.num_gpu for n in spec.nodes]))
 
     @property
     def idle_w(self) -> np.ndarray:

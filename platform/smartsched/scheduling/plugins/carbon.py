@@ -16,6 +16,11 @@ emits there.
   full when it goes. Waiting pods are offered again at the twin's periodic flush.
 - ``GridCarbon`` (score): nodes whose site emits least over the pod's expected run
   score highest (0..100 over the feasible nodes; all equal on one grid).
+- ``GreenScore`` (score): each node's GreenScore (``carbon.greenscore``: its
+  site's PUE share, its grid's renewable share now, and the node's work per watt
+  with the pod on it) times 100. The efficiency term packs work onto nodes
+  already drawing their idle watts, so nodes can power down; the other two pick
+  the site.
 
 Jobs do not pause once started (the twin's pods run to completion, or are evicted
 and restart from a checkpoint): start time and place are the levers here.
@@ -28,10 +33,12 @@ import math
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from smartsched.carbon.greenscore import GreenWeights
 from smartsched.carbon.outlook import outlook
 from smartsched.model.pod import POD_CLASS_IDS, PodClass
 from smartsched.scheduling.framework import CycleContext, lowest_best
 from smartsched.twin.decision import can_defer
+from smartsched.twin.green import node_scores, node_use
 
 
 class CarbonShiftArgs(BaseModel):
@@ -46,6 +53,13 @@ class CarbonShiftArgs(BaseModel):
 
 class GridCarbonArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class GreenScoreArgs(BaseModel):
+    """``weights``: a, b, c of GreenScore = a*PUE share + b*renewable + c*efficiency."""
+
+    model_config = ConfigDict(extra="forbid")
+    weights: GreenWeights = Field(default_factory=GreenWeights)
 
 
 # (cluster, hour) -> (the cluster, [S, hours] outlook): it changes once an hour, decisions
@@ -130,3 +144,18 @@ class GridCarbon:
         work = _work_hours(ctx)
         per_site = _site_outlook(ctx, work)[:, :work].mean(axis=1)
         return lowest_best(per_site[st.site_id], feasible)
+
+
+class GreenScore:
+    """Prefer the node whose GreenScore is highest with the pod on it."""
+
+    name = "GreenScore"
+    Args = GreenScoreArgs
+
+    def __init__(self, args: GreenScoreArgs | None = None) -> None:
+        self.args = args or GreenScoreArgs()
+
+    def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
+        st = ctx.state
+        use = node_use(st, "allocation", extra=ctx.request.vector)
+        return 100.0 * node_scores(st, st.now, use, self.args.weights)
