@@ -5,8 +5,9 @@ Owns how a ``ClusterState`` feeds the formula: each node's use weighted by the
 watts its parts add (host, accelerators) from the twin's one power model, from
 allocation (what a scheduler knows: requests) or from sampled usage (what the
 node does), the site's PUE and its grid's renewable share at time ``t``. The
-score plugin, the twin's report and the service's metrics all read it here,
-so "how green is this site" has one answer.
+score plugin and the service's summaries and metrics read it here; the twin's
+report integrates the same formula over the run (``twin.metrics``, from the
+same power model and use).
 """
 
 from __future__ import annotations
