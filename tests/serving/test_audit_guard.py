@@ -4,6 +4,7 @@ record, unless the operator chose ``on_failure: continue``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
@@ -39,17 +40,21 @@ def _break(trail: Trail) -> None:
 def test_a_stopped_log_refuses_decisions_unless_told_to_continue(tmp_path: Path,
                                                                  on_failure: str) -> None:
     trail = _trail(tmp_path, on_failure)
-    trail.guard()  # a working log lets requests through
-    _break(trail)
-    if on_failure == "refuse":
-        with pytest.raises(ServiceUnavailableError, match="audit log stopped"):
+    try:
+        trail.guard()  # a working log lets requests through
+        _break(trail)
+        if on_failure == "refuse":
+            with pytest.raises(ServiceUnavailableError, match="audit log stopped"):
+                trail.guard()
+            with pytest.raises(ServiceUnavailableError):  # and stays refused
+                trail.guard()
+        else:
             trail.guard()
-        with pytest.raises(ServiceUnavailableError):  # and stays refused
-            trail.guard()
-    else:
-        trail.guard()
-        trail.placements(CLIENT_PRINCIPAL, "r2", [{"pod_id": "q", "placed": True}])
-    assert trail.broken
+            trail.placements(CLIENT_PRINCIPAL, "r2", [{"pod_id": "q", "placed": True}])
+        assert trail.broken
+    finally:
+        with contextlib.suppress(OSError):  # a stopped log raises its failure on close
+            trail.close()
 
 
 def test_refused_for_the_service_is_a_503_naming_no_internals() -> None:
