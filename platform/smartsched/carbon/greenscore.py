@@ -43,6 +43,9 @@ class GreenWeights(BaseModel):
         return self
 
 
+_EQUAL = GreenWeights()  # the default a = b = c (built once: it is read per twin event)
+
+
 def pue_share(pue: float | np.ndarray) -> np.ndarray:
     """1 / PUE: the share of facility power that reaches IT equipment."""
     return 1.0 / np.asarray(pue, dtype=np.float64)
@@ -77,7 +80,7 @@ def green_score(pue: np.ndarray | float, renewable: np.ndarray | float,
                 eff: np.ndarray | float, weights: GreenWeights | None = None
                 ) -> np.ndarray | float:
     """The weighted mean of the three terms (each in [0, 1], 1 best)."""
-    w = weights or GreenWeights()
+    w = weights or _EQUAL
     total = w.pue + w.renewable + w.efficiency
     return (w.pue * np.asarray(pue) + w.renewable * np.asarray(renewable)
             + w.efficiency * np.asarray(eff)) / total
