@@ -64,17 +64,22 @@ def node_use(state: ClusterState, source: Literal["allocation", "usage"] = "allo
     return np.clip(out, 0.0, 1.0)
 
 
+def _site_grid(state: ClusterState, t: float) -> tuple[np.ndarray, np.ndarray]:
+    """[S] each site's PUE share and its grid's renewable share at time ``t``."""
+    sites = state.spec.sites
+    return (pue_share(np.array([s.pue for s in sites])),
+            np.array([float(s.carbon.renewable_at(t)) for s in sites]))
+
+
 def site_terms(state: ClusterState, t: float, weights: GreenWeights | None = None,
                source: Literal["allocation", "usage"] = "allocation") -> dict[str, np.ndarray]:
     """[S] per site of ``state.spec``: ``pue``, ``renewable``, ``efficiency`` (its powered-on
     nodes) and ``score``, at simulation time ``t``."""
     pm = power_model(state)
-    sites = state.spec.sites
-    pue = pue_share(np.array([s.pue for s in sites]))
-    ren = np.array([float(s.carbon.renewable_at(t)) for s in sites])
+    pue, ren = _site_grid(state, t)
     on = (state.power != POWER_OFF) & state.up
     eff = _site_efficiency(node_use(state, source), pm.idle_w, pm.max_w, on,
-                           state.site_id, len(sites))
+                           state.site_id, pue.size)
     return {"pue": pue, "renewable": ren, "efficiency": eff,
             "score": np.asarray(green_score(pue, ren, eff, weights))}
 
@@ -84,7 +89,6 @@ def node_scores(state: ClusterState, t: float, use: np.ndarray,
     """[N] GreenScore of each node at use ``use`` (``node_use``), its site's PUE and grid at
     time ``t``."""
     pm = power_model(state)
-    sites = state.spec.sites
-    pue = pue_share(np.array([s.pue for s in sites]))[state.site_id]
-    ren = np.array([float(s.carbon.renewable_at(t)) for s in sites])[state.site_id]
-    return np.asarray(green_score(pue, ren, efficiency(use, pm.idle_w, pm.max_w), weights))
+    pue, ren = _site_grid(state, t)
+    return np.asarray(green_score(pue[state.site_id], ren[state.site_id],
+                                  efficiency(use, pm.idle_w, pm.max_w), weights))

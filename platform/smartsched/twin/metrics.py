@@ -94,6 +94,7 @@ class MetricsRecorder:
         self.seed = seed
         n_sites = len(spec.sites)
         self.site_pue = np.array([s.pue for s in spec.sites])
+        self.site_pue_share = 1.0 / self.site_pue  # GreenScore's PUE term (per event)
         self.site_carbon = [s.carbon for s in spec.sites]
         self.power_model = PowerModel.of(spec, state.gpu_model, state.gpu_count)
         self.node_idle_w = self.power_model.idle_w
@@ -208,7 +209,7 @@ class MetricsRecorder:
         self.it_j += float(it.sum()) * dt
         self.work_j += float(self.work_w_site.sum()) * dt
         self.renewable_j += float((watts * ren).sum()) * dt
-        self.green_j += float((watts * green_score(1.0 / self.site_pue, ren, eff)).sum()) * dt
+        self.green_j += float((watts * green_score(self.site_pue_share, ren, eff)).sum()) * dt
         self.cost_usd += self.on_price_h * dt / 3600.0
 
     def bound(self, pod: int) -> None:
