@@ -41,7 +41,8 @@ def serve_args(tmp_path_factory: pytest.TempPathFactory) -> dict:
             "audit": {"dir": str(root / "audit" / "log"),
                       "heads": str(root / "audit-heads" / "heads.jsonl"),
                       "key_file": str(root / "keys" / "audit.key"), "block_seconds": 0.2},
-            "compliance": str(root / "compliance.yaml")}
+            "compliance": str(root / "compliance.yaml"),
+            "edge_entry": {"ports": {"mec-0": free_port()}}}
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
-from tests.builders import wait_healthy  # noqa: E402
+from tests.builders import free_port, wait_healthy  # noqa: E402
 from tests.serving.conftest import OPERATOR_TOKEN  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -38,20 +38,27 @@ def fuzz_service(service: str, serve_args: dict, tmp_path_factory: pytest.TempPa
     journal = tmp_path_factory.mktemp("fuzz-journal")
     audit = {**serve_args["audit"], "dir": str(journal / "audit"),  # one writer per log
              "heads": str(journal.parent / "fuzz-audit-heads.jsonl")}
-    serve.run(build_app({**serve_args, "journal_dir": str(journal), "audit": audit}),
+    entry_port = free_port()  # its own mec-0 entry (the session's holds another port)
+    serve.run(build_app({**serve_args, "journal_dir": str(journal), "audit": audit,
+                         "edge_entry": {"ports": {"mec-0": entry_port}}}),
               name="fuzz", route_prefix=PREFIX)
     url = service + PREFIX
     assert wait_healthy(url)
-    yield url
+    assert wait_healthy(f"http://127.0.0.1:{entry_port}")
+    yield url, f"http://127.0.0.1:{entry_port}"
     serve.delete("fuzz")
 
 
-@pytest.fixture(scope="module")
-def operations(fuzz_service: str) -> list:
-    schema = schemathesis.openapi.from_url(f"{fuzz_service}/openapi.json")
+def _operations(url: str, at_least: int) -> list:
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json")
     ops = [r.ok() for r in schema.get_all_operations()]
-    assert len(ops) >= 8  # every endpoint of the document, reads and writes
+    assert len(ops) >= at_least  # every endpoint of the document, reads and writes
     return ops
+
+
+@pytest.fixture(scope="module")
+def operations(fuzz_service: tuple[str, str]) -> list:
+    return _operations(fuzz_service[0], 8)
 
 
 # Hypothesis drives schemathesis's strategies directly (its pytest plugin needs pytest < 9).
@@ -80,19 +87,34 @@ def _each(operations: list, check) -> None:
     assert calls >= 4 * len(operations), calls
 
 
-def test_no_request_is_a_server_error(operations: list, fuzz_service: str) -> None:
+def test_no_request_is_a_server_error(operations: list, fuzz_service: tuple[str, str]) -> None:
     auth = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
     _each(operations, lambda case: case.call_and_validate(
-        base_url=fuzz_service, headers=auth, checks=[not_a_server_error]))
+        base_url=fuzz_service[0], headers=auth, checks=[not_a_server_error]))
 
 
-def test_no_mutation_without_a_token(operations: list, fuzz_service: str) -> None:
+def _no_mutation_without_a_token(operations: list, base_url: str) -> None:
     def check(case) -> None:
         case.headers = {k: v for k, v in (case.headers or {}).items()
                         if k.lower() != "authorization"}
-        response = case.call(base_url=fuzz_service)
+        response = case.call(base_url=base_url)
         assert response.status_code < 500, response.text[:300]
         if case.method.upper() not in ("GET", "HEAD", "OPTIONS"):
             assert response.status_code == 401, (case.method, case.path, response.status_code)
 
     _each(operations, check)
+
+
+def test_no_mutation_without_a_token(operations: list, fuzz_service: tuple[str, str]) -> None:
+    _no_mutation_without_a_token(operations, fuzz_service[0])
+
+
+def test_the_edge_entry_answers_no_server_error_and_nothing_without_a_token(
+        fuzz_service: tuple[str, str]) -> None:
+    """The MEC site's own entry (issue 22) under the same probes, on its own port."""
+    entry = fuzz_service[1]
+    ops = _operations(entry, 4)  # healthz, metrics, placements, placements:batch
+    auth = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    _each(ops, lambda case: case.call_and_validate(base_url=entry, headers=auth,
+                                                   checks=[not_a_server_error]))
+    _no_mutation_without_a_token(ops, entry)

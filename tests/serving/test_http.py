@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -174,6 +175,7 @@ def test_metrics_and_openapi(service: str, auth: dict) -> None:
     assert "smartsched_reservations_active" in text
     assert 'smartsched_green_score{site="region-a"}' in text
     assert 'smartsched_green_score_term{site="region-a",term="renewable_share"}' in text
+    assert re.search(r'smartsched_node_green_score\{node="[^"]+",site="region-a"\} 0\.\d', text)
     schema = requests.get(f"{service}/openapi.json", timeout=10).json()
     assert "/v1/placements" in schema["paths"] and "/v1/placements:batch" in schema["paths"]
 

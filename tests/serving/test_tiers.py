@@ -546,3 +546,13 @@ def test_regions_rank_by_green_score_and_sites_report_it(medium: Hierarchy) -> N
     asyncio.run(tier.place([_pod(i, cpu=8000) for i in range(20)], 30, None))
     busy = tier.summary()["green"]
     assert 0 < busy["efficiency"] <= 1 and busy["score"] > empty["score"]
+
+    # Per node: every powered-on node of the site, the busy ones scoring higher than idle.
+    per_node = tier.node_green()
+    st = tier.placer.state
+    assert set(per_node) == {n.name for n in st.spec.nodes}
+    booked = st.allocated[:, 0] > 0
+    names = [n.name for n in st.spec.nodes]
+    busy_min = min(per_node[n] for n, b in zip(names, booked, strict=True) if b)
+    idle_max = max(per_node[n] for n, b in zip(names, booked, strict=True) if not b)
+    assert busy_min > idle_max and all(0 <= v <= 1 for v in per_node.values())

@@ -59,6 +59,20 @@ def _echo_app() -> Any:
     return Echo.bind()
 
 
+def _wait(s: Any, url: str, timeout_s: float = 60.0) -> None:
+    """Until ``url``/healthz answers (an edge entry starts with its site's replica)."""
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            if s.get(url + "/healthz", timeout=2).status_code == 200:
+                return
+        except OSError:
+            pass
+        if time.time() > deadline:
+            raise RuntimeError(f"{url} did not answer within {timeout_s:g} s")
+        time.sleep(0.2)
+
+
 def _pod(kind: str, i: int) -> dict[str, Any]:
     pid = f"{kind}-{i}-{uuid.uuid4().hex[:6]}"
     if kind == "region":
@@ -122,13 +136,17 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
     try:
         for profile in profiles:
             echo(f"deploying the service ({profile}, {nodes_per_region} nodes per region) ...")
+            entry_port = _free_port()  # mec-0's own entry (a fresh port per deployment)
             args = {"cluster": str(cluster_file), "region_profile": profile,
-                    "edge_profile": profile, "auth": {"token_file": str(state / "token")}}
+                    "edge_profile": profile, "auth": {"token_file": str(state / "token")},
+                    "edge_entry": {"ports": {"mec-0": entry_port}}}
             serve.run(build_app(args), name="placement", route_prefix="/")
+            entry = f"http://127.0.0.1:{entry_port}"
+            _wait(s, entry)
 
-            def post(path: str, body: dict[str, Any]) -> float:
+            def post(path: str, body: dict[str, Any], base: str = url) -> float:
                 t0 = time.perf_counter()
-                r = s.post(url + path, json=body, headers=auth, timeout=60)
+                r = s.post(base + path, json=body, headers=auth, timeout=60)
                 dt = time.perf_counter() - t0
                 if r.status_code != 200:
                     raise RuntimeError(f"{path}: HTTP {r.status_code}: {r.text[:200]}")
@@ -137,12 +155,17 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
             for i in range(20):  # warm-up: connections, caches, first policy call
                 post("/bench-echo/echo", {"pod": _pod("region", i)})
                 post("/v1/placements", {"pod": _pod("region", i), "ttl_s": 30})
-            lat: dict[str, list[float]] = {"echo": [], "region": [], "edge": [], "escalated": []}
+                post("/v1/placements", {"pod": _pod("edge", i), "ttl_s": 30}, entry)
+            lat: dict[str, list[float]] = {"echo": [], "region": [], "edge": [], "escalated": [],
+                                           "edge_entry": []}
             for i in range(requests_per_kind):
                 for kind in ("region", "edge", "escalated"):
                     lat["echo"].append(post("/bench-echo/echo", {"pod": _pod(kind, i)}))
                     lat[kind].append(post("/v1/placements", {"pod": _pod(kind, i),
                                                              "ttl_s": 30}))
+                # The same edge pod through mec-0's own entry: no proxy, no cloud hop.
+                lat["edge_entry"].append(post("/v1/placements", {"pod": _pod("edge", i),
+                                                                 "ttl_s": 30}, entry))
             t0 = time.perf_counter()
             for b in range(batches):
                 post("/v1/placements:batch", {"pods": [_pod("region", b * batch_size + j)
@@ -154,7 +177,7 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
             e50, e99 = row["echo"]["p50_ms"], row["echo"]["p99_ms"]
             row["ratio_to_echo"] = {k: {"p50": row[k]["p50_ms"] / e50,
                                         "p99": row[k]["p99_ms"] / e99}
-                                    for k in ("region", "edge", "escalated")}
+                                    for k in ("region", "edge", "escalated", "edge_entry")}
             row["hops_added_ms_p50"] = {
                 "edge_minus_echo": row["edge"]["p50_ms"] - e50,
                 "region_minus_echo": row["region"]["p50_ms"] - e50,
@@ -177,7 +200,8 @@ def format_serve_bench(res: dict[str, Any]) -> str:
         lines.append(f"| {prof} | echo | {row['echo']['p50_ms']:.2f} | "
                      f"{row['echo']['p99_ms']:.2f} | 1.00 | 1.00 |")
         for k, label in (("region", "cloud -> region"), ("edge", "cloud -> edge"),
-                         ("escalated", "cloud -> edge -> region")):
+                         ("escalated", "cloud -> edge -> region"),
+                         ("edge_entry", "edge entry (mec-0's own port)")):
             r, q = row[k], row["ratio_to_echo"][k]
             lines.append(f"| {prof} | {label} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                          f"{q['p50']:.2f} | {q['p99']:.2f} |")

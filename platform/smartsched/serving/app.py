@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Security
@@ -99,6 +100,10 @@ def service_hierarchy(cfg: ServiceConfig) -> Any:
             if name not in known:
                 raise ValidationError(f"service.{field}.{name}", "unknown site (known: "
                                       f"{', '.join(sorted(known))})")
+    for name in cfg.edge_entry.ports:
+        if name not in h.edges:
+            raise ValidationError(f"service.edge_entry.ports.{name}", "not an MEC site "
+                                  f"(edge sites: {', '.join(sorted(h.edges)) or 'none'})")
     return h
 
 
@@ -124,6 +129,20 @@ class SiteDeployment:
                              journal_dir=cfg.journal_dir, usage=cfg.prometheus,
                              preemption=cfg.preemption, sandbox=cfg.sandbox,
                              compliance=cfg.compliance, autonomy=cfg.edge_autonomy)
+        # An MEC site's own HTTP entry (service.edge_entry), served from this replica's
+        # event loop: the same single writer, no proxy or cloud hop on its path.
+        self.entry = None
+        port = cfg.edge_entry.ports.get(site)
+        if port is not None:
+            from smartsched.serving.edge_entry import EdgeEntry, start
+
+            self.entry = EdgeEntry(cfg, site, self.tier)
+            self._entry_task = start(self.entry, cfg.edge_entry.host, port)
+
+    def __del__(self) -> None:  # Serve's graceful shutdown: stop listening, seal the log
+        entry = getattr(self, "entry", None)
+        if entry is not None:
+            entry.close()
 
     def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Live policy reload: ``{profile: <name|rl:PATH>}`` swaps the profile in place."""
@@ -143,6 +162,9 @@ class SiteDeployment:
 
     async def summary(self) -> dict[str, Any]:
         return self.tier.summary()
+
+    async def node_green(self) -> dict[str, float]:
+        return self.tier.node_green()
 
     async def escalations(self, limit: int = 100) -> dict[str, Any]:
         return self.tier.escalations(limit)
@@ -189,15 +211,14 @@ class BodyLimit:
     sees it: an error raised while the app reads would be answered by FastAPI as a
     400 "error parsing the body", not as what it is."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, owner: Any = None) -> None:
         self.app = app
+        self.owner = owner or _current
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        from smartsched.serving.replica import current
-
-        ing = current()  # the limit is the running ingress's (see serving.replica)
+        ing = self.owner()  # the limit is the running ingress's (see serving.replica)
         limit = (ing.cfg if ing is not None else ServiceConfig()).max_body_bytes
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -230,8 +251,9 @@ class Measure:
     running ingress's metrics (plain ASGI: Starlette's BaseHTTPMiddleware costs a task and
     a stream wrapper per request)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, owner: Any = None) -> None:
         self.app = app
+        self.owner = owner or _current
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -248,9 +270,7 @@ class Measure:
         try:
             await self.app(scope, receive, sending)
         finally:
-            from smartsched.serving.replica import current
-
-            ing = current()
+            ing = self.owner()
             if ing is not None:  # the router sets scope["route"] on the shared scope
                 path = getattr(scope.get("route"), "path", "unmatched")
                 ing.metrics.request(scope["method"], path, status, time.perf_counter() - t0)
@@ -261,8 +281,9 @@ class AuthFirst:
     parsed -- a client without the token costs a header check, not a parse of a 4 MB
     batch. (The routes check again; this only answers earlier.)"""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, owner: Any = None) -> None:
         self.app = app
+        self.owner = owner or _current
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -270,23 +291,32 @@ class AuthFirst:
             role = required_role(scope["method"],
                                  path[len(root):] if path.startswith(root) else path)
             if role is not None:
-                from smartsched.serving.replica import current
-
-                ing = current()
+                ing = self.owner()
                 if ing is not None and (
                         denied := ing.authorize(Request(scope), role)) is not None:
                     return await denied(scope, receive, send)
         await self.app(scope, receive, send)
 
 
-def make_fastapi() -> FastAPI:
-    app = FastAPI(title=API_TITLE, version="1",
-                  description="Where should this workload run? Placement through cloud, "
-                              "region and MEC edge schedulers.")
+def _current() -> Any:
+    """The running ingress of this process (``serving.replica``), or None."""
+    from smartsched.serving.replica import current
+
+    return current()
+
+
+def make_fastapi(owner: Any = None, title: str = API_TITLE,
+                 description: str = "Where should this workload run? Placement through "
+                                    "cloud, region and MEC edge schedulers.") -> FastAPI:
+    """The app with the service's middlewares and error answers and no routes. ``owner``:
+    what the middlewares ask for the body limit, authorization and metrics (a callable
+    returning an object with ``cfg``, ``authorize`` and ``metrics``; default: the
+    process's ingress)."""
+    app = FastAPI(title=title, version="1", description=description)
     # Outermost last: auth, then measuring, then the body limit, then the routes.
-    app.add_middleware(BodyLimit)
-    app.add_middleware(Measure)
-    app.add_middleware(AuthFirst)
+    app.add_middleware(BodyLimit, owner=owner)
+    app.add_middleware(Measure, owner=owner)
+    app.add_middleware(AuthFirst, owner=owner)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -363,30 +393,40 @@ async def metrics(ing: Any = Depends(_ingress)) -> PlainTextResponse:
     sums = await asyncio.gather(*(ing.sites[n].summary.remote() for n in names))
     ing.metrics.set_reservations({s["site"]: s["reservations"] for s in sums})
     ing.metrics.set_green({s["site"]: s["green"] for s in sums if s.get("green")})
+    per_node = await asyncio.gather(*(ing.sites[n].node_green.remote() for n in names))
+    ing.metrics.set_node_green(dict(zip(names, per_node, strict=True)))
     body, ctype = ing.metrics.render()
     return PlainTextResponse(body, media_type=ctype)
+
+
+async def answer_placement(owner: Any, body: PlacementRequest | BatchPlacementRequest,
+                           request: Request) -> Any:
+    """Authorize, check a batch's pod ids, place: the placement routes of the cloud ingress
+    and of the edge sites' own entries (``owner``: either)."""
+    if (denied := owner.authorize(request)) is not None:
+        return denied
+    if isinstance(body, BatchPlacementRequest):
+        pods = body.pods
+        ids = [p.id for p in pods]
+        if len(set(ids)) != len(ids):
+            raise ValidationError("pods.id", "pod ids in a batch must be unique")
+    else:
+        pods = [body.pod]
+    return await owner.place(pods, body.ttl_s, body.request_id, body.validate_,
+                             request.state.principal)
 
 
 @app_api.post("/v1/placements", response_model=PlacementResponse, dependencies=CLIENT_AUTH)
 async def place_one(body: PlacementRequest, request: Request,
                     ing: Any = Depends(_ingress)) -> Any:
-    if (denied := ing.authorize(request)) is not None:
-        return denied
-    return await ing.place([body.pod], body.ttl_s, body.request_id, body.validate_,
-                           request.state.principal)
+    return await answer_placement(ing, body, request)
 
 
 @app_api.post("/v1/placements:batch", response_model=PlacementResponse,
               dependencies=CLIENT_AUTH)
 async def place_batch(body: BatchPlacementRequest, request: Request,
                       ing: Any = Depends(_ingress)) -> Any:
-    if (denied := ing.authorize(request)) is not None:
-        return denied
-    ids = [p.id for p in body.pods]
-    if len(set(ids)) != len(ids):
-        raise ValidationError("pods.id", "pod ids in a batch must be unique")
-    return await ing.place(body.pods, body.ttl_s, body.request_id, body.validate_,
-                           request.state.principal)
+    return await answer_placement(ing, body, request)
 
 
 async def _reservation_op(ing: Any, request: Request, rid: str, op: str, event: str) -> Any:
@@ -504,9 +544,103 @@ async def set_profile(site: str, body: ProfileUpdate, request: Request,
     return {"site": site, "profile": shown}
 
 
+def scope_to_tenant(specs: list, tenant: str) -> list:
+    """A tenant's pods: theirs by default; naming another tenant is refused (403)."""
+    for i, spec in enumerate(specs):
+        if spec.tenant not in ("default", tenant):
+            raise PermissionDeniedError(f"pods.{i}.tenant", f"this token places pods of "
+                                        f"tenant {tenant!r} only")
+    # Gang ids are the tenant's own too: a gang moves whole (preemption, restarts),
+    # and another tenant's gang of the same name must not move with it.
+    return [spec.model_copy(update={"tenant": tenant, "gang_id": (
+        f"{tenant}/{spec.gang_id}" if spec.gang_id else None)}) for spec in specs]
+
+
+def request_pods(specs: list, who: Principal,
+                 adapt: Callable[[Any, int], Any] | None = None) -> list:
+    """A placement request's pods, stamped now: scoped to a tenant's token, each spec
+    passed through ``adapt(spec, i)`` first (an entry's own rules), conversion errors named
+    ``pods.<i>.<field>``, gangs whole."""
+    now = time.time()
+    if who.tenant is not None:
+        specs = scope_to_tenant(specs, who.tenant)
+    pods = []
+    for i, spec in enumerate(specs):
+        if adapt is not None:
+            spec = adapt(spec, i)
+        try:
+            pods.append(spec.to_pod(now))
+        except ValidationError as e:
+            raise ValidationError(f"pods.{i}.{e.field}", e.message) from None
+    check_gangs(pods)
+    return pods
+
+
+def check_gangs(pods: list) -> None:
+    """A request's gangs are whole: every member sent, all naming the same size."""
+    gangs: dict[str, list] = {}
+    for p in pods:
+        if p.gang_id:
+            gangs.setdefault(p.gang_id, []).append(p)
+    for gid, members in gangs.items():
+        sizes = {m.gang_size for m in members}
+        if len(sizes) > 1:
+            raise ValidationError("pods.gang_size", f"gang {gid!r}: its members disagree "
+                                  f"on gang_size ({sorted(sizes)})")
+        if len(members) != members[0].gang_size:
+            raise ValidationError("pods.gang_size", f"gang {gid!r} sends {len(members)} "
+                                  f"members, gang_size says {members[0].gang_size}")
+
+
+class Authorizer:
+    """Bearer-token checks against ``self.creds`` (None: auth off), refusals recorded in
+    ``self.trail``: the cloud ingress and the edge sites' own entries share them."""
+
+    creds: Any
+    trail: Trail
+
+    def authorize(self, request: Request, role: str = CLIENT) -> JSONResponse | None:
+        """None when the request carries a token good for ``role`` (the operator token is
+        good for everything, the client token for CLIENT only); the refusal otherwise."""
+        denied = self._authorize(request, role)
+        if denied is not None:
+            self.trail.refused(request.method, request.url.path, denied.status_code)
+        return denied
+
+    def _authorize(self, request: Request, role: str) -> JSONResponse | None:
+        if self.creds is None:
+            request.state.principal = ANONYMOUS
+            return None
+        header = request.headers.get("authorization", "")
+        if not header:
+            return JSONResponse({"detail": "missing bearer token"}, status_code=401,
+                                headers={"WWW-Authenticate": "Bearer"})
+        scheme, _, given = header.partition(" ")
+        given = given.strip().encode("utf-8", "surrogateescape")
+        ok_operator = self.creds.operator is not None and hmac.compare_digest(
+            given, self.creds.operator.encode())
+        bearer = scheme.lower() == "bearer"
+        if bearer and ok_operator:
+            request.state.principal = OPERATOR_PRINCIPAL
+            return None
+        if bearer and role == CLIENT:
+            if hmac.compare_digest(given, self.creds.client.encode()):
+                request.state.principal = CLIENT_PRINCIPAL
+                return None
+            for token, tenant in self.creds.tenants.items():  # a few tenants: constant time
+                if hmac.compare_digest(given, token.encode()):
+                    request.state.principal = tenant_principal(tenant)
+                    return None
+        if role == OPERATOR and self.creds.operator is None:
+            return JSONResponse({"detail": "operator endpoints are off: this service has no "
+                                           "operator token configured"}, status_code=403)
+        return JSONResponse({"detail": "invalid token" if role == CLIENT
+                             else "this endpoint needs the operator token"}, status_code=403)
+
+
 @serve.deployment(num_replicas=1, max_ongoing_requests=2000)
 @serve.ingress(app_api)
-class Ingress:
+class Ingress(Authorizer):
     """HTTP: validation, auth, routing by reservation id, Prometheus metrics."""
 
     def __init__(self, args: dict[str, Any], regions: dict[str, Any],
@@ -550,44 +684,6 @@ class Ingress:
             trail.close()
 
     # ------------------------------------------------------------ helpers
-    def authorize(self, request: Request, role: str = CLIENT) -> JSONResponse | None:
-        """None when the request carries a token good for ``role`` (the operator token is
-        good for everything, the client token for CLIENT only); the refusal otherwise."""
-        denied = self._authorize(request, role)
-        if denied is not None:
-            self.trail.refused(request.method, request.url.path, denied.status_code)
-        return denied
-
-    def _authorize(self, request: Request, role: str) -> JSONResponse | None:
-        if self.creds is None:
-            request.state.principal = ANONYMOUS
-            return None
-        header = request.headers.get("authorization", "")
-        if not header:
-            return JSONResponse({"detail": "missing bearer token"}, status_code=401,
-                                headers={"WWW-Authenticate": "Bearer"})
-        scheme, _, given = header.partition(" ")
-        given = given.strip().encode("utf-8", "surrogateescape")
-        ok_operator = self.creds.operator is not None and hmac.compare_digest(
-            given, self.creds.operator.encode())
-        bearer = scheme.lower() == "bearer"
-        if bearer and ok_operator:
-            request.state.principal = OPERATOR_PRINCIPAL
-            return None
-        if bearer and role == CLIENT:
-            if hmac.compare_digest(given, self.creds.client.encode()):
-                request.state.principal = CLIENT_PRINCIPAL
-                return None
-            for token, tenant in self.creds.tenants.items():  # a few tenants: constant time
-                if hmac.compare_digest(given, token.encode()):
-                    request.state.principal = tenant_principal(tenant)
-                    return None
-        if role == OPERATOR and self.creds.operator is None:
-            return JSONResponse({"detail": "operator endpoints are off: this service has no "
-                                           "operator token configured"}, status_code=403)
-        return JSONResponse({"detail": "invalid token" if role == CLIENT
-                             else "this endpoint needs the operator token"}, status_code=403)
-
     def site_of(self, rid: str) -> tuple[Any, str]:
         from smartsched.serving.tiers import RID_SEP
 
@@ -599,37 +695,16 @@ class Ingress:
     async def place(self, specs: list, ttl_s: float, rid: str | None,
                     validate: bool = False, who: Principal = ANONYMOUS) -> PlacementResponse:
         self.trail.guard()  # no decision without its record (service.audit.on_failure)
-        now = time.time()
-        if who.tenant is not None:
-            specs = self._scoped(specs, who.tenant)
+        pods = request_pods(specs, who)
+        for i, pod in enumerate(pods):
+            self._check_refs(pod, i)
         # Idempotency keys per tenant ('*' for the shared tokens: not a tenant name's
         # character), so one tenant's request id never answers another's.
         key = f"{who.tenant or '*'}:{rid}" if rid else None
-        pods = []
-        for i, spec in enumerate(specs):
-            try:
-                pod = spec.to_pod(now)
-            except ValidationError as e:
-                raise ValidationError(f"pods.{i}.{e.field}", e.message) from None
-            self._check_refs(pod, i)
-            pods.append(pod)
-        self._check_gangs(pods)
         results = await self.cloud.place(pods, ttl_s, key, validate)
         self.metrics.observe_placements(results)
         self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})
         return PlacementResponse(request_id=rid, placements=results)
-
-    @staticmethod
-    def _scoped(specs: list, tenant: str) -> list:
-        """A tenant's pods: theirs by default; naming another tenant is refused (403)."""
-        for i, spec in enumerate(specs):
-            if spec.tenant not in ("default", tenant):
-                raise PermissionDeniedError(f"pods.{i}.tenant", f"this token places pods of "
-                                            f"tenant {tenant!r} only")
-        # Gang ids are the tenant's own too: a gang moves whole (preemption, restarts),
-        # and another tenant's gang of the same name must not move with it.
-        return [spec.model_copy(update={"tenant": tenant, "gang_id": (
-            f"{tenant}/{spec.gang_id}" if spec.gang_id else None)}) for spec in specs]
 
     async def _fetch_free(self) -> dict[str, dict[str, float]]:
         names = list(self._regions)
@@ -660,22 +735,6 @@ class Ingress:
         if pod.origin_site is not None and pod.origin_site not in sites:
             raise UnknownReferenceError(f"pods.{i}.origin_site",
                                         f"unknown site {pod.origin_site!r}")
-
-    @staticmethod
-    def _check_gangs(pods: list) -> None:
-        gangs: dict[str, list] = {}
-        for p in pods:
-            if p.gang_id:
-                gangs.setdefault(p.gang_id, []).append(p)
-        for gid, members in gangs.items():
-            sizes = {m.gang_size for m in members}
-            if len(sizes) > 1:
-                raise ValidationError("pods.gang_size", f"gang {gid!r}: its members disagree "
-                                      f"on gang_size ({sorted(sizes)})")
-            if len(members) != members[0].gang_size:
-                raise ValidationError("pods.gang_size", f"gang {gid!r} sends {len(members)} "
-                                      f"members, gang_size says {members[0].gang_size}")
-
 
 def build_app(args: dict[str, Any]) -> Any:
     """The application for ``serve run serve_apps/placement.yaml`` (``args`` = ServiceConfig)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from smartsched.model.configfile import validate
 from smartsched.model.errors import ValidationError
@@ -121,6 +121,29 @@ class EdgeAutonomy(BaseModel):
     max_queued_pods: int = Field(10_000, ge=0, le=1_000_000)
 
 
+class EdgeEntry(BaseModel):
+    """MEC sites' own HTTP entries (``serving.edge_entry``): site -> port on ``host``. A
+    client at the site places through its site's replica directly -- no Serve proxy, no
+    cloud ingress on the path -- with the same tokens, body limit, validation and audit
+    (each entry's own log beside the service's). Pods go to that site first and escalate
+    to its region as through the cloud; reservations are confirmed or released through
+    the cloud ingress."""
+
+    model_config = ConfigDict(extra="forbid")
+    host: str = Field("127.0.0.1", min_length=1, max_length=253)
+    ports: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, v: dict[str, int]) -> dict[str, int]:
+        for site, port in v.items():
+            if isinstance(port, bool) or not 1024 <= port <= 65535:
+                raise ValueError(f"{site}: port must be 1024..65535, got {port!r}")
+        if len(set(v.values())) != len(v):
+            raise ValueError("two sites share a port")
+        return v
+
+
 class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     cluster: str = "medium"
@@ -152,6 +175,7 @@ class ServiceConfig(BaseModel):
     # isolation) every site's decisions are bound by, whatever its profile.
     compliance: str | None = None
     edge_autonomy: EdgeAutonomy = Field(default_factory=EdgeAutonomy)
+    edge_entry: EdgeEntry = Field(default_factory=EdgeEntry)
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"

@@ -41,6 +41,9 @@ class ServiceMetrics:
         self.green_terms = Gauge("smartsched_green_score_term",
                                  "GreenScore's terms per site (0..1)", ["site", "term"],
                                  registry=r)
+        self.node_green = Gauge("smartsched_node_green_score",
+                                "GreenScore per powered-on node now (0..1): its site's PUE and "
+                                "grid, its own work per watt", ["site", "node"], registry=r)
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.latency.labels(method, route, str(status)).observe(seconds)
@@ -72,6 +75,14 @@ class ServiceMetrics:
             self.green.labels(site).set(g["score"])
             for term in ("pue_share", "renewable_share", "efficiency"):
                 self.green_terms.labels(site, term).set(g[term])
+
+    def set_node_green(self, per_site: dict[str, dict[str, float]]) -> None:
+        """Replace the per-node scores (a node powered off or removed since the last scrape
+        drops out instead of keeping its old value)."""
+        self.node_green.clear()
+        for site, nodes in per_site.items():
+            for node, score in nodes.items():
+                self.node_green.labels(site, node).set(score)
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

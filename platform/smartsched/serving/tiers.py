@@ -37,11 +37,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from smartsched.model.errors import SmartSchedError, remote_cause
 from smartsched.model.pod import Pod, PodClass
 from smartsched.serving.hierarchy import Hierarchy, RankWeights
 from smartsched.serving.site import IDEMPOTENCY_KEEP, SitePlacer, SiteResult, site_subspec
-from smartsched.twin.green import site_terms
+from smartsched.twin.green import node_scores, node_use, site_terms
+from smartsched.twin.state import POWER_OFF
 
 RID_SEP = "~"  # reservation id = "<site>~<hex>": the ingress routes by it
 
@@ -356,6 +359,19 @@ class SiteTier:
         return {"score": float(terms["score"][i]), "pue_share": float(terms["pue"][i]),
                 "renewable_share": float(terms["renewable"][i]),
                 "efficiency": float(terms["efficiency"][i]), "use_from": source}
+
+    def node_green(self) -> dict[str, float]:
+        """Each powered-on, up node's GreenScore now (node name -> 0..1): its site's PUE and
+        grid, and its own work per watt at its reported usage (else its bookings), the same
+        source as ``green``. Nodes off or down have no work to score and are left out."""
+        st = self.placer.state
+        source = "usage" if st.usage.any() else "allocation"
+        scores = node_scores(st, self.placer.clock() - self.placer.t0,
+                             node_use(st, source))
+        keep = np.flatnonzero((st.power != POWER_OFF) & st.up
+                              & (st.site_id == st.site_names.index(self.site)))
+        names = st.spec.nodes
+        return {names[i].name: float(scores[i]) for i in keep}
 
     def apply_node_updates(self, updates: list[tuple[int, str, dict[str, Any]]],
                            usage: dict[str, tuple[float, float, float]],

@@ -1,0 +1,188 @@
+"""An MEC site's own HTTP entry: placement without the Serve proxy or the cloud ingress.
+
+Why it exists (issue 22): the industrial IoT case asks for an answer within 8 ms at
+the edge, and on loopback the Serve HTTP proxy alone takes longer than that before a
+request reaches any replica (docs/benchmarks.md). A client at the MEC site therefore
+talks to its site's replica directly: this module runs a small HTTP server (uvicorn,
+the server Serve itself uses) inside the site's replica, on the replica's own event
+loop, so a request here and one arriving through Serve are applied one at a time by
+the same single writer of the site's state -- a device is never booked twice.
+
+What it keeps from the cloud ingress: the same tokens (client, operator, tenants),
+auth before the body is read, the body limit, the request schemas and their 4xx
+answers naming the field, tenant scoping, idempotent retries (``request_id``), the
+audit trail (its own log beside the service's: ``<dir>.edge-<site>``, heads
+``<heads>.edge-<site>``, since one log has one writer) and per-route latency metrics
+(``GET /metrics`` on the entry). What it does not do: rank other regions. A pod goes
+to this site, and what the site cannot place escalates to its region as through the
+cloud (queued while the region is unreachable); one the region cannot place either is
+answered unplaced, and the client may ask the cloud ingress for a wider search.
+Reservations made here are confirmed or released through the cloud ingress (their
+ids name the site).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse
+
+from smartsched.model.errors import ValidationError
+from smartsched.serving.app import (
+    CLIENT_AUTH,
+    Authorizer,
+    answer_placement,
+    make_fastapi,
+    request_pods,
+)
+from smartsched.serving.audit_trail import ANONYMOUS, Principal, Trail
+from smartsched.serving.config import Audit, ServiceConfig, load_credentials
+from smartsched.serving.metrics import ServiceMetrics
+from smartsched.serving.schemas import (
+    BatchPlacementRequest,
+    PlacementRequest,
+    PlacementResponse,
+)
+from smartsched.serving.site import IDEMPOTENCY_KEEP
+from smartsched.serving.tiers import IdempotencyConflict, request_fingerprint
+
+
+def entry_audit(audit: Audit | None, site: str) -> Audit | None:
+    """The entry's own audit log settings: beside the service's, named after the site."""
+    if audit is None:
+        return None
+    d, h = Path(audit.dir), Path(audit.heads)
+    return audit.model_copy(update={
+        "dir": str(d.with_name(f"{d.name}.edge-{site}")),
+        "heads": str(h.with_name(f"{h.stem}.edge-{site}{h.suffix}"))})
+
+
+class EdgeEntry(Authorizer):
+    """What the entry's routes and middlewares ask for: the config, credentials, audit
+    trail and metrics, and ``place`` into the site's tier."""
+
+    def __init__(self, cfg: ServiceConfig, site: str, tier: Any) -> None:
+        self.cfg = cfg
+        self.site = site
+        self.tier = tier  # serving.tiers.SiteTier of this site
+        self.creds = load_credentials(cfg.auth)
+        self.trail = Trail(entry_audit(cfg.audit, site))
+        self.metrics = ServiceMetrics()
+        self.server: Any = None  # the uvicorn server, once started
+        self._bodies: OrderedDict[str, str] = OrderedDict()  # request key -> its fingerprint
+
+    async def place(self, specs: list, ttl_s: float, rid: str | None,
+                    validate: bool = False, who: Principal = ANONYMOUS) -> PlacementResponse:
+        self.trail.guard()  # no decision without its record (service.audit.on_failure)
+        pods = request_pods(specs, who, self._here)
+        # Its own key space: the cloud's keys for this site are derived differently, so a
+        # request id used at both entries never answers one with the other's result.
+        key = f"edge:{who.tenant or '*'}:{rid}" if rid else None
+        if key is not None:  # the key binds the request's content, as at the cloud
+            body = request_fingerprint(pods, ttl_s, validate)
+            first = self._bodies.setdefault(key, body)
+            self._bodies.move_to_end(key)
+            if first != body:
+                raise IdempotencyConflict(
+                    f"request_id {rid[:64]!r} was already used with a different body; "
+                    "use a new request_id for a new request")
+            while len(self._bodies) > IDEMPOTENCY_KEEP:
+                self._bodies.popitem(last=False)
+        results = await self.tier.place(pods, ttl_s, key, validate)
+        self.metrics.observe_placements(results)
+        self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})
+        return PlacementResponse(request_id=rid, placements=results)
+
+    def _here(self, spec: Any, i: int) -> Any:
+        """A pod for this site: from it (or from nowhere said) and allowed here."""
+        if spec.origin_site not in (None, self.site):
+            raise ValidationError(f"pods.{i}.origin_site", f"this is the entry of "
+                                  f"{self.site!r}; send other sites' pods to the cloud")
+        if spec.allowed_regions and self.site not in spec.allowed_regions:
+            raise ValidationError(f"pods.{i}.allowed_regions", f"does not allow "
+                                  f"{self.site!r}; send it to the cloud ingress")
+        return spec.model_copy(update={"origin_site": self.site})
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+        self.trail.close()
+
+
+def make_edge_app(entry: EdgeEntry) -> FastAPI:
+    """The entry's routes, with the cloud ingress's middlewares and error answers."""
+    app = make_fastapi(owner=lambda: entry, title=f"SmartSched edge entry ({entry.site})",
+                       description="Placement at this MEC site without the cloud hop.")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "site": entry.site}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        body, ctype = entry.metrics.render()
+        return PlainTextResponse(body, media_type=ctype)
+
+    @app.post("/v1/placements", response_model=PlacementResponse, dependencies=CLIENT_AUTH)
+    async def place_one(body: PlacementRequest, request: Request) -> Any:
+        return await answer_placement(entry, body, request)
+
+    @app.post("/v1/placements:batch", response_model=PlacementResponse,
+              dependencies=CLIENT_AUTH)
+    async def place_batch(body: BatchPlacementRequest, request: Request) -> Any:
+        return await answer_placement(entry, body, request)
+
+    return app
+
+
+def _server_class() -> type:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # the replica's process owns its signals, not this server
+
+    return Server
+
+
+def bind(host: str, port: int, site: str) -> socket.socket:
+    """The entry's listening socket, bound now so that a taken port fails the replica's
+    start with the field named, instead of a server task dying later."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise ValidationError("service.edge_entry.host", f"cannot resolve {host!r}: {e}") \
+            from None
+    family, _, _, _, addr = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+    except OSError as e:
+        sock.close()
+        raise ValidationError(f"service.edge_entry.ports.{site}",
+                              f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def start(entry: EdgeEntry, host: str, port: int) -> asyncio.Task:
+    """Serve ``entry`` on ``host:port`` from the running event loop (the replica's)."""
+    import uvicorn
+
+    sock = bind(host, port, entry.site)
+    config = uvicorn.Config(make_edge_app(entry), log_level="warning", access_log=False,
+                            lifespan="off", timeout_keep_alive=30,
+                            server_header=False, date_header=False)
+    server = _server_class()(config)
+    entry.server = server
+    return asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
