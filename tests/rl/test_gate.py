@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from smartsched.model.errors import ValidationError
@@ -47,6 +48,24 @@ def test_a_better_candidate_is_promoted_and_a_worse_refused() -> None:
     worse = run_gate("random", "composite", QUICK)
     assert not worse.promoted and worse.gain_mean < 0
     assert worse.gains == pytest.approx([-g for g in better.gains])  # the same episodes
+
+
+def test_on_a_recording_each_seed_is_another_episode(tmp_path: Path) -> None:
+    """Gating on recorded experience: the recording replayed under every seed varies only
+    by the twin's own noise (the live loop's rounds gave four identical gains: a zero
+    spread, a "bound" that is one replay's gain); resampled, the paired episodes vary as
+    the traffic could."""
+    from smartsched.model.presets import load_cluster
+    from smartsched.workloads.parquet_io import write_pods
+    from smartsched.workloads.resolve import load_workload
+
+    path = tmp_path / "recent.parquet"
+    write_pods(load_workload("mixed", load_cluster("medium"), 0.75, 5), path)
+    cfg = {**QUICK, "workload": str(path)}
+    plain = run_gate("bestfit", "k8s-default", cfg)
+    res = run_gate("bestfit", "k8s-default", {**cfg, "workload": f"resample:{path}"})
+    assert len(set(res.gains)) == 3 and res.gain_lower < res.gain_mean
+    assert np.std(res.gains) > 3 * np.std(plain.gains)
 
 
 def test_the_bootstrap_bound() -> None:

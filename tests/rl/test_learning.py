@@ -159,6 +159,15 @@ def test_a_failed_reload_keeps_the_incumbent_current_and_served(tmp_path: Path) 
     assert store.current() == "v0001" and calls == ["v0002", "v0001"]  # put back
 
 
+def test_a_reused_gang_name_is_another_gang_in_the_experience(tmp_path: Path) -> None:
+    from smartsched.workloads.parquet_io import read_pods
+
+    pods = [Pod(id=f"m{r}-{i}", cpu_milli=500, memory_mib=256, arrival=10.0 * r,
+                gang_id="g", gang_size=2) for r in range(3) for i in range(2)]
+    out = read_pods(experience_workload(pods, tmp_path / "x.parquet"))
+    assert [p.gang_id for p in out] == ["g", "g", "g#1", "g#1", "g#2", "g#2"]
+
+
 def test_the_candidate_is_judged_on_newer_experience_than_it_trained_on(tmp_path: Path) -> None:
     store = _store(tmp_path)
     pods = [Pod(id=f"p{i}", cpu_milli=500, memory_mib=256, arrival=float(i)) for i in range(40)]
@@ -178,7 +187,9 @@ def test_the_candidate_is_judged_on_newer_experience_than_it_trained_on(tmp_path
     from smartsched.workloads.parquet_io import read_pods
 
     trained = {p.id for p in read_pods(seen["train"])}
-    judged = {p.id for p in read_pods(seen["gate"])}
+    # Judged on episodes resampled from the newer half (one per gate seed).
+    assert seen["gate"].startswith("resample:")
+    judged = {p.id for p in read_pods(seen["gate"].split(":", 1)[1])}
     assert trained == {f"p{i}" for i in range(20)} and judged == {f"p{i}" for i in range(20, 40)}
     # A restarted loop numbers its rounds on from the last one.
     again = LearningLoop(cfg, experience=lambda: pods, fine_tune=fine_tune, gate=gate)

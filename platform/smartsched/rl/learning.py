@@ -76,17 +76,29 @@ def load_learn_config(path: str | Path | dict[str, Any]) -> LearnConfig:
 
 
 def experience_workload(pods: Sequence[Pod], path: Path) -> Path:
-    """Write the recent pods as a twin workload: arrivals from 0 in their order, names made
-    unique (a client may reuse a pod name across requests)."""
+    """Write the recent pods as a twin workload: arrivals (and deadlines) from 0 in their
+    order, pod and gang names made unique (a client may reuse them across requests)."""
     from smartsched.workloads.parquet_io import write_pods
 
     t0 = min(p.arrival for p in pods)
     seen: dict[str, int] = {}
+    # A gang name reused by later requests is another gang: a new instance starts once
+    # the previous one has all its members.
+    gangs: dict[str, tuple[int, int]] = {}  # name -> (instance, members so far)
     out = []
     for p in pods:
         k = seen.get(p.id, 0)
         seen[p.id] = k + 1
-        out.append(replace(p, id=p.id if k == 0 else f"{p.id}#{k}", arrival=p.arrival - t0))
+        gang = p.gang_id
+        if gang is not None:
+            inst, n = gangs.get(gang, (0, 0))
+            if n >= p.gang_size:
+                inst, n = inst + 1, 0
+            gangs[gang] = (inst, n + 1)
+            gang = gang if inst == 0 else f"{gang}#{inst}"
+        out.append(replace(p, id=p.id if k == 0 else f"{p.id}#{k}", arrival=p.arrival - t0,
+                           gang_id=gang, deadline=None if p.deadline is None
+                           else p.deadline - t0))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_pods(out, path)
     return path
@@ -129,7 +141,11 @@ class LearningLoop:
                 # not the ones the candidate was fitted to.
                 half = len(pods) // 2
                 train_on = str(experience_workload(pods[:half], work / "train.parquet"))
-                gate_on = str(experience_workload(pods[half:], work / "gate.parquet"))
+                # Each gate seed a block-bootstrap episode of it: the one recording
+                # replayed under every seed would give identical paired gains, and a
+                # zero-spread "lower bound" that is only that replay's gain.
+                gate_on = "resample:" + str(experience_workload(pods[half:],
+                                                                work / "gate.parquet"))
             inc_dir = self.store.path_of(incumbent)
             cand_dir = self._fine_tune(inc_dir, train_on, work / "train")
             gate_cfg = self.cfg.gate.model_copy(update={"workload": gate_on})

@@ -2,8 +2,10 @@
 
 Owns the workload naming scheme: ``openb:<variant>`` (the Alibaba trace under
 the data dir), ``mixed`` or ``mixed:<profile.yaml>`` (the synthetic
-generator), ``finance`` or ``finance:<profile.yaml>`` (the finance case), or a
-path to an openb-format CSV or a SmartSched Parquet file.
+generator), ``finance`` or ``finance:<profile.yaml>`` (the finance case), a
+path to an openb-format CSV or a SmartSched Parquet file, or
+``resample:<any of these>[?block_s=S]`` (a block-bootstrap episode of it, drawn
+by the run's seed: ``workloads.resample``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,13 @@ from smartsched.model.pod import Pod
 
 def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> list[Pod]:
     """Pods for ``spec`` (see module docstring); ``hours``/``seed`` drive generators."""
+    if spec.startswith("resample:"):
+        from smartsched.workloads.resample import parse_resample_spec, resample_blocks
+
+        inner, block_s = parse_resample_spec(spec.split(":", 1)[1])
+        # The recorded episode itself is the same whatever the seed; the seed draws the
+        # resampled one.
+        return resample_blocks(load_workload(inner, cluster, hours, seed), seed, block_s)
     if spec.startswith("openb:"):
         from smartsched.workloads.openb import load_openb_pods, openb_pod_path
 
@@ -46,8 +55,8 @@ def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> l
         return _checked(read_pods(path), path)
     raise ValidationError(
         "workload",
-        f"{spec!r} is not openb:<variant>, mixed[:profile.yaml], finance[:profile.yaml], or an "
-        "existing .csv/.parquet file",
+        f"{spec!r} is not openb:<variant>, mixed[:profile.yaml], finance[:profile.yaml], "
+        "resample:<workload>, or an existing .csv/.parquet file",
     )
 
 
