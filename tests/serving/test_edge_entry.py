@@ -84,11 +84,17 @@ def edge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     yield {"url": url, "entry": box["entry"], "region": region, "port": port, "cfg": cfg,
            "root": root}
 
-    async def stop() -> None:
-        box["entry"].close()
-        await asyncio.wait_for(box["task"], 10)
+    entry = box["entry"]
+    closed_after_serving: list[bool] = []
+    close = entry.trail.close
 
-    asyncio.run_coroutine_threadsafe(stop(), loop).result(15)
+    def trail_close() -> None:  # the log is sealed only once the server has stopped
+        closed_after_serving.append(entry.task.done())
+        close()
+
+    entry.trail.close = trail_close
+    asyncio.run_coroutine_threadsafe(entry.aclose(10), loop).result(15)
+    assert closed_after_serving == [True] and not entry.serving()
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
 
@@ -191,6 +197,19 @@ def test_a_taken_port_and_bad_settings_are_named(edge: dict) -> None:
     with pytest.raises(ValidationError) as e:
         bind("127.0.0.1", edge["port"], "mec-0")
     assert e.value.field == "service.edge_entry.ports.mec-0"
+    # A port its predecessor still holds is waited for (a redeploy), up to wait_s.
+    import socket as _socket
+
+    port = free_port()
+    held = _socket.socket()
+    held.bind(("127.0.0.1", port))
+    held.listen()
+    t0 = time.monotonic()
+    with pytest.raises(ValidationError):
+        bind("127.0.0.1", port, "mec-0", wait_s=1.0)
+    assert time.monotonic() - t0 >= 1.0
+    threading.Timer(0.5, held.close).start()
+    bind("127.0.0.1", port, "mec-0", wait_s=10.0).close()
     with pytest.raises(ValidationError) as e:
         service_hierarchy(parse_service_config(
             {"cluster": "medium", "edge_entry": {"ports": {"region-a": 20000}}}))

@@ -128,7 +128,8 @@ class SiteDeployment:
                              parent=call_parent if parent is not None else None, seed=cfg.seed,
                              journal_dir=cfg.journal_dir, usage=cfg.prometheus,
                              preemption=cfg.preemption, sandbox=cfg.sandbox,
-                             compliance=cfg.compliance, autonomy=cfg.edge_autonomy)
+                             compliance=cfg.compliance, autonomy=cfg.edge_autonomy,
+                             gang_reservations=cfg.gang_reservations)
         # An MEC site's own HTTP entry (service.edge_entry), served from this replica's
         # event loop: the same single writer, no proxy or cloud hop on its path.
         self.entry = None
@@ -137,15 +138,24 @@ class SiteDeployment:
             from smartsched.serving.edge_entry import EdgeEntry, start
 
             self.entry = EdgeEntry(cfg, site, self.tier)
-            self._entry_task = start(self.entry, cfg.edge_entry.host, port)
+            # A redeploy's predecessor may hold the port while it drains: wait for it.
+            start(self.entry, cfg.edge_entry.host, port, bind_wait_s=60.0)
 
-    def __del__(self) -> None:  # Serve's graceful shutdown: stop listening, seal the log
+    async def __del__(self) -> None:
+        """Serve's graceful shutdown: the edge entry stops listening, finishes what it
+        has in flight, then seals its audit log."""
         entry = getattr(self, "entry", None)
         if entry is not None:
-            entry.close()
+            await entry.aclose()
 
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
-        """Live policy reload: ``{profile: <name|rl:PATH>}`` swaps the profile in place."""
+    def check_health(self) -> None:
+        """Serve's health check: a site whose own entry stopped is restarted."""
+        if self.entry is not None and not self.entry.serving():
+            raise RuntimeError(f"the edge entry of {self.tier.site} stopped")
+
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Live policy reload: ``{profile: <name|rl:PATH>}`` swaps the profile in place
+        (on the replica's event loop, between requests: the site keeps one writer)."""
         profile = (user_config or {}).get("profile")
         if profile:
             self.tier.set_profile(str(profile))

@@ -164,6 +164,12 @@ class ServiceConfig(BaseModel):
     # (``preempted``), so their owners can evict the pods. Off by default: priority comes
     # from the request, so any client with the token could evict the others.
     preemption: bool = False
+    # A gang that cannot start gets room held for it where booked pods leave soonest (as
+    # their duration_s says), for profiles with GangReservation (composite,
+    # composite-accelerators): other pods backfill around it until it is due, and its
+    # answer says when to come back (gang_room). Off by default for the reason preemption
+    # is: priority and duration come from the request.
+    gang_reservations: bool = False
     # Where a live reload (PUT /v1/admin/sites/{site}/profile) may read policies and profile
     # YAML from: a relative path is taken inside it, an absolute one must resolve inside it.
     # None: reloads accept packaged profile names only. (The profiles in this file are the

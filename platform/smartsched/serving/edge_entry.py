@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
 import socket
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +56,8 @@ from smartsched.serving.schemas import (
 from smartsched.serving.site import IDEMPOTENCY_KEEP
 from smartsched.serving.tiers import IdempotencyConflict, request_fingerprint
 
+log = logging.getLogger(__name__)
+
 
 def entry_audit(audit: Audit | None, site: str) -> Audit | None:
     """The entry's own audit log settings: beside the service's, named after the site."""
@@ -76,6 +81,7 @@ class EdgeEntry(Authorizer):
         self.trail = Trail(entry_audit(cfg.audit, site))
         self.metrics = ServiceMetrics()
         self.server: Any = None  # the uvicorn server, once started
+        self.task: asyncio.Task | None = None  # its serve() task
         self._bodies: OrderedDict[str, str] = OrderedDict()  # request key -> its fingerprint
 
     async def place(self, specs: list, ttl_s: float, rid: str | None,
@@ -84,7 +90,8 @@ class EdgeEntry(Authorizer):
         pods = request_pods(specs, who, self._here)
         # Its own key space: the cloud's keys for this site are derived differently, so a
         # request id used at both entries never answers one with the other's result.
-        key = f"edge:{who.tenant or '*'}:{rid}" if rid else None
+        # '!' starts no tenant name, so no cloud key (``<tenant>:...``) can be one of these.
+        key = f"!edge:{who.tenant or '*'}:{rid}" if rid else None
         if key is not None:  # the key binds the request's content, as at the cloud
             body = request_fingerprint(pods, ttl_s, validate)
             first = self._bodies.setdefault(key, body)
@@ -110,10 +117,22 @@ class EdgeEntry(Authorizer):
                                   f"{self.site!r}; send it to the cloud ingress")
         return spec.model_copy(update={"origin_site": self.site})
 
-    def close(self) -> None:
+    async def aclose(self, timeout_s: float = 30.0) -> None:
+        """Stop listening, let the requests in flight finish (an escalation may wait on
+        its region), and only then seal the audit log: no decision without its record."""
         if self.server is not None:
             self.server.should_exit = True
+        if self.task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
+            except Exception:  # a timeout, or the task's own error: close anyway
+                log.warning("edge entry of %s did not stop cleanly within %g s", self.site,
+                            timeout_s)
         self.trail.close()
+
+    def serving(self) -> bool:
+        """Whether the server task is running (False once it has ended, for any reason)."""
+        return self.task is not None and not self.task.done()
 
 
 def make_edge_app(entry: EdgeEntry) -> FastAPI:
@@ -153,36 +172,52 @@ def _server_class() -> type:
     return Server
 
 
-def bind(host: str, port: int, site: str) -> socket.socket:
+def bind(host: str, port: int, site: str, wait_s: float = 0.0) -> socket.socket:
     """The entry's listening socket, bound now so that a taken port fails the replica's
-    start with the field named, instead of a server task dying later."""
+    start with the field named, instead of a server task dying later. ``wait_s``: how long
+    to retry a port in use (a redeploy's predecessor may still be draining)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as e:
         raise ValidationError("service.edge_entry.host", f"cannot resolve {host!r}: {e}") \
             from None
     family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(addr)
-    except OSError as e:
-        sock.close()
-        raise ValidationError(f"service.edge_entry.ports.{site}",
-                              f"cannot listen on {host}:{port}: {e.strerror}") from None
+    deadline = time.monotonic() + wait_s
+    while True:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(addr)
+            break
+        except OSError as e:
+            sock.close()
+            if e.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                raise ValidationError(f"service.edge_entry.ports.{site}",
+                                      f"cannot listen on {host}:{port}: {e.strerror}") \
+                    from None
+            time.sleep(0.5)
     sock.listen(1024)
     sock.setblocking(False)
     return sock
 
 
-def start(entry: EdgeEntry, host: str, port: int) -> asyncio.Task:
+def start(entry: EdgeEntry, host: str, port: int, bind_wait_s: float = 0.0) -> asyncio.Task:
     """Serve ``entry`` on ``host:port`` from the running event loop (the replica's)."""
     import uvicorn
 
-    sock = bind(host, port, entry.site)
+    sock = bind(host, port, entry.site, bind_wait_s)
     config = uvicorn.Config(make_edge_app(entry), log_level="warning", access_log=False,
                             lifespan="off", timeout_keep_alive=30,
                             server_header=False, date_header=False)
     server = _server_class()(config)
     entry.server = server
-    return asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    entry.task = task
+
+    def ended(t: asyncio.Task) -> None:
+        sock.close()  # no client left hanging in the backlog of a server that is gone
+        if not t.cancelled() and t.exception() is not None:
+            log.error("edge entry of %s stopped: %r", entry.site, t.exception())
+
+    task.add_done_callback(ended)
+    return task

@@ -139,6 +139,15 @@ class EscalationRef(BaseModel):
     state: Literal["queued", "reconciled", "dropped"]
 
 
+class GangRoom(BaseModel):
+    """Room held for a gang that could not start (``service.gang_reservations``): on these
+    nodes, due at ``due_at`` (epoch seconds: come back then), held until ``held_until``."""
+
+    nodes: list[str]
+    due_at: float
+    held_until: float
+
+
 class Placement(BaseModel):
     pod_id: str
     placed: bool
@@ -155,6 +164,7 @@ class Placement(BaseModel):
     preempted: list[Preempted] = Field(default_factory=list)
     validation: Validation | None = None
     escalation: EscalationRef | None = None
+    gang_room: GangRoom | None = None
 
 
 class PlacementResponse(BaseModel):

@@ -109,7 +109,8 @@ class SitePlacer:
                  clock: Callable[[], float] = time.time, journal: Journal | None = None,
                  preemption: bool = False, sandbox_mode: str = "request",
                  sandbox: SandboxConfig | None = None, gang_gpus: int = 8,
-                 compliance: str | dict[str, Any] | None = None) -> None:
+                 compliance: str | dict[str, Any] | None = None,
+                 gang_reservations: bool = False) -> None:
         self.spec = spec
         self.state = ClusterState(spec)
         if compliance is not None:  # checked against the whole cluster by the service
@@ -128,6 +129,11 @@ class SitePlacer:
         self.decisions = 0
         self.journal = journal
         self.preemption = preemption
+        # Gang room holds (``_hold_gang_room``): gang -> until when (clock) the hold stands
+        # for a gang that does not come back.
+        self.gang_reservations = gang_reservations
+        self._holds: dict[str, float] = {}
+        self._last_reserve: Any = None
         self._made_now: set[str] = set()
         self.registered: dict[str, NodeSpec] = {}  # nodes added or changed through the API
         # Sandbox validation (see ``place``): mode, the sandbox (it keeps the recent pods
@@ -310,10 +316,17 @@ class SitePlacer:
             for b in reversed(bookings):  # all-or-nothing
                 self.state.release(b.node, b.request, b.devices)
             gang = len(members) > 1
-            return [SiteResult(p.id, False, reason=(f"gang not placed ({failure})" if gang
-                                                    else failure.split(": ", 1)[1]),
-                               plugins=plugins)
+            room = self._hold_gang_room(members[0], expires_at) if gang else None
+            reason = f"gang not placed ({failure})" if gang else failure.split(": ", 1)[1]
+            if room is not None:
+                reason += (f"; room held on {len(room['nodes'])} node(s) from "
+                           f"{room['due_at']:.0f} (retry then)")
+            return [SiteResult(p.id, False, reason=reason, plugins=plugins,
+                               extra={"gang_room": room} if room is not None else {})
                     for p in members]
+        if len(members) > 1 and members[0].gang_id is not None:  # started: its hold is kept
+            self.state.reservations.remove(members[0].gang_id)
+            self._holds.pop(members[0].gang_id, None)
         rid = uuid.uuid4().hex
         res = Reservation(rid, bookings, expires_at, request_id=request_id)
         self.reservations[rid] = res
@@ -335,6 +348,7 @@ class SitePlacer:
         req = self.state.compile(pod)
         decision = self.scheduler.decide(self.state, req)
         self.decisions += 1
+        self._last_reserve = decision.reserve
         if decision.node is None:
             why = unschedulable_message(self.state.num_nodes, decision.rejections)
             if decision.defer:
@@ -368,7 +382,7 @@ class SitePlacer:
             try:
                 trial.allocate(decision.node, req, tuple(
                     decision.devices if decision.devices is not None
-                    else trial.pick_devices(decision.node, req)))
+                    else trial.pick_devices(decision.node, req)), until=self._until(pod))
             except InfeasibleDecisionError as e:
                 return None, f"refused by the state: {e}", (), ()
             released = []
@@ -386,10 +400,45 @@ class SitePlacer:
         if devices is None:
             devices = self.state.pick_devices(decision.node, req)
         try:
-            self.state.allocate(decision.node, req, tuple(devices))
+            self.state.allocate(decision.node, req, tuple(devices), until=self._until(pod))
         except InfeasibleDecisionError as e:  # a profile bug must not corrupt state
             return None, f"refused by the state: {e}", (), ()
         return Booking(pod, decision.node, tuple(devices), req), "", (), preempted
+
+    def _until(self, pod: Pod) -> float:
+        """When a booked pod is expected to leave, in state time: after its declared
+        ``duration_s`` (what gang reservations plan on), else never."""
+        return self.state.now + pod.duration if pod.duration is not None else np.inf
+
+    def _hold_gang_room(self, lead: Pod, expires_at: float) -> dict[str, Any] | None:
+        """After a gang's rejection: hold the room its profile reserved (GangReservation:
+        the nodes whose booked pods leave soonest, as their ``duration_s`` says), so that
+        other pods backfill around it (the Reservations filter) until the gang comes back
+        when it is due. A hold stands until due plus the request's TTL; a gang whose hold
+        came due and that still does not fit loses it (nodes are not held for a gang that
+        cannot use them), as in the twin. Soft state: not journaled."""
+        gang, res = lead.gang_id, self.state.reservations
+        if not self.gang_reservations or gang is None:
+            return None
+        reserve, self._last_reserve = self._last_reserve, None
+        if reserve is None or reserve.gang != gang:
+            held = res.by_gang.get(gang)
+            if held is not None and held.due <= self.state.now:
+                res.remove(gang)
+                self._holds.pop(gang, None)
+            if held is None or held.due <= self.state.now:
+                return None
+            reserve = held  # its earlier hold stands
+        else:
+            res.add(reserve)
+            for g in reserve.displaces:
+                self._holds.pop(g, None)
+            reserve = res.by_gang[gang]
+        due_at = self.t0 + reserve.due
+        self._holds[gang] = due_at + max(expires_at - self.clock(), 0.0)
+        names = self.state.names
+        return {"nodes": [names[n] for n in reserve.nodes], "due_at": due_at,
+                "held_until": self._holds[gang]}
 
     def _reservations_of(self, victims: Sequence[Pod]) -> list[str] | None:
         """The reservations holding ``victims`` (each whole: a gang goes together), or None
@@ -435,6 +484,9 @@ class SitePlacer:
         scanning every live reservation; released or confirmed ones are skipped.
         """
         now = self.clock()
+        for gang in [g for g, t in self._holds.items() if t <= now]:
+            self.state.reservations.remove(gang)  # the gang did not come back for it
+            del self._holds[gang]
         n = 0
         while self._expiry and self._expiry[0][0] <= now:
             _, rid = heapq.heappop(self._expiry)
@@ -575,7 +627,7 @@ class SitePlacer:
                 pod = pod_from_dict(b["pod"])
                 node = self.state.node_index(b["node"])
                 req = self.state.compile(pod)
-                self.state.allocate(node, req, tuple(b["devices"]))
+                self.state.allocate(node, req, tuple(b["devices"]), until=self._until(pod))
                 bookings.append(Booking(pod, node, tuple(b["devices"]), req))
             r = Reservation(rid, bookings, e["expires_at"], bool(e.get("confirmed")),
                             e.get("request_id"))

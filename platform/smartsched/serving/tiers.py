@@ -82,7 +82,8 @@ class SiteTier:
                  parent: SiteCaller | None = None, seed: int = 0,
                  clock: Callable[[], float] = time.time, journal_dir: str | None = None,
                  usage: Any = None, preemption: bool = False, sandbox: Any = None,
-                 compliance: str | None = None, autonomy: Any = None) -> None:
+                 compliance: str | None = None, autonomy: Any = None,
+                 gang_reservations: bool = False) -> None:
         """``usage``: a ``serving.config.UsageFromPrometheus`` (or None): node usage is
         then pulled from Prometheus in the background of requests. ``sandbox``: a
         ``serving.config.SandboxPolicy`` (None: validate only requests that ask).
@@ -105,7 +106,7 @@ class SiteTier:
         self.placer = SitePlacer(site_subspec(hierarchy.spec, [site]), profile, seed=seed,
                                  clock=clock, journal=journal, preemption=preemption,
                                  sandbox_mode=mode, sandbox=settings, gang_gpus=gang_gpus,
-                                 compliance=compliance)
+                                 compliance=compliance, gang_reservations=gang_reservations)
         self.parent = parent
         self.usage_cfg = usage
         self._usage_src: Any = None
@@ -174,6 +175,7 @@ class SiteTier:
             "preempted": [{"reservation_id": f"{self.site}{RID_SEP}{rid}", "pod_ids": list(ids)}
                           for rid, ids in r.preempted],
             "validation": r.validation,
+            "gang_room": r.extra.get("gang_room"),
             "reasons": [*stages, _stage(self.tier, self.site,
                                         "placed" if r.placed else "full", r.reason or
                                         f"placed by {self.placer.profile}", r.plugins)],
@@ -449,8 +451,9 @@ class CloudTier:
                                    for (kind, site), bucket in buckets.items()))
         out: dict[str, dict[str, Any]] = {}
         for plan in plans:
-            res = plan.result or [_unplaced(p, [*plan.stages, _stage(
-                "cloud", "global", "rejected", plan.final)]) for p in plan.members]
+            res = plan.result or [{**_unplaced(p, [*plan.stages, _stage(
+                "cloud", "global", "rejected", plan.final)]), "gang_room": plan.room}
+                for p in plan.members]
             out.update({r["pod_id"]: r for r in res})
         results = [out[p.id] for p in pods]
         # An answer with escalations queued at an edge is not final: a retry goes back to
@@ -513,6 +516,7 @@ class CloudTier:
                 plan.result = mine
             else:
                 plan.stages += mine[0]["reasons"]
+                plan.room = plan.room or mine[0].get("gang_room")  # the first site's hold
                 plan.pos += 1
 
 
@@ -537,6 +541,7 @@ class _Plan:
     pos: int = 0
     stages: list[dict[str, Any]] = field(default_factory=list)
     result: list[dict[str, Any]] | None = None
+    room: dict[str, Any] | None = None  # room a site holds for the gang (gang_room)
 
 
 def _unplaced(pod: Pod, stages: list[dict[str, Any]]) -> dict[str, Any]:
