@@ -308,6 +308,10 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
 @click.option("--preemption/--no-preemption", default=False, show_default=True,
               help="Evict lower-priority pods (Eviction API) when the profile preempts "
                    "(DefaultPreemption); the pod binds once they have terminated.")
+@click.option("--gang-reservations/--no-gang-reservations", default=False, show_default=True,
+              help="A pod group that cannot start holds the room that frees soonest (pods' "
+                   "smartsched.io/expected-duration-seconds) and others backfill around it; "
+                   "for profiles with GangReservation (composite, composite-accelerators).")
 @click.option("--compliance", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Compliance policy (YAML: residency, dedicated pools, isolation) that "
               "binds every decision.")
@@ -319,8 +323,8 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
 def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, interval: float,
                   lease_namespace: str, identity: str | None, once: bool,
                   metrics_port: int | None, prometheus: str | None, preemption: bool,
-                  compliance: str | None, audit_log: str | None, audit_heads: str | None,
-                  audit_key: str | None) -> None:
+                  gang_reservations: bool, compliance: str | None, audit_log: str | None,
+                  audit_heads: str | None, audit_key: str | None) -> None:
     """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
     import socket
 
@@ -337,7 +341,8 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
         trail = AuditLog(audit_log, audit_heads, load_private_key(audit_key))
     core, coord = kube_clients(kubeconfig)
     loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus,
-                         preemption=preemption, compliance=compliance, audit=trail)
+                         preemption=preemption, compliance=compliance, audit=trail,
+                         gang_reservations=gang_reservations)
     if metrics_port:
         from prometheus_client import start_http_server
 

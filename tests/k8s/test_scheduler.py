@@ -388,3 +388,57 @@ def test_failover_tolerations_add_only_what_is_missing() -> None:
     assert out[1]["key"] == "node.kubernetes.io/not-ready" and out[1]["tolerationSeconds"] == 10
     assert failover_tolerations(out, 10.0) is None
     assert failover_tolerations([], 0.5)[0]["tolerationSeconds"] == 1  # whole seconds, up
+
+
+def _timed(pod: dict, seconds: float, started: str | None = None) -> dict:
+    """``pod`` with an expected duration (and, bound, the time it started)."""
+    pod["metadata"].setdefault("annotations", {})[
+        "smartsched.io/expected-duration-seconds"] = str(seconds)
+    if started is not None:
+        pod["status"]["startTime"] = started
+    return pod
+
+
+def test_a_pod_group_holds_the_room_that_frees_soonest_and_others_backfill(objects) -> None:
+    """Both 64-core nodes are busy for 10 and 15 more minutes; a group of two 40-core
+    members waits with the room held for it; a pod that would still run then keeps off,
+    one that ends before may use it; holds are off by default."""
+    import datetime as dt
+
+    nodes, _ = objects
+    names = [n["metadata"]["name"] for n in nodes]
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    bound = [_timed(_cpu_pod("run-a", "60", 0, names[0], "default-scheduler"), 600, now),
+             _timed(_cpu_pod("run-b", "60", 0, names[1], "default-scheduler"), 900, now)]
+    group = []
+    for i in range(2):
+        p = _timed(_cpu_pod(f"w{i}", "40", 0), 3600)
+        p["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "job"}
+        p["metadata"]["annotations"]["scheduling.x-k8s.io/min-member"] = "2"
+        group.append(p)
+    with FakeAPIServer(nodes, bound + group) as api:
+        core, _ = _client(api.url)
+        loop = SchedulerLoop(core, "smartsched", "composite-accelerators",
+                             gang_reservations=True)
+        first = loop.run_once()
+        why = first.failed["prod/w0"]
+        assert "pod group not placed" in why and "room held on" in why
+        assert set(loop._holds["job"][0]) == set(names)
+        api.add_pod(_cpu_pod("long", "3", 0))  # would still run when the group is due
+        api.add_pod(_timed(_cpu_pod("short", "3", 0), 60))  # ends well before
+        second = loop.run_once()
+        assert "reserved for a waiting gang" in second.failed["prod/long"]
+        assert "prod/short" in second.bound and "job" in loop._holds
+
+        off = SchedulerLoop(core, "smartsched", "composite-accelerators").run_once()
+        assert "room held" not in off.failed["prod/w0"] and "prod/long" in off.bound
+
+
+def test_a_bad_duration_annotation_is_named() -> None:
+    from smartsched.k8s.snapshot import pod_model
+
+    pod = _timed(_cpu_pod("x", "1", 0), 10)
+    for bad in ("-5", "nan", "soon", "1e99"):
+        pod["metadata"]["annotations"]["smartsched.io/expected-duration-seconds"] = bad
+        with pytest.raises(ValueError, match="expected-duration-seconds"):
+            pod_model(pod)

@@ -37,8 +37,12 @@ from smartsched.k8s.snapshot import POD_GROUP_LABEL, POD_GROUP_LABEL_OLD, build_
 from smartsched.scheduling.base import NeedsTwin, WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import unschedulable_message
 from smartsched.twin.decision import Decision
+from smartsched.twin.reservations import Reservation
 
 log = logging.getLogger(__name__)
+# A gang hold outlives its due time by this much at most when its group is not tried
+# again (deleted, or no longer this scheduler's).
+HOLD_GRACE_S = 300.0
 
 
 @dataclass
@@ -80,15 +84,23 @@ class SchedulerLoop:
     def __init__(self, core: Any, scheduler_name: str = "smartsched",
                  profile: str = "k8s-default", seed: int = 0,
                  prometheus_url: str | None = None, preemption: bool = False,
-                 compliance: str | None = None, audit: Any = None) -> None:
+                 compliance: str | None = None, audit: Any = None,
+                 gang_reservations: bool = False) -> None:
         """``prometheus_url``: read each node's actual usage (and, for a policy that observes
         it, the reduced telemetry) from this Prometheus at every pass; without it the
         snapshot knows requests only and load-aware plugins see idle nodes.
         ``preemption``: when the profile nominates victims (DefaultPreemption), evict them
         through the Eviction API and bind in a later pass; off, such pods stay pending
-        with the reason."""
+        with the reason. ``gang_reservations``: a pod group that cannot start holds the room
+        its profile reserves (GangReservation: the nodes whose pods leave soonest, by their
+        ``smartsched.io/expected-duration-seconds``) across passes, and other pods backfill
+        around it (the Reservations filter)."""
         self.core = core
         self.preemption = preemption
+        self.gang_reservations = gang_reservations
+        # group -> its hold: node names, one member's charged request, whole GPUs, due
+        # (this loop's clock), priority; re-applied to every pass's snapshot.
+        self._holds: dict[str, tuple[tuple[str, ...], Any, int, float, int]] = {}
         # pod key -> (nominated node, its victims) until it binds
         self._nominated: dict[str, tuple[str, set[str]]] = {}
         self._terminating: set[str] = set()
@@ -181,13 +193,14 @@ class SchedulerLoop:
         mine = sorted((p for p in pods if self._mine(p)), key=lambda p: (
             -int((p.get("spec") or {}).get("priority") or 0),
             str((p.get("metadata") or {}).get("creationTimestamp") or "")))
-        snap = build_snapshot(nodes, others)
+        snap = build_snapshot(nodes, others, time_origin=self._started)
         snap.state.compliance = self.compliance
         # Seconds since this scheduler started: schedulers that keep a history of the pods
         # offered (sandboxed:, lookahead:) draw arrival rates from it. When bound pods
         # started is not known: they count as started now (no work claimed lost).
         snap.state.now = time.time() - self._started
         snap.state.bound.since[:] = snap.state.now
+        self._apply_holds(snap.state)
         if self.prometheus_url:
             self._read_usage(snap.state)
         from smartsched.k8s.snapshot import pod_model
@@ -287,6 +300,9 @@ class SchedulerLoop:
                     why += f" (rejected by {', '.join(d.rejected_by())})"
                 if len(members) > 1:
                     why = f"pod group not placed ({k}: {why})"
+                    held = self._hold(snap.state, pod, d.reserve)
+                    if held:
+                        why += f"; {held}"
                 for (o, _), kk in zip(members, keys, strict=True):
                     res.failed[kk] = why
                     self._event(o, "FailedScheduling", why)
@@ -294,6 +310,9 @@ class SchedulerLoop:
             devices = d.devices if d.devices is not None else trial.pick_devices(d.node, req)
             trial.allocate(d.node, req, tuple(devices))
             chosen.append((d.node, tuple(devices)))
+        if len(members) > 1 and members[0][1].gang_id in self._holds:  # starting: let go
+            snap.state.reservations.remove(members[0][1].gang_id)
+            del self._holds[members[0][1].gang_id]
         for ((obj, pod), k), (node, devices) in zip(zip(members, keys, strict=True), chosen,
                                                     strict=True):
             name = snap.state.names[node]
@@ -302,6 +321,45 @@ class SchedulerLoop:
                 snap.state.allocate(node, req, devices)
                 res.bound[k] = name
                 self._nominated.pop(k, None)
+
+    def _apply_holds(self, state: Any) -> None:
+        """Put this loop's gang holds into a new pass's snapshot (node indices change
+        between passes; a hold whose node is gone is dropped, as is one long past due:
+        its group is gone or cannot use it)."""
+        for gang, (names, request, gpus, due, prio) in list(self._holds.items()):
+            if any(n not in state.index for n in names) or due + HOLD_GRACE_S < state.now:
+                del self._holds[gang]
+                continue
+            state.reservations.add(Reservation(gang, prio, tuple(state.index[n] for n in names),
+                                               request, gpus, due))
+
+    def _hold(self, state: Any, pod: Any, reserve: Any) -> str:
+        """After a pod group's rejection: keep the room its profile reserved for the next
+        passes (or drop a hold that came due and still does not fit: the twin's rule);
+        what to say about it ('' when nothing is held)."""
+        gang = pod.gang_id
+        if not self.gang_reservations or gang is None:
+            return ""
+        if reserve is None or reserve.gang != gang:
+            held = self._holds.get(gang)
+            if held is not None and held[3] <= state.now:
+                state.reservations.remove(gang)
+                del self._holds[gang]
+                return ""
+            if held is None:
+                return ""
+            names, due = held[0], held[3]
+        else:
+            state.reservations.add(reserve)
+            for g in reserve.displaces:
+                self._holds.pop(g, None)
+            r = state.reservations.by_gang[gang]
+            names = tuple(state.names[n] for n in r.nodes)
+            due = r.due
+            self._holds[gang] = (names, r.request, r.gpus, due, r.priority)
+        when = dt.datetime.fromtimestamp(self._started + due, dt.UTC)
+        return (f"room held on {', '.join(names)} from "
+                f"{when.isoformat(timespec='seconds')}")
 
     def _preempt(self, obj: dict[str, Any], key: str, node: str, victims: Sequence[Any],
                  res: PassResult) -> None:

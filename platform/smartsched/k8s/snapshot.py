@@ -46,6 +46,10 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 POD_GROUP_LABEL_OLD = "pod-group.scheduling.sigs.k8s.io"
 MIN_MEMBER_ANNOTATION = "scheduling.x-k8s.io/min-member"
 CLASS_LABEL = "smartsched.io/class"
+# How long a pod is expected to run once started (seconds): what gang reservations plan
+# on (a bound pod with it leaves at its start time plus this; without it, never).
+DURATION_ANNOTATION = "smartsched.io/expected-duration-seconds"
+MAX_DURATION_S = 10 * 365 * 86_400.0
 MIB = 1 << 20
 
 
@@ -267,6 +271,16 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     gang_size = 1
     if group:
         gang_size = int(ann.get(MIN_MEMBER_ANNOTATION) or (gang_sizes or {}).get(group, 1))
+    duration = None
+    if DURATION_ANNOTATION in ann:
+        try:
+            duration = float(ann[DURATION_ANNOTATION])
+        except ValueError:
+            duration = -1.0
+        if not 0 < duration <= MAX_DURATION_S:  # NaN fails this too
+            raise ValueError(f"metadata.annotations.{DURATION_ANNOTATION}: must be a number "
+                             f"of seconds in (0, {MAX_DURATION_S:g}], got "
+                             f"{ann[DURATION_ANNOTATION][:32]!r}")
     cls = labels.get(CLASS_LABEL, "batch")
     try:
         pod_class = PodClass(cls)
@@ -277,11 +291,30 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
                priority=int(spec.get("priority") or 0), gpu_models=models,
                node_selector=tuple(sorted(selector.items())), tolerations=tuple(tolerations),
                allowed_regions=regions, arrival=arrival, gang_id=group,
-               gang_size=gang_size, app=labels.get("app"))
+               gang_size=gang_size, app=labels.get("app"), duration=duration)
 
 
-def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> Snapshot:
-    """The twin's view of a cluster from its Node and Pod objects."""
+def _epoch(stamp: Any) -> float | None:
+    """An RFC 3339 timestamp (``2026-12-02T10:00:00Z``) as epoch seconds; None if not one."""
+    import datetime as dt
+
+    if isinstance(stamp, dt.datetime):
+        return stamp.timestamp()
+    if not isinstance(stamp, str):
+        return None
+    try:
+        t = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
+                   time_origin: float | None = None) -> Snapshot:
+    """The twin's view of a cluster from its Node and Pod objects. ``time_origin``: the
+    epoch second the state's clock counts from (the scheduler's start); given, a bound pod
+    with an expected duration leaves at its start (``status.startTime``, else its creation)
+    plus that duration on that clock, which gang reservations plan on."""
     skipped: list[tuple[str, str, str]] = []
     specs: list[NodeSpec] = []
     regions: dict[str, None] = {}
@@ -331,9 +364,15 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> Snapshot:
         devices: tuple[int, ...] | None = None
         if "alibabacloud.com/gpu-index" in ann:
             devices = tuple(int(x) for x in str(ann["alibabacloud.com/gpu-index"]).split("-"))
+        until = float("inf")
+        if time_origin is not None and pod.duration is not None:
+            started = _epoch((obj.get("status") or {}).get("startTime")
+                             or meta.get("creationTimestamp"))
+            if started is not None:
+                until = started + pod.duration - time_origin
         try:
             state.allocate(i, req, devices if devices is not None else
-                           state.pick_devices(i, req))
+                           state.pick_devices(i, req), until=until)
         except (InfeasibleDecisionError, ValueError) as e:
             skipped.append(("Pod", key, f"does not fit its node {node_name}: {e}"))
             continue
