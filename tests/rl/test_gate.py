@@ -146,3 +146,8 @@ def test_the_gate_benchmark_refuses_broken_probes_and_promotes_the_better(tmp_pa
     assert k["nofilter"]["promoted"] == 0 and k["identical"]["promoted"] == 0
     # degrade=1.0: the "worse" incumbent is k8s-default itself -> gains of exactly 0
     assert k["better"]["gain_mean"] == 0.0 and k["better"]["promoted"] == 0
+    # The QoS side is reported apart: identical runs differ in nothing.
+    assert k["identical"]["qos_diff"]["online_contended_pct"] == {"mean": 0.0,
+                                                                  "worse_pct": 0.0}
+    assert set(k["better"]["qos_diff"]) == {"online_contended_pct", "latency_violations",
+                                            "waiting_pod_hours"}

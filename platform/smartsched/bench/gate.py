@@ -99,6 +99,11 @@ def _probe(spec: str, seed: int) -> Scheduler:
 register_prefix("gate-probe", _probe)
 
 
+# The score's figures other than utilization (rl.gate.SCORE_FIGURES): online contention,
+# latency-SLO violations, waiting pod-hours.
+QOS_FIGURES = ("online_contended_pct", "latency_violations", "waiting_pod_hours")
+
+
 def run_gate_bench(incumbent: str, *, trials: int = 40, seeds: int = 8, cluster: str = "medium",
                    hours: float = 2.0, warmup_hours: float = 1.0, degrade: float = 0.5,
                    workers: int | None = None, kinds: tuple[str, ...] = (
@@ -117,6 +122,7 @@ def run_gate_bench(incumbent: str, *, trials: int = 40, seeds: int = 8, cluster:
     for kind in kinds:
         cand, inc = pairs[kind]
         promoted, secs, gains, util = 0, [], [], []
+        qos: dict[str, list[float]] = {f: [] for f in QOS_FIGURES}
         for t in range(trials):
             cfg = GateConfig(cluster=cluster, seeds=seeds, first_seed=50_000 + 1000 * t,
                              hours=hours, warmup_hours=warmup_hours, workers=workers)
@@ -127,12 +133,23 @@ def run_gate_bench(incumbent: str, *, trials: int = 40, seeds: int = 8, cluster:
             gains.append(g.gain_mean)
             util.append(float(np.mean([c["figures"]["utilization_pct"] - i["figures"][
                 "utilization_pct"] for c, i in zip(g.candidate, g.incumbent, strict=True)])))
+            for f in QOS_FIGURES:  # the QoS side: is a gain in utilization bought with it?
+                qos[f].append(float(np.mean([c["figures"][f] - i["figures"][f] for c, i in
+                                             zip(g.candidate, g.incumbent, strict=True)])))
         row = {"candidate": cand, "incumbent": inc, "promoted": promoted,
                "promoted_pct": 100.0 * promoted / trials, "gate_s_p50": float(np.median(secs)),
                "gate_s_max": float(np.max(secs)), "gain_mean": float(np.mean(gains)),
-               "utilization_gain_points": float(np.mean(util))}
+               "utilization_gain_points": float(np.mean(util)),
+               # candidate - incumbent per trial (mean over its episodes): mean, and the
+               # share of trials where the candidate was worse
+               "qos_diff": {f: {"mean": float(np.mean(v)),
+                                "worse_pct": 100.0 * float(np.mean(np.array(v) > 1e-9))}
+                            for f, v in qos.items()}}
         res["kinds"][kind] = row
         echo(f"{kind:10s} promoted {promoted}/{trials} ({row['promoted_pct']:.0f} %), "
              f"utilization {row['utilization_gain_points']:+.2f} points, gate "
              f"{row['gate_s_p50']:.1f} s (max {row['gate_s_max']:.1f})  [{cand} vs {inc}]")
+        echo("           QoS vs incumbent: " + ", ".join(
+            f"{f} {d['mean']:+.3f} (worse in {d['worse_pct']:.0f} % of trials)"
+            for f, d in row["qos_diff"].items()))
     return res
