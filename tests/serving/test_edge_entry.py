@@ -259,3 +259,30 @@ def test_through_serve_one_writer_behind_both_entries(service: str, auth: dict,
         r = requests.delete(f"{service}/v1/reservations/{p['reservation_id']}",
                             headers=auth, timeout=10)
         assert r.status_code == 200, r.text
+
+
+@pytest.mark.slow
+def test_the_site_answers_on_its_own_entry_while_the_cloud_ingress_is_down(
+        service: str, serve_args: dict) -> None:
+    """Issue 22's autonomy with the cloud itself gone: the cloud ingress's replica killed,
+    mec-0's entry still places (its replica is up); the ingress comes back after."""
+    import ray
+
+    from tests.serving.conftest import TOKEN as SERVICE_TOKEN
+
+    entry = f"http://127.0.0.1:{serve_args['edge_entry']['ports']['mec-0']}"
+    assert wait_healthy(entry, 60)
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if "#cloud#" in a["name"]]
+    assert len(names) == 1
+    ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=False)
+    try:  # the cloud is down now: its replica is gone until Serve starts another
+        cloud_up = requests.get(f"{service}/healthz", timeout=2).status_code == 200
+    except requests.RequestException:
+        cloud_up = False
+    assert not cloud_up
+    r = _post(entry, {"pod": _pod(), "ttl_s": 5}, token=SERVICE_TOKEN)
+    assert r.status_code == 200, r.text
+    p = r.json()["placements"][0]
+    assert p["placed"] and p["site"] == "mec-0"
+    assert wait_healthy(service, 120)  # Serve restarts the ingress for the other tests
