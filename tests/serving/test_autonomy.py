@@ -220,3 +220,40 @@ def test_autonomy_settings_are_validated() -> None:
         parse_service_config({"edge_autonomy": {"max_queued_pods": -1}})
     assert "max_queued_pods" in e.value.field
     assert np.isclose(parse_service_config({}).edge_autonomy.escalation_timeout_s, 10.0)
+
+
+def test_a_restarted_edge_replays_the_escalations_it_had_queued(tmp_path) -> None:
+    """The queue is journaled: an edge replica restarted while cut off (its state rebuilt
+    from its journal) still holds what it queued, replays it once the region is back, and
+    a restart after that replays nothing again."""
+    h = Hierarchy.from_spec(load_cluster("medium"))
+    region = SiteTier(h, h.parent["mec-0"], "k8s-default")
+    link = Link(region.place)
+    quiet = EdgeAutonomy(reconcile_every_s=3600)
+
+    def edge() -> SiteTier:
+        return SiteTier(h, "mec-0", "k8s-default", parent=link, autonomy=quiet,
+                        journal_dir=str(tmp_path))
+
+    first = edge()
+    link.cut = True
+    big = [_edge_pod(f"g{i}", gpu=True) for i in range(40)]  # more GPUs than mec-0 has
+    res = asyncio.run(first.place(big, 600, "r1"))
+    queued = [r for r in res if r.get("escalation")]
+    assert queued and all(r["escalation"]["state"] == "queued" for r in queued)
+    first.placer.journal.close()  # the replica dies
+
+    second = edge()
+    assert list(second.queued) == list(first.queued)
+    assert [p.id for p in second.queued[next(iter(second.queued))].pods] == \
+        [r["pod_id"] for r in queued]
+    link.cut = False
+    assert asyncio.run(second.reconcile()) == {"reconciled": 1, "queued": 0}
+    booked = Counter(b.pod.id for r in region.placer.reservations.values()
+                     for b in r.bookings)
+    assert set(booked) >= {r["pod_id"] for r in queued} and max(booked.values()) == 1
+    second.placer.journal.close()
+
+    third = edge()
+    assert not third.queued and not third.placer.escalations
+    third.placer.journal.close()

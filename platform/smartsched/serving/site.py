@@ -143,6 +143,9 @@ class SitePlacer:
         self.sandbox = (Sandbox(self._sandbox_settings.model_copy(
             update={"rollout": self._rollout_for(profile)})) if sandbox_mode != "off" else None)
         self.gang_gpus = gang_gpus
+        # Escalations an edge site queued while its region was unreachable (by id: the
+        # journal event), journaled so a restarted replica replays them (serving.tiers).
+        self.escalations: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._buffer: list[dict[str, Any]] | None = None  # journal events held back
         self._victims: list[Pod] | None = None
         self._popped: list[tuple[str, Any]] | None = None
@@ -590,7 +593,23 @@ class SitePlacer:
     def _snapshot_events(self) -> list[dict[str, Any]]:
         nodes = ([{"op": "nodes", "nodes": [_node_dict(n) for n in self.registered.values()]}]
                  if self.registered else [])
-        return nodes + [self._reserve_event(r) for r in self.reservations.values()]
+        return (nodes + [self._reserve_event(r) for r in self.reservations.values()]
+                + list(self.escalations.values()))
+
+    # ------------------------------------------------------------ escalation queue
+    def record_escalation(self, esc_id: str, pods: Sequence[Pod], ttl_s: float,
+                          validate: bool, queued_at: float) -> None:
+        """An escalation queued while the region was unreachable: journaled (fsynced when
+        the journal is) before the queued answer leaves, so a restart replays it."""
+        event = {"op": "escalate", "id": esc_id, "pods": [pod_to_dict(p) for p in pods],
+                 "ttl_s": ttl_s, "validate": validate, "queued_at": queued_at}
+        self.escalations[esc_id] = event
+        self._log(event)
+
+    def escalation_done(self, esc_id: str) -> None:
+        """The region answered a queued escalation: it is not replayed again."""
+        if self.escalations.pop(esc_id, None) is not None:
+            self._log({"op": "escalated", "id": esc_id})
 
     def _log(self, event: dict[str, Any]) -> None:
         if self._buffer is not None:  # a request under validation: kept until it counts
@@ -616,6 +635,10 @@ class SitePlacer:
                 live[rid]["confirmed"] = True
             elif op == "release":
                 live.pop(rid, None)
+            elif op == "escalate":
+                self.escalations[e["id"]] = e
+            elif op == "escalated":
+                self.escalations.pop(e.get("id"), None)
         if nodes:
             self._rebuild(list(nodes.values()))  # no reservations yet: cannot conflict
         now = self.clock()

@@ -125,6 +125,15 @@ class SiteTier:
         self.parent_error = ""
         self._reconciler: asyncio.Task | None = None
         self._replaying = asyncio.Lock()
+        # Escalations queued before a restart (the site's journal): replayed as before.
+        if self.placer.escalations:
+            from smartsched.serving.journal import pod_from_dict
+
+            for rid, e in self.placer.escalations.items():
+                self.queued[rid] = _Escalation([pod_from_dict(d) for d in e["pods"]],
+                                               e["ttl_s"], bool(e["validate"]),
+                                               e["queued_at"])
+            self._start_reconciler()  # a running loop (a replica) starts it; else reconcile()
 
     async def refresh_usage(self) -> dict[str, Any]:
         """Read the site's node usage from Prometheus (in a thread) and apply it here, on
@@ -245,7 +254,9 @@ class SiteTier:
         held = sum(len(q.pods) for q in self.queued.values())
         full = held + len(missing) > self.autonomy.max_queued_pods
         if not full:
-            self.queued[esc_rid] = _Escalation(missing, ttl_s, validate, time.time())
+            esc = _Escalation(missing, ttl_s, validate, time.time())
+            self.placer.record_escalation(esc_rid, missing, ttl_s, validate, esc.queued_at)
+            self.queued[esc_rid] = esc
             self._start_reconciler()
         out = []
         for r in results:
@@ -303,6 +314,7 @@ class SiteTier:
                     up = [_unplaced(p, [_stage("region", self.region, "rejected",
                                                f"on reconciliation: {e}")]) for p in esc.pods]
                 self.queued.pop(rid)
+                self.placer.escalation_done(rid)
                 queued_stage = _stage("edge", self.site, "queued",
                                       f"queued {time.time() - esc.queued_at:.1f} s while "
                                       f"{self.region} was unreachable; replayed "
