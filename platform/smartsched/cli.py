@@ -50,8 +50,9 @@ def _write_json(path: str | None, doc: Any) -> None:
               help="Preset (small, medium, large, finance, openb-gpu, openb-all) or a "
               ".yaml/.parquet file.")
 @click.option("--workload", default="mixed", show_default=True,
-              help="openb:<variant>, mixed[:profile.yaml], finance[:profile.yaml], or a "
-              ".csv/.parquet pod file.")
+              help="openb:<variant>, mixed[:profile.yaml], finance[:profile.yaml], a "
+              ".csv/.parquet pod file, or resample:<any of these> (a block-bootstrap "
+              "draw per seed).")
 @click.option("--scheduler", default="k8s-default", show_default=True,
               help="A packaged profile (see docs), a profile .yaml, or a split profile.")
 @click.option("--mode", type=click.Choice(["replay", "fill"]), default="replay", show_default=True)
