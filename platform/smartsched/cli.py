@@ -1100,7 +1100,8 @@ def bench_finance(seeds: str, nights: int, mtbf_hours: float, no_failures: bool,
               show_default=True, help="--twin: simulated hours per run.")
 @click.option("--variants", default="agnostic,time,space,time+space", show_default=True,
               help="--twin: batch placement variants (also: green, time+green -- "
-              "GreenScore instead of GridCarbon).")
+              "GreenScore instead of GridCarbon; green-run, time+green-run -- GreenScore "
+              "on the renewable share expected over the pod's run).")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str | None,

@@ -177,3 +177,43 @@ def test_green_score_bad_weights_are_named() -> None:
     with pytest.raises(ValidationError) as e:
         profile_from_dict(_green_profile(weights={"pue": -1}))
     assert "weights.pue" in e.value.field
+
+
+def test_green_score_over_the_run_reads_the_forecast_not_the_hour() -> None:
+    """Site 0 is clean only in the first hour of each day, site 1 dirty then and clean
+    after: a 6-hour pod at hour 0 goes to site 0 by the share now, to site 1 by the share
+    expected over its run (forecast from the series' own past, a repeating day here)."""
+    clean_first = CarbonSeries(np.array([50.0] + [450.0] * 23), 3600.0, "clean-first")
+    clean_after = CarbonSeries(np.array([450.0] + [50.0] * 23), 3600.0, "clean-after")
+    spec = _spec(clean_first, clean_after)
+    weights = {"pue": 0, "renewable": 1, "efficiency": 0}
+    job = [_batch(deadline_h=8.0, duration_h=6.0)]
+    now = ProfileScheduler(profile_from_dict(_green_profile(weights=weights)), 0)
+    run_ = ProfileScheduler(profile_from_dict(_green_profile(weights=weights, over="run")), 0)
+    assert _run(spec, job, now)[0].table.node[0] == 0
+    assert _run(spec, job, run_)[0].table.node[0] == 1
+    with pytest.raises(ValidationError) as e:
+        profile_from_dict(_green_profile(over="tomorrow"))
+    assert "over" in e.value.field
+
+
+def test_the_expected_renewable_share_sees_only_the_past() -> None:
+    """The grid's own share is forecast like the intensity: changing what comes after t
+    does not change what is expected at t; without a share, it follows the intensity."""
+    from smartsched.carbon.outlook import expected_renewable
+
+    rng = np.random.default_rng(0)
+    n = 24 * 60  # long enough for the lag regression (five weeks of past and more)
+    share = np.clip(0.4 + 0.3 * np.sin(np.arange(n) * 2 * np.pi / 24)
+                    + 0.05 * rng.standard_normal(n), 0, 1)
+    ci = np.full(n, 300.0)
+    t = 24 * 45 * 3600.0
+    a = CarbonSeries(ci, 3600.0, "a", renewable=share)
+    future = share.copy()
+    future[24 * 45:] = 1.0 - future[24 * 45:]
+    b = CarbonSeries(ci, 3600.0, "b", renewable=future)
+    ea, eb = expected_renewable(a, t, 12), expected_renewable(b, t, 12)
+    assert np.allclose(ea, eb) and ((ea >= 0) & (ea <= 1)).all()
+    assert not np.allclose(ea, share[24 * 45: 24 * 45 + 12], atol=1e-6)  # a forecast
+    plain = CarbonSeries(np.array([490.0 / 2] * 24), 3600.0, "half")  # gas 490 g/kWh
+    assert np.allclose(expected_renewable(plain, 0.0, 5), 0.5)

@@ -189,11 +189,13 @@ THREE_GRIDS = {
                "count": 12} for s in ("de", "gb", "ca")],
 }
 TWIN_VARIANTS = ("agnostic", "time", "space", "time+space")
-# Also known: "green" and "time+green" (GreenScore picks the node instead of GridCarbon).
-ALL_TWIN_VARIANTS = (*TWIN_VARIANTS, "green", "time+green")
+# Also known: "green" and "time+green" (GreenScore picks the node instead of GridCarbon),
+# and "green-run", "time+green-run" (GreenScore with the renewable share expected over the
+# pod's run instead of the grid's now).
+ALL_TWIN_VARIANTS = (*TWIN_VARIANTS, "green", "time+green", "green-run", "time+green-run")
 
 
-def _batch_profile(name: str, defer: bool, grid: bool, green: bool = False) -> Any:
+def _batch_profile(name: str, defer: bool, grid: bool, green: bool | str = False) -> Any:
     from smartsched.scheduling.registry import read_profile_doc
 
     doc, _ = read_profile_doc("green-batch")
@@ -203,7 +205,10 @@ def _batch_profile(name: str, defer: bool, grid: bool, green: bool = False) -> A
     if not grid:
         doc["score"] = [s for s in doc["score"] if s["name"] != "GridCarbon"]
     if green:  # GreenScore where GridCarbon was, at its weight
-        doc["score"] = [*doc["score"], {"name": "GreenScore", "weight": 10}]
+        entry: dict[str, Any] = {"name": "GreenScore", "weight": 10}
+        if green == "run":
+            entry["args"] = {"over": "run"}
+        doc["score"] = [*doc["score"], entry]
     return doc
 
 
@@ -220,7 +225,8 @@ def twin_scheduler(variant: str, seed: int) -> Any:
         raise ValidationError("variants", f"unknown variant {variant!r} (known: "
                               f"{', '.join(ALL_TWIN_VARIANTS)})")
     batch = ProfileScheduler(profile_from_dict(_batch_profile(
-        f"batch-{variant}", "time" in variant, "space" in variant, "green" in variant)), seed)
+        f"batch-{variant}", "time" in variant, "space" in variant,
+        ("run" if variant.endswith("-run") else "green" in variant))), seed)
     online = make_scheduler("composite-online", seed)
     accel = make_scheduler("composite-accelerators", seed)
     return SplitScheduler(f"green-{variant}", {

@@ -80,3 +80,25 @@ def _outlook(series: CarbonSeries) -> SiteOutlook:
     view.__dict__.update(cached.__dict__)
     view.series = series
     return view
+
+
+# id(series.renewable) -> (that array, its offset, the share as a series of its own)
+_RENEWABLE: dict[int, tuple[np.ndarray, float, CarbonSeries]] = {}
+
+
+def expected_renewable(series: CarbonSeries, t_s: float, hours: int) -> np.ndarray:
+    """[hours] expected renewable share of ``series``' grid for the hours from the one
+    containing ``t_s``, forecast from its past only, as the intensity is: the forecast of
+    the grid's own share where the series has one, else the low-carbon share estimated
+    from the forecast intensity (``CarbonSeries.renewable_at``'s rule)."""
+    if series.renewable is None:
+        ci = outlook(series).expected(t_s, hours)
+        return np.clip(1.0 - ci / series.fossil_g_per_kwh, 0.0, 1.0)
+    hit = _RENEWABLE.get(id(series.renewable))
+    if hit is None or hit[0] is not series.renewable or hit[1] != series.offset_s:
+        if len(_RENEWABLE) > 64:
+            _RENEWABLE.clear()
+        share = CarbonSeries(series.renewable, series.step_s, f"{series.name}:renewable",
+                             series.offset_s)
+        hit = _RENEWABLE[id(series.renewable)] = (series.renewable, series.offset_s, share)
+    return np.clip(outlook(hit[2]).expected(t_s, hours), 0.0, 1.0)

@@ -85,10 +85,14 @@ def site_terms(state: ClusterState, t: float, weights: GreenWeights | None = Non
 
 
 def node_scores(state: ClusterState, t: float, use: np.ndarray,
-                weights: GreenWeights | None = None) -> np.ndarray:
+                weights: GreenWeights | None = None,
+                renewable: np.ndarray | None = None) -> np.ndarray:
     """[N] GreenScore of each node at use ``use`` (``node_use``), its site's PUE and grid at
-    time ``t``."""
+    time ``t`` (``renewable``: [S] each site's share to use instead of the grid's now, e.g.
+    the share expected over a pod's run)."""
     pm = power_model(state)
     pue, ren = _site_grid(state, t)
+    if renewable is not None:
+        ren = renewable
     return np.asarray(green_score(pue[state.site_id], ren[state.site_id],
                                   efficiency(use, pm.idle_w, pm.max_w), weights))

@@ -29,12 +29,13 @@ and restart from a checkpoint): start time and place are the levers here.
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from smartsched.carbon.greenscore import GreenWeights
-from smartsched.carbon.outlook import outlook
+from smartsched.carbon.outlook import expected_renewable, outlook
 from smartsched.model.pod import POD_CLASS_IDS, PodClass
 from smartsched.scheduling.framework import CycleContext, lowest_best
 from smartsched.twin.decision import can_defer
@@ -56,10 +57,13 @@ class GridCarbonArgs(BaseModel):
 
 
 class GreenScoreArgs(BaseModel):
-    """``weights``: a, b, c of GreenScore = a*PUE share + b*renewable + c*efficiency."""
+    """``weights``: a, b, c of GreenScore = a*PUE share + b*renewable + c*efficiency.
+    ``over``: the renewable share of the grid ``now``, or the share expected over the
+    pod's ``run`` (forecast from the series' past, as GridCarbon's intensity is)."""
 
     model_config = ConfigDict(extra="forbid")
     weights: GreenWeights = Field(default_factory=GreenWeights)
+    over: Literal["now", "run"] = "now"
 
 
 # (cluster, hour) -> (the cluster, [S, hours] outlook): it changes once an hour, decisions
@@ -80,6 +84,25 @@ def _site_outlook(ctx: CycleContext, hours: int) -> np.ndarray:
     n = max(hours, 72)
     got = np.stack([outlook(s.carbon).expected(st.now, n) * s.pue for s in st.spec.sites])
     _HOURLY[key] = (st.spec, got)
+    return got
+
+
+_HOURLY_RENEWABLE: dict[tuple[int, int], tuple[object, np.ndarray]] = {}
+
+
+def _site_renewable_outlook(ctx: CycleContext, hours: int) -> np.ndarray:
+    """[S, >= hours] expected renewable share of each site's grid from the current hour
+    (cached per cluster and hour, as ``_site_outlook``)."""
+    st = ctx.state
+    key = (id(st.spec), int(st.now // 3600.0))
+    hit = _HOURLY_RENEWABLE.get(key)
+    if hit is not None and hit[0] is st.spec and hit[1].shape[1] >= hours:
+        return hit[1]
+    if len(_HOURLY_RENEWABLE) > 64:
+        _HOURLY_RENEWABLE.clear()
+    n = max(hours, 72)
+    got = np.stack([expected_renewable(s.carbon, st.now, n) for s in st.spec.sites])
+    _HOURLY_RENEWABLE[key] = (st.spec, got)
     return got
 
 
@@ -158,4 +181,8 @@ class GreenScore:
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
         st = ctx.state
         use = node_use(st, "allocation", extra=ctx.request.vector)
-        return 100.0 * node_scores(st, st.now, use, self.args.weights)
+        ren = None
+        if self.args.over == "run":
+            work = _work_hours(ctx)
+            ren = _site_renewable_outlook(ctx, work)[:, :work].mean(axis=1)
+        return 100.0 * node_scores(st, st.now, use, self.args.weights, renewable=ren)
