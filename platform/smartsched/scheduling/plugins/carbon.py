@@ -29,6 +29,7 @@ and restart from a checkpoint): start time and place are the levers here.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from smartsched.carbon.greenscore import GreenWeights
 from smartsched.carbon.outlook import expected_renewable, outlook
+from smartsched.model.cluster import Site
 from smartsched.model.pod import POD_CLASS_IDS, PodClass
 from smartsched.scheduling.framework import CycleContext, lowest_best
 from smartsched.twin.decision import can_defer
@@ -66,44 +68,38 @@ class GreenScoreArgs(BaseModel):
     over: Literal["now", "run"] = "now"
 
 
-# (cluster, hour) -> (the cluster, [S, hours] outlook): it changes once an hour, decisions
-# come by the thousand (a deferred pod is offered again at every flush). The cluster is
-# kept beside its outlook so that its id is not reused by another while cached.
-_HOURLY: dict[tuple[int, int], tuple[object, np.ndarray]] = {}
+# (what, cluster, hour) -> (the cluster, [S, hours] outlook): it changes once an hour,
+# decisions come by the thousand (a deferred pod is offered again at every flush). The
+# cluster is kept beside its outlook so that its id is not reused by another while cached.
+_HOURLY: dict[tuple[str, int, int], tuple[object, np.ndarray]] = {}
 
 
-def _site_outlook(ctx: CycleContext, hours: int) -> np.ndarray:
-    """[S, >= hours] expected g/kWh (times PUE) of each site from the current hour."""
+def _hourly(ctx: CycleContext, hours: int, what: str,
+            per_site: Callable[[Site, float, int], np.ndarray]) -> np.ndarray:
+    """[S, >= hours] ``per_site(site, now, n)`` stacked, cached per cluster and hour."""
     st = ctx.state
-    key = (id(st.spec), int(st.now // 3600.0))
+    key = (what, id(st.spec), int(st.now // 3600.0))
     hit = _HOURLY.get(key)
     if hit is not None and hit[0] is st.spec and hit[1].shape[1] >= hours:
         return hit[1]
     if len(_HOURLY) > 64:
         _HOURLY.clear()
     n = max(hours, 72)
-    got = np.stack([outlook(s.carbon).expected(st.now, n) * s.pue for s in st.spec.sites])
+    got = np.stack([per_site(s, st.now, n) for s in st.spec.sites])
     _HOURLY[key] = (st.spec, got)
     return got
 
 
-_HOURLY_RENEWABLE: dict[tuple[int, int], tuple[object, np.ndarray]] = {}
+def _site_outlook(ctx: CycleContext, hours: int) -> np.ndarray:
+    """[S, >= hours] expected g/kWh (times PUE) of each site from the current hour."""
+    return _hourly(ctx, hours, "intensity",
+                   lambda s, now, n: outlook(s.carbon).expected(now, n) * s.pue)
 
 
 def _site_renewable_outlook(ctx: CycleContext, hours: int) -> np.ndarray:
-    """[S, >= hours] expected renewable share of each site's grid from the current hour
-    (cached per cluster and hour, as ``_site_outlook``)."""
-    st = ctx.state
-    key = (id(st.spec), int(st.now // 3600.0))
-    hit = _HOURLY_RENEWABLE.get(key)
-    if hit is not None and hit[0] is st.spec and hit[1].shape[1] >= hours:
-        return hit[1]
-    if len(_HOURLY_RENEWABLE) > 64:
-        _HOURLY_RENEWABLE.clear()
-    n = max(hours, 72)
-    got = np.stack([expected_renewable(s.carbon, st.now, n) for s in st.spec.sites])
-    _HOURLY_RENEWABLE[key] = (st.spec, got)
-    return got
+    """[S, >= hours] expected renewable share of each site's grid from the current hour."""
+    return _hourly(ctx, hours, "renewable",
+                   lambda s, now, n: expected_renewable(s.carbon, now, n))
 
 
 def _work_hours(ctx: CycleContext) -> int:
