@@ -130,12 +130,31 @@ def test_the_answer_carries_the_hold_through_the_tiers() -> None:
     async def free():
         return {r: sites[r].free() for r in h.regions}
 
-    cloud = CloudTier(h, {r: t.place for r, t in sites.items()}, {}, free)
+    def dropper(tier: SiteTier):
+        async def drop(gang: str) -> bool:
+            return tier.drop_gang_hold(gang)
+        return drop
+
+    cloud = CloudTier(h, {r: t.place for r, t in sites.items()}, {}, free,
+                      drop_holds={r: dropper(t) for r, t in sites.items()})
     # Every A100 of both regions busy for an hour: a gang of two 8-GPU members waits.
+    busy = {}
     for r, tier in sites.items():
         pods = [_gpu_pod(f"{r}-busy-{k}", 7, 3600.0, gpu_models=("A100",)) for k in range(8)]
-        assert all(x["placed"] for x in asyncio.run(tier.place(pods, 1e6, None)))
+        res = asyncio.run(tier.place(pods, 1e6, None))
+        assert all(x["placed"] for x in res)
+        busy[r] = res
     out = asyncio.run(cloud.place(_gang("big"), 60, None))
     assert not out[0]["placed"]
     room = Placement.model_validate(out[0]).gang_room
     assert room is not None and len(room.nodes) == 2 and room.due_at > room.held_until - 61
+    # Both regions were tried and each made a hold: only the one the answer names stays.
+    held = [r for r, t in sites.items() if len(t.placer.state.reservations)]
+    assert len(held) == 1
+    # Room frees in the other region: the gang is placed there and lets go of its hold.
+    other = next(r for r in sites if r not in held)
+    for x in busy[other][:4]:
+        sites[other].release(x["reservation_id"].split("~", 1)[-1])
+    again = asyncio.run(cloud.place(_gang("big"), 60, None))
+    assert all(x["placed"] for x in again) and {x["region"] for x in again} == {other}
+    assert not any(len(t.placer.state.reservations) for t in sites.values())

@@ -176,6 +176,9 @@ class SiteDeployment:
     async def node_green(self) -> dict[str, float]:
         return self.tier.node_green()
 
+    async def drop_gang_hold(self, gang: str) -> bool:
+        return self.tier.drop_gang_hold(gang)
+
     async def escalations(self, limit: int = 100) -> dict[str, Any]:
         return self.tier.escalations(limit)
 
@@ -674,9 +677,15 @@ class Ingress(Authorizer):
                 return await handle.place.remote(pods, ttl_s, rid, validate)
             return call
 
+        def dropper(handle: Any) -> Any:
+            async def drop(gang: str) -> Any:
+                return await handle.drop_gang_hold.remote(gang)
+            return drop
+
         self.cloud = CloudTier(self.h, {k: caller(v) for k, v in regions.items()},
                                {k: caller(v) for k, v in edges.items()}, self._free_of,
-                               RankWeights(**self.cfg.ranking.model_dump()))
+                               RankWeights(**self.cfg.ranking.model_dump()),
+                               drop_holds={k: dropper(v) for k, v in self.sites.items()})
         self.metrics = ServiceMetrics()
         self.site_names = frozenset(s.name for s in self.h.spec.sites)
         zone_site = self.h.spec.zone_site()

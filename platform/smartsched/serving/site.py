@@ -443,6 +443,11 @@ class SitePlacer:
         return {"nodes": [names[n] for n in reserve.nodes], "due_at": due_at,
                 "held_until": self._holds[gang]}
 
+    def drop_gang_hold(self, gang: str) -> bool:
+        """Let go of the room held for ``gang`` (placed at another site); whether one was."""
+        self._holds.pop(gang, None)
+        return self.state.reservations.remove(gang) is not None
+
     def _reservations_of(self, victims: Sequence[Pod]) -> list[str] | None:
         """The reservations holding ``victims`` (each whole: a gang goes together), or None
         if one of them is held by none."""

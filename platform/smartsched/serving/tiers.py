@@ -403,6 +403,10 @@ class SiteTier:
 
         return [pod_to_dict(p) for p in self.placer.recent_pods(limit)]
 
+    def drop_gang_hold(self, gang: str) -> bool:
+        """Let go of the room held here for ``gang`` (placed elsewhere); whether one was."""
+        return self.placer.drop_gang_hold(gang)
+
     def set_profile(self, profile: str, label: str | None = None) -> str:
         self.placer.set_profile(profile, label=label)
         return self.placer.profile
@@ -415,10 +419,15 @@ class CloudTier:
                  edges: dict[str, SiteCaller],
                  free_of: Callable[[], Awaitable[dict[str, dict[str, float]]]],
                  weights: RankWeights | None = None, clock: Callable[[], float] = time.time,
+                 drop_holds: dict[str, Callable[[str], Awaitable[Any]]] | None = None,
                  ) -> None:
+        """``drop_holds``: per site, drop the room it holds for a gang (``gang_room``), so a
+        gang placed elsewhere, or held by another site already, does not keep it."""
         self.h = hierarchy
         self.regions = regions
         self.edges = edges
+        self.drop_holds = drop_holds or {}
+        self._held_at: OrderedDict[str, str] = OrderedDict()  # gang -> the site holding room
         self.free_of = free_of
         self.weights = weights or RankWeights()
         self.clock = clock
@@ -467,6 +476,7 @@ class CloudTier:
                 "cloud", "global", "rejected", plan.final)]), "gang_room": plan.room}
                 for p in plan.members]
             out.update({r["pod_id"]: r for r in res})
+        await self._release_extra_holds(plans)
         results = [out[p.id] for p in pods]
         # An answer with escalations queued at an edge is not final: a retry goes back to
         # the edge, which answers it from its queue or from the reconciled answer.
@@ -475,6 +485,36 @@ class CloudTier:
             while len(self.answers) > IDEMPOTENCY_KEEP:
                 self.answers.popitem(last=False)
         return results
+
+    async def _release_extra_holds(self, plans: list[_Plan]) -> None:
+        """One hold per gang: a gang placed nowhere keeps the first hold made for it (its
+        answer names it) and lets go of the others; a gang placed somewhere lets go of
+        every hold made for it, in this request or in an earlier one."""
+        for plan in plans:
+            gang = plan.members[0].gang_id
+            if gang is None:
+                continue
+            drop = set(plan.rooms)
+            if plan.result is None:
+                if plan.rooms:
+                    drop.discard(plan.rooms[0])
+                    self._held_at[gang] = plan.rooms[0]
+                    while len(self._held_at) > IDEMPOTENCY_KEEP:
+                        self._held_at.popitem(last=False)
+            elif not all(r["placed"] for r in plan.result):
+                continue  # queued at an edge whose region is unreachable: not settled yet
+            else:
+                earlier = self._held_at.pop(gang, None)
+                if earlier is not None:
+                    drop.add(earlier)
+                drop.discard(plan.result[0].get("site"))  # started there: its hold is gone
+            for site in drop:
+                if site not in self.drop_holds:
+                    continue
+                try:
+                    await self.drop_holds[site](gang)
+                except Exception:  # a hold left behind expires at its time anyway
+                    continue
 
     def _plan(self, members: list[Pod], free: dict[str, dict[str, float]], now: float,
               ranked_by_key: dict[tuple[Any, ...], list[tuple[str, str]]]) -> _Plan:
@@ -528,7 +568,10 @@ class CloudTier:
                 plan.result = mine
             else:
                 plan.stages += mine[0]["reasons"]
-                plan.room = plan.room or mine[0].get("gang_room")  # the first site's hold
+                room = mine[0].get("gang_room")
+                if room is not None:
+                    plan.rooms.append(site)
+                    plan.room = plan.room or room  # the first site's hold
                 plan.pos += 1
 
 
@@ -554,6 +597,7 @@ class _Plan:
     stages: list[dict[str, Any]] = field(default_factory=list)
     result: list[dict[str, Any]] | None = None
     room: dict[str, Any] | None = None  # room a site holds for the gang (gang_room)
+    rooms: list[str] = field(default_factory=list)  # every site that held room for it
 
 
 def _unplaced(pod: Pod, stages: list[dict[str, Any]]) -> dict[str, Any]:
