@@ -340,23 +340,17 @@ class SchedulerLoop:
         gang = pod.gang_id
         if not self.gang_reservations or gang is None:
             return ""
-        if reserve is None or reserve.gang != gang:
-            held = self._holds.get(gang)
-            if held is not None and held[3] <= state.now:
-                state.reservations.remove(gang)
-                del self._holds[gang]
-                return ""
-            if held is None:
-                return ""
-            names, due = held[0], held[3]
-        else:
-            state.reservations.add(reserve)
-            for g in reserve.displaces:
-                self._holds.pop(g, None)
-            r = state.reservations.by_gang[gang]
-            names = tuple(state.names[n] for n in r.nodes)
-            due = r.due
-            self._holds[gang] = (names, r.request, r.gpus, due, r.priority)
+        if reserve is not None and reserve.gang != gang:
+            reserve = None
+        for g in reserve.displaces if reserve is not None else ():
+            self._holds.pop(g, None)
+        r = state.reservations.settle(gang, reserve, state.now)
+        if r is None:
+            self._holds.pop(gang, None)
+            return ""
+        names = tuple(state.names[n] for n in r.nodes)
+        due = r.due
+        self._holds[gang] = (names, r.request, r.gpus, due, r.priority)
         when = dt.datetime.fromtimestamp(self._started + due, dt.UTC)
         return (f"room held on {', '.join(names)} from "
                 f"{when.isoformat(timespec='seconds')}")

@@ -403,10 +403,11 @@ async def healthz() -> dict[str, str]:
 @app_api.get("/metrics")
 async def metrics(ing: Any = Depends(_ingress)) -> PlainTextResponse:
     names = list(ing.sites)
-    sums = await asyncio.gather(*(ing.sites[n].summary.remote() for n in names))
+    got = await asyncio.gather(*(ing.sites[n].summary.remote() for n in names),
+                               *(ing.sites[n].node_green.remote() for n in names))
+    sums, per_node = got[:len(names)], got[len(names):]
     ing.metrics.set_reservations({s["site"]: s["reservations"] for s in sums})
     ing.metrics.set_green({s["site"]: s["green"] for s in sums if s.get("green")})
-    per_node = await asyncio.gather(*(ing.sites[n].node_green.remote() for n in names))
     ing.metrics.set_node_green(dict(zip(names, per_node, strict=True)))
     body, ctype = ing.metrics.render()
     return PlainTextResponse(body, media_type=ctype)

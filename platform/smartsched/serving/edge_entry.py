@@ -97,9 +97,7 @@ class EdgeEntry(Authorizer):
             first = self._bodies.setdefault(key, body)
             self._bodies.move_to_end(key)
             if first != body:
-                raise IdempotencyConflict(
-                    f"request_id {rid[:64]!r} was already used with a different body; "
-                    "use a new request_id for a new request")
+                raise IdempotencyConflict.of(rid)
             while len(self._bodies) > IDEMPOTENCY_KEEP:
                 self._bodies.popitem(last=False)
         results = await self.tier.place(pods, ttl_s, key, validate)

@@ -420,27 +420,22 @@ class SitePlacer:
         when it is due. A hold stands until due plus the request's TTL; a gang whose hold
         came due and that still does not fit loses it (nodes are not held for a gang that
         cannot use them), as in the twin. Soft state: not journaled."""
-        gang, res = lead.gang_id, self.state.reservations
+        gang = lead.gang_id
         if not self.gang_reservations or gang is None:
             return None
         reserve, self._last_reserve = self._last_reserve, None
-        if reserve is None or reserve.gang != gang:
-            held = res.by_gang.get(gang)
-            if held is not None and held.due <= self.state.now:
-                res.remove(gang)
-                self._holds.pop(gang, None)
-            if held is None or held.due <= self.state.now:
-                return None
-            reserve = held  # its earlier hold stands
-        else:
-            res.add(reserve)
-            for g in reserve.displaces:
-                self._holds.pop(g, None)
-            reserve = res.by_gang[gang]
-        due_at = self.t0 + reserve.due
+        if reserve is not None and reserve.gang != gang:
+            reserve = None
+        for g in reserve.displaces if reserve is not None else ():
+            self._holds.pop(g, None)
+        held = self.state.reservations.settle(gang, reserve, self.state.now)
+        if held is None:
+            self._holds.pop(gang, None)
+            return None
+        due_at = self.t0 + held.due
         self._holds[gang] = due_at + max(expires_at - self.clock(), 0.0)
         names = self.state.names
-        return {"nodes": [names[n] for n in reserve.nodes], "due_at": due_at,
+        return {"nodes": [names[n] for n in held.nodes], "due_at": due_at,
                 "held_until": self._holds[gang]}
 
     def drop_gang_hold(self, gang: str) -> bool:

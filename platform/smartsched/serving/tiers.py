@@ -53,6 +53,11 @@ RID_SEP = "~"  # reservation id = "<site>~<hex>": the ingress routes by it
 class IdempotencyConflict(SmartSchedError):
     """A request id reused with a different body (HTTP 409)."""
 
+    @classmethod
+    def of(cls, request_id: str) -> IdempotencyConflict:
+        return cls(f"request_id {request_id[:64]!r} was already used with a different body; "
+                   "use a new request_id for a new request")
+
 
 def request_fingerprint(pods: Sequence[Pod], ttl_s: float, validate: bool = False) -> str:
     """A digest of what a placement request asks: every pod field the client gives (not
@@ -378,14 +383,12 @@ class SiteTier:
         """Each powered-on, up node's GreenScore now (node name -> 0..1): its site's PUE and
         grid, and its own work per watt at its reported usage (else its bookings), the same
         source as ``green``. Nodes off or down have no work to score and are left out."""
-        st = self.placer.state
+        st = self.placer.state  # this site's nodes only (``site_subspec``)
         source = "usage" if st.usage.any() else "allocation"
         scores = node_scores(st, self.placer.clock() - self.placer.t0,
                              node_use(st, source))
-        keep = np.flatnonzero((st.power != POWER_OFF) & st.up
-                              & (st.site_id == st.site_names.index(self.site)))
-        names = st.spec.nodes
-        return {names[i].name: float(scores[i]) for i in keep}
+        keep = np.flatnonzero((st.power != POWER_OFF) & st.up)
+        return {st.names[i]: float(scores[i]) for i in keep}
 
     def apply_node_updates(self, updates: list[tuple[int, str, dict[str, Any]]],
                            usage: dict[str, tuple[float, float, float]],
@@ -446,9 +449,7 @@ class CloudTier:
             self.answers.move_to_end(request_id)
             first, answer = self.answers[request_id]
             if first != body:
-                raise IdempotencyConflict(
-                    f"request_id {request_id[:64]!r} was already used with a different body; "
-                    "use a new request_id for a new request")
+                raise IdempotencyConflict.of(request_id)
             return answer
         groups: dict[str, list[Pod]] = {}
         for p in pods:

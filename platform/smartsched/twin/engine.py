@@ -674,14 +674,8 @@ class Engine:
         """After a gang's rejection: hold the room its scheduler reserved (until due), or
         drop the reservation it no longer renews once due (nodes are not held for a gang
         that cannot use them)."""
-        res = self.state.reservations
-        if reserve is None:
-            held = res.by_gang.get(gang or "")
-            if held is not None and held.due <= self.now:
-                res.remove(held.gang)
-            return
-        res.add(reserve)
-        if reserve.due > self.now:  # due now: room freed wakes the gang
+        self.state.reservations.settle(gang or "", reserve, self.now)
+        if reserve is not None and reserve.due > self.now:  # due now: room freed wakes it
             self.events.push(reserve.due, EV_DUE, unit)
 
     def _deschedule(self) -> None:

@@ -64,11 +64,14 @@ def node_use(state: ClusterState, source: Literal["allocation", "usage"] = "allo
     return np.clip(out, 0.0, 1.0)
 
 
-def _site_grid(state: ClusterState, t: float) -> tuple[np.ndarray, np.ndarray]:
-    """[S] each site's PUE share and its grid's renewable share at time ``t``."""
+def _site_grid(state: ClusterState, t: float, renewable: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """[S] each site's PUE share and its grid's renewable share at time ``t`` (or
+    ``renewable`` when given)."""
     sites = state.spec.sites
-    return (pue_share(np.array([s.pue for s in sites])),
-            np.array([float(s.carbon.renewable_at(t)) for s in sites]))
+    if renewable is None:
+        renewable = np.array([float(s.carbon.renewable_at(t)) for s in sites])
+    return pue_share(np.array([s.pue for s in sites])), renewable
 
 
 def site_terms(state: ClusterState, t: float, weights: GreenWeights | None = None,
@@ -91,8 +94,6 @@ def node_scores(state: ClusterState, t: float, use: np.ndarray,
     time ``t`` (``renewable``: [S] each site's share to use instead of the grid's now, e.g.
     the share expected over a pod's run)."""
     pm = power_model(state)
-    pue, ren = _site_grid(state, t)
-    if renewable is not None:
-        ren = renewable
+    pue, ren = _site_grid(state, t, renewable)
     return np.asarray(green_score(pue[state.site_id], ren[state.site_id],
                                   efficiency(use, pm.idle_w, pm.max_w), weights))

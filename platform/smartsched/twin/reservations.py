@@ -72,6 +72,22 @@ class Reservations:
             self.priority[n] = r.priority
             self.owner[n] = gid
 
+    def settle(self, gang: str, reserve: Reservation | None, now: float
+               ) -> Reservation | None:
+        """After ``gang``'s rejection, the one rule every driver applies: hold the room its
+        scheduler reserved (``reserve``, replacing an earlier one); without a new one, its
+        earlier reservation stands until due, and one that came due and still did not fit
+        is dropped (nodes are not held for a gang that cannot use them). Returns what is
+        held for the gang now (None: nothing)."""
+        if reserve is not None:
+            self.add(reserve)
+            return self.by_gang[gang]
+        held = self.by_gang.get(gang)
+        if held is not None and held.due <= now:
+            self.remove(gang)
+            return None
+        return held
+
     def remove(self, gang: str) -> Reservation | None:
         r = self.by_gang.pop(gang, None)
         if r is not None:
