@@ -10,6 +10,9 @@ placement service on a ``regional`` cluster, and in the same run sends:
 * placements by tier: cloud -> region (a plain pod), cloud -> edge (an
   ``edge-rt`` pod from an MEC site) and cloud -> edge -> region (an edge pod too
   big for the site's nodes, escalated) -- the hierarchy's added hops;
+* the same edge pod through mec-0's own entry (``service.edge_entry``), interleaved
+  with the above and then alone (requests back to back, nothing else running: what a
+  site on its own machine sees);
 * batches on ``/v1/placements:batch`` for placements per second;
 * in process, the edge tier's decision compute per pod (no HTTP, no Ray).
 
@@ -157,7 +160,7 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
                 post("/v1/placements", {"pod": _pod("region", i), "ttl_s": 30})
                 post("/v1/placements", {"pod": _pod("edge", i), "ttl_s": 30}, entry)
             lat: dict[str, list[float]] = {"echo": [], "region": [], "edge": [], "escalated": [],
-                                           "edge_entry": []}
+                                           "edge_entry": [], "edge_entry_alone": []}
             for i in range(requests_per_kind):
                 for kind in ("region", "edge", "escalated"):
                     lat["echo"].append(post("/bench-echo/echo", {"pod": _pod(kind, i)}))
@@ -166,6 +169,13 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
                 # The same edge pod through mec-0's own entry: no proxy, no cloud hop.
                 lat["edge_entry"].append(post("/v1/placements", {"pod": _pod("edge", i),
                                                                  "ttl_s": 30}, entry))
+            # The entry again with nothing between its requests: an MEC site runs on its own
+            # machine, while above every tier shares this one's cores (a region's
+            # 1,500-node decision just before leaves the edge replica's caches cold).
+            for i in range(requests_per_kind):
+                lat["edge_entry_alone"].append(post(
+                    "/v1/placements", {"pod": _pod("edge", requests_per_kind + i),
+                                       "ttl_s": 30}, entry))
             t0 = time.perf_counter()
             for b in range(batches):
                 post("/v1/placements:batch", {"pods": [_pod("region", b * batch_size + j)
@@ -177,7 +187,8 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
             e50, e99 = row["echo"]["p50_ms"], row["echo"]["p99_ms"]
             row["ratio_to_echo"] = {k: {"p50": row[k]["p50_ms"] / e50,
                                         "p99": row[k]["p99_ms"] / e99}
-                                    for k in ("region", "edge", "escalated", "edge_entry")}
+                                    for k in ("region", "edge", "escalated", "edge_entry",
+                                              "edge_entry_alone")}
             row["hops_added_ms_p50"] = {
                 "edge_minus_echo": row["edge"]["p50_ms"] - e50,
                 "region_minus_echo": row["region"]["p50_ms"] - e50,
@@ -201,7 +212,8 @@ def format_serve_bench(res: dict[str, Any]) -> str:
                      f"{row['echo']['p99_ms']:.2f} | 1.00 | 1.00 |")
         for k, label in (("region", "cloud -> region"), ("edge", "cloud -> edge"),
                          ("escalated", "cloud -> edge -> region"),
-                         ("edge_entry", "edge entry (mec-0's own port)")):
+                         ("edge_entry", "edge entry (mec-0's own port), interleaved"),
+                         ("edge_entry_alone", "edge entry, nothing between requests")):
             r, q = row[k], row["ratio_to_echo"][k]
             lines.append(f"| {prof} | {label} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                          f"{q['p50']:.2f} | {q['p99']:.2f} |")
