@@ -1127,7 +1127,8 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
 @bench.command("anneal")
 @click.option("--part", default="gap,speed,fill", show_default=True,
               help="Comma-separated: gap (against the exact optimum), speed (a window on "
-              "the whole openb cluster), fill (openb fill at 130 % in windows vs fgd).")
+              "the whole openb cluster), fill (openb fill at 130 % in windows vs fgd), "
+              "gangs (gap's windows with gangs; not in the default).")
 @click.option("--seeds", default="0-9", show_default=True, help="gap: instances.")
 @click.option("--nodes", type=click.IntRange(min=2, max=1213), default=100, show_default=True,
               help="gap: openb nodes drawn per instance.")
@@ -1144,22 +1145,27 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
 @click.option("--fill-seeds", default="42-44", show_default=True)
 @click.option("--fill-spec", default="anneal:fgd?window=1000&value=gpu&homes=profile",
               show_default=True, help="fill: the windowed scheduler beside fgd.")
+@click.option("--gang-share", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+              help="gangs: probability that a run of 2-4 alike GPU pods is a gang.")
+@click.option("--gang-sweeps", type=click.IntRange(min=1), default=20, show_default=True,
+              help="gangs: the annealer's sweeps.")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="gap: PNG of the time-quality curve.")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limit_s: float,
                  window: int, variants: str, fill_seeds: str, fill_spec: str,
-                 plot: str | None, workers: int | None, json_path: str | None) -> None:
+                 gang_share: float, gang_sweeps: int, plot: str | None,
+                 workers: int | None, json_path: str | None) -> None:
     """Issue 21: the annealing window placer against the exact optimum, the clock, and
     sequential fgd in the fill experiment."""
     from smartsched.bench import anneal as bench_mod
 
     parts = [x for x in part.split(",") if x]
-    unknown = set(parts) - {"gap", "speed", "fill"}
+    unknown = set(parts) - {"gap", "speed", "fill", "gangs"}
     if unknown or not parts:
-        raise click.BadParameter(f"unknown part(s) {sorted(unknown)}; use gap, speed, fill",
-                                 param_hint="--part")
+        raise click.BadParameter(f"unknown part(s) {sorted(unknown)}; use gap, speed, fill, "
+                                 "gangs", param_hint="--part")
     out: dict[str, Any] = {}
     if "gap" in parts:
         out["gap"] = bench_mod.run_gap(_seeds(seeds), nodes=nodes, pods=pods,
@@ -1172,6 +1178,10 @@ def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limi
         names = [v for v in variants.split(",") if v]
         out["fill"] = bench_mod.run_fill(names, _seeds(fill_seeds), ["fgd", fill_spec],
                                          workers=workers, echo=click.echo)
+    if "gangs" in parts:
+        out["gangs"] = bench_mod.run_gangs(_seeds(seeds), nodes=nodes, pods=pods,
+                                           share=gang_share, sweeps=gang_sweeps,
+                                           limit_s=limit_s, workers=workers, echo=click.echo)
     _write_json(json_path, out)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from smartsched.bench.anneal import run_fill, run_gap, run_speed
+from smartsched.bench.anneal import gang_window, run_fill, run_gangs, run_gap, run_speed
 from smartsched.cli import main
 
 
@@ -28,6 +28,27 @@ def test_gap_against_the_exact_solver_with_a_curve(tmp_path: Path) -> None:
     assert "proven optimal" in lines[0]
     if res["curve"]:
         assert (tmp_path / "curve.png").stat().st_size > 5_000
+
+
+def test_gangs_in_windows_whole_or_not_at_all() -> None:
+    _, _, window, _, gangs = gang_window(3, 12, 30, 1.0)
+    sizes: dict[str, list[int]] = {}
+    for r in window:
+        if r.pod.gang_id is not None:
+            sizes.setdefault(r.pod.gang_id, []).append(r.pod.gang_size)
+    assert gangs == len(sizes) > 0
+    assert all(len(v) == v[0] and 2 <= v[0] <= 4 for v in sizes.values())
+    lines: list[str] = []
+    res = run_gangs([3, 4], nodes=12, pods=30, share=1.0, sweeps=4, limit_s=20.0,
+                    workers=1, echo=lines.append)
+    for inst in res["instances"]:
+        for how in ("sequential", "after", "model"):
+            assert inst[how]["gangs_partial"] == 0
+            assert inst[how]["pods"] <= 30
+        ex = inst["exact"]
+        if ex["optimal"]:  # nothing beats a proven optimum of the same model
+            assert ex["model_objective"] <= ex["objective"] + 1e-6
+    assert "gangs in the model" in lines[0]
 
 
 def test_speed_on_the_whole_openb_cluster() -> None:

@@ -179,6 +179,28 @@ def test_a_service_site_places_a_batch_jointly_with_an_anneal_profile() -> None:
     assert one[0].placed and one[0].node == "b"
 
 
+def test_a_service_batch_with_a_gang_is_one_window() -> None:
+    """A batch of three single GPU pods and a 2 x 2-GPU gang on 6 GPUs: bestfit alone
+    books the singles and refuses the gang; ``anneal:bestfit`` books the gang whole and
+    two singles, and the journal-backed state holds exactly what was answered."""
+    from smartsched.serving.site import SitePlacer
+
+    def batch():
+        return [_gpu("s0"), _gpu("s1"), _gpu("s2")] + [
+            pod(f"g{i}", num_gpu=2, gpu_milli=1000, tolerations=GPU_TAINT, gang_id="g",
+                gang_size=2) for i in range(2)]
+
+    alone = SitePlacer(_spec(), "bestfit").place(batch(), ttl_s=60)
+    assert [r.placed for r in alone] == [True, True, True, False, False]
+    site = SitePlacer(_spec(), "anneal:bestfit?homes=profile&value=gpu&sweeps=20")
+    joint = {r.pod_id: r for r in site.place(batch(), ttl_s=60)}
+    assert joint["g0"].placed and joint["g1"].placed
+    assert sum(r.placed for r in joint.values()) == 4
+    st = site.state
+    assert np.all(st.allocated <= st.capacity)
+    assert int((st.gpu_free[st.gpu_exists] == 0).sum()) == 6  # every GPU busy
+
+
 def test_windows_are_fill_modes_and_sized_sensibly() -> None:
     spec = _spec()
     pods = [pod(f"p{i}") for i in range(3)]
@@ -226,6 +248,33 @@ def test_gangs_are_kept_only_whole() -> None:
     assert all("not placed whole" in " ".join(res.decisions[i].reasons) for i in range(4))
     assert all("2 of 3 members" in " ".join(res.decisions[i].reasons) for i in (4, 5))
     assert _apply(st, reqs, res.decisions) == 2
+
+
+@pytest.mark.parametrize("homes", ["shapes", "profile"])
+def test_the_model_makes_room_for_a_gang_the_profile_alone_splits(homes: str) -> None:
+    # 6 GPUs: a (4) and b (2). In window order bestfit puts the three single GPU pods
+    # on b, b and a, and the 2 x 2-GPU gang then finds room for one member only. Placed
+    # jointly, the gang and two singles fill all 6 GPUs (instead of 3).
+    st = ClusterState(_spec())
+    singles = [_gpu(f"s{i}") for i in range(3)]
+    gang = [pod(f"g{i}", num_gpu=2, gpu_milli=1000, tolerations=GPU_TAINT, gang_id="g",
+                gang_size=2) for i in range(2)]
+    reqs = [st.compile(p) for p in singles + gang]
+    alone = make_scheduler("bestfit")
+    seq = st.fork()
+    for r in reqs[:3]:
+        d = alone.decide(seq, r)
+        seq.allocate(d.node, r, d.devices if d.devices is not None
+                     else seq.pick_devices(d.node, r))
+    first = alone.decide(seq, reqs[3])  # one member fits, the other then does not
+    seq.allocate(first.node, reqs[3], first.devices if first.devices is not None
+                 else seq.pick_devices(first.node, reqs[3]))
+    assert alone.decide(seq, reqs[4]).node is None
+    res = place_window(alone, st, reqs, AnnealOptions(sweeps=20, value="gpu", homes=homes))
+    placed = {reqs[i].pod.id for i, d in enumerate(res.decisions) if d.node is not None}
+    assert {"g0", "g1"} <= placed and len(placed) == 4
+    assert res.stats["placed_by_model"] == 4 and res.stats["problem_gangs"] == 1
+    assert _apply(st, reqs, res.decisions) == 4
 
 
 @pytest.mark.parametrize("profile", ["k8s-default", "composite", "green"])

@@ -15,13 +15,14 @@ from smartsched.model.errors import ValidationError
 from smartsched.optimize.annealer import anneal, greedy_assignment
 from smartsched.optimize.exact import solve_exact
 from smartsched.optimize.problem import WindowProblem
-from smartsched.optimize.repair import repair
+from smartsched.optimize.repair import polish, repair
 
 
 def random_problem(seed: int, pods: int = 6, nodes: int = 3, slots: int = 3,
-                   tight: float = 0.5) -> WindowProblem:
+                   tight: float = 0.5, gangs: int = 0) -> WindowProblem:
     """Pods with up to ``slots`` candidate nodes each; a slot takes cpu and memory on its
-    node (2 bins a node) and, for some pods, a device (one per node)."""
+    node (2 bins a node) and, for some pods, a device (one per node). ``gangs``: the
+    first pods form that many gangs of 2 or 3 members."""
     rng = np.random.default_rng(seed)
     nb = 3 * nodes  # cpu, mem, one device per node
     kw = slots + 1
@@ -47,9 +48,17 @@ def random_problem(seed: int, pods: int = 6, nodes: int = 3, slots: int = 3,
             cost[i, c] = -0.3 * value.min() * rng.random()
     cap = np.concatenate([rng.uniform(tight * 0.5, tight * 1.5, 2 * nodes),
                           np.ones(nodes), [np.inf]])
+    group = None
+    big = value.max()
+    if gangs:
+        sizes = rng.integers(2, 4, gangs)
+        group = np.full(pods, -1)
+        group[: sizes.sum()] = np.repeat(np.arange(gangs), sizes)
+        big = max(big, np.bincount(group[group >= 0], weights=value[group >= 0]).max())
     pr = WindowProblem(value=value, cost=cost, nslots=nslots, node=node, bins=bins,
-                       amount=amount, cap=cap, devices=devices, lam0=1.5 * value.max() + 1,
-                       lam1=value.max(), num_nodes=nodes, info={"score_step": 1e-3})
+                       amount=amount, cap=cap, devices=devices, lam0=1.5 * big + 1,
+                       lam1=big, num_nodes=nodes, info={"score_step": 1e-3},
+                       group=group, lam_g=1.5 * big + 1 if gangs else 0.0)
     pr.validate()
     return pr
 
@@ -72,6 +81,36 @@ def test_exact_and_annealer_reach_the_enumerated_optimum(seed: int) -> None:
     res = anneal(pr, sweeps=200, replicas=8, seed=seed, batch=4)
     fixed, _ = repair(pr, res.assign)
     assert pr.objective(fixed) == pytest.approx(opt, abs=1e-7)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_gangs_all_or_nothing_exact_and_annealer_reach_the_enumerated_optimum(
+        seed: int) -> None:
+    pr = random_problem(seed, pods=7, nodes=3, slots=3, tight=0.6, gangs=2)
+    opt = enumerate_optimum(pr)  # a gang placed in part is infeasible (-inf)
+    ex = solve_exact(pr, time_limit_s=10)
+    assert ex.optimal and ex.objective == pytest.approx(opt, abs=1e-7)
+    assert pr.partial_groups(ex.assign).size == 0
+    for method in ("sa", "pt"):
+        res = anneal(pr, sweeps=200, replicas=8, method=method, seed=seed, batch=4)
+        fixed, _ = repair(pr, res.assign)
+        assert pr.partial_groups(fixed).size == 0
+        assert pr.objective(fixed) == pytest.approx(opt, abs=1e-7)
+
+
+def test_a_gang_in_part_costs_more_than_its_worth() -> None:
+    pr = random_problem(5, pods=6, nodes=3, slots=3, tight=2.0, gangs=1)
+    g = np.flatnonzero(pr.group == 0)
+    whole = np.zeros(pr.num_pods, dtype=np.int64)
+    whole[g] = [1 if pr.nslots[i] > 1 else 0 for i in g]
+    if np.any(whole[g] == 0):
+        pytest.skip("a member without candidates")
+    part = whole.copy()
+    part[g[0]] = 0
+    assert pr.partial_groups(part).tolist() == [0]
+    assert pr.objective(part) == float("-inf")
+    assert pr.energy(part) > pr.energy(np.zeros(pr.num_pods, dtype=np.int64))
+    assert pr.drop_partial(part.copy())[g].tolist() == [0] * g.size
 
 
 def test_a_seed_fixes_the_answer_and_another_may_differ() -> None:
@@ -109,6 +148,21 @@ def test_repair_ends_feasible_from_any_assignment(seed: int, tight: float,
         assert pr.objective(fixed) >= pr.objective(assign) - 1e-12
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), tight=st.floats(0.05, 2.0), data=st.data())
+def test_repair_and_polish_never_leave_a_gang_in_part(seed: int, tight: float,
+                                                      data: st.DataObject) -> None:
+    pr = random_problem(seed, pods=10, nodes=3, slots=3, tight=tight, gangs=2)
+    assign = np.array([data.draw(st.integers(0, int(n) - 1)) for n in pr.nslots])
+    fixed, _ = repair(pr, assign)
+    assert pr.overflow(fixed).size == 0 and pr.partial_groups(fixed).size == 0
+    polished, _ = polish(pr, fixed, 200)
+    assert np.isfinite(pr.objective(polished))
+    assert pr.objective(polished) >= pr.objective(fixed) - 1e-12
+    start = greedy_assignment(pr, np.random.default_rng(seed).permutation(pr.num_pods))
+    assert np.isfinite(pr.objective(start))
+
+
 def test_bad_input_is_named() -> None:
     pr = random_problem(0)
     with pytest.raises(ValidationError, match="sweeps"):
@@ -127,6 +181,13 @@ def test_bad_input_is_named() -> None:
                         devices=np.zeros((0, 1, 1), int), lam0=1.0, lam1=1.0, num_nodes=1)
     with pytest.raises(ValidationError, match="window"):
         bad.validate()
+    import dataclasses
+
+    gp = random_problem(1, pods=6, gangs=1)
+    with pytest.raises(ValidationError, match=r"problem\.group"):
+        dataclasses.replace(gp, group=np.array([0, 0, 2, -1, -1, -1])).validate()
+    with pytest.raises(ValidationError, match=r"problem\.lam_g"):
+        dataclasses.replace(gp, lam_g=0.01).validate()
 
 
 def test_exact_reports_unproven_when_time_runs_out() -> None:

@@ -1,6 +1,6 @@
 """``smartsched bench anneal``: the window placer against the exact optimum, the clock and fgd.
 
-Owns issue 21's figures, in three parts:
+Owns issue 21's figures, in four parts:
 
 * ``gap``: instances the exact solver can prove (``--nodes`` openb nodes drawn at
   random, filled by fgd to a random 50-95 % of their GPU with the shuffled,
@@ -17,6 +17,10 @@ Owns issue 21's figures, in three parts:
 * ``fill``: the FGD paper's fill experiment at 130 % with arrivals in windows
   (``anneal:fgd?...``; a pod is known only once its window arrives) beside
   sequential fgd, per trace variant and seed: the GPU allocation rate.
+* ``gangs``: ``gap``'s windows with some GPU pods made into gangs (synthetic): the
+  profile alone, gangs left to the profile after the window, and gangs in the
+  model, by GPUs placed and gangs placed whole, with the gang model's gap to its
+  exact optimum.
 
 The same model, the same objective and the same twin check for every solver:
 the exact solver and the annealer read one ``WindowProblem``.
@@ -290,3 +294,158 @@ def run_fill(variants: Sequence[str], seeds: Sequence[int], schedulers: Sequence
     table = "\n".join(lines)
     echo(table)
     return {"runs": runs, "seconds": secs, "table": table}
+
+
+def gang_window(seed: int, nodes: int, pods: int, share: float
+                ) -> tuple[Any, Any, list[Any], float, int]:
+    """``gap_instance``'s window with some GPU pods turned into gangs (synthetic: the
+    openb trace has none). GPU pods of one shape, in window order, are cut into runs of
+    2-4 (a data-parallel job's workers are alike); each run becomes a gang with
+    probability ``share``. Returns (profile, state, window, GPU allocated before, gangs)."""
+    from smartsched.optimize.candidates import shape_key
+
+    sched, state, window, alloc = gap_instance(seed, nodes, pods)
+    rng = np.random.default_rng([seed, 21])
+    by_shape: dict[tuple, list[int]] = {}
+    for i, r in enumerate(window):
+        if r.num_gpu > 0:
+            by_shape.setdefault(shape_key(r.pod), []).append(i)
+    out = list(window)
+    gangs = 0
+    for idx in by_shape.values():
+        at = 0
+        while len(idx) - at >= 2:
+            size = int(min(rng.integers(2, 5), len(idx) - at))
+            run, at = idx[at:at + size], at + size
+            if rng.random() >= share:
+                continue
+            gid = f"gang-{seed}-{gangs}"
+            gangs += 1
+            for i in run:
+                out[i] = state.compile(dataclasses.replace(window[i].pod, gang_id=gid,
+                                                           gang_size=size))
+    return sched, state, out, alloc, gangs
+
+
+def _placed_figures(window: Sequence[Any], decisions: Sequence[Any]) -> dict[str, Any]:
+    """GPUs placed, pods placed and gangs placed whole, from the final decisions."""
+    gpus = sum(r.num_gpu * r.gpu_milli / 1000 for r, d in zip(window, decisions, strict=True)
+               if d.node is not None)
+    members: dict[str, list[bool]] = {}
+    for r, d in zip(window, decisions, strict=True):
+        if r.pod.gang_id is not None:
+            members.setdefault(r.pod.gang_id, []).append(d.node is not None)
+    partial = sum(any(v) and not all(v) for v in members.values())
+    return {"gpus": gpus, "pods": sum(d.node is not None for d in decisions),
+            "gangs_whole": sum(all(v) for v in members.values()), "gangs_partial": partial}
+
+
+def _sequential(sched: Any, state: Any, window: Sequence[Any]) -> list[Any]:
+    """The profile alone, in window order, each gang all or nothing (no preemption)."""
+    from smartsched.model.errors import InfeasibleDecisionError
+    from smartsched.twin.decision import Decision
+
+    fork = state.fork(share_bound=True)
+    out: list[Any] = [None] * len(window)
+    units: dict[str, list[int]] = {}
+    for i, r in enumerate(window):
+        units.setdefault(r.pod.gang_id or f"\0{i}", []).append(i)
+    for idx in units.values():
+        got: list[tuple[int, Any, tuple[int, ...]]] = []
+        for i in idx:
+            d = sched.decide(fork, window[i])
+            if d.node is None or d.victims or d.defer:
+                break
+            dv = tuple(d.devices) if d.devices is not None else \
+                fork.pick_devices(d.node, window[i])
+            try:
+                fork.allocate(d.node, window[i], dv)
+            except InfeasibleDecisionError:
+                break
+            got.append((i, d.node, dv))
+        if len(got) < len(idx):
+            for i, node, dv in got:
+                fork.release(node, window[i], dv)
+            got = []
+        for i, node, dv in got:
+            out[i] = Decision(node, dv)
+        for i in idx:
+            out[i] = out[i] or Decision.reject("not placed")
+    return out
+
+
+def _gangs_one(args: tuple[int, int, int, float, int, float]) -> dict[str, Any]:
+    seed, nodes, pods, share, sweeps, limit = args
+    from smartsched.optimize.exact import solve_exact
+    from smartsched.optimize.placer import AnnealOptions, place_window
+
+    sched, state, window, alloc, gangs = gang_window(seed, nodes, pods, share)
+    row: dict[str, Any] = {"seed": seed, "gpu_allocated_before": alloc, "gangs": gangs,
+                           "gang_pods": sum(r.pod.gang_id is not None for r in window)}
+    t0 = time.perf_counter()
+    row["sequential"] = {**_placed_figures(window, _sequential(sched, state, window)),
+                         "seconds": time.perf_counter() - t0}
+    model = None
+    for how in ("after", "model"):
+        opts = AnnealOptions(window=len(window), sweeps=sweeps, value="gpu", homes="profile",
+                             gangs=how)
+        t0 = time.perf_counter()
+        res = place_window(sched, state, window, opts, seed=seed)
+        row[how] = {**_placed_figures(window, res.decisions),
+                    "seconds": time.perf_counter() - t0}
+        model = res if how == "model" else model
+    if model is not None and model.problem is not None:
+        ex = solve_exact(model.problem, time_limit_s=limit)
+        obj = model.stats["model_objective"]
+        row["exact"] = {"optimal": ex.optimal, "objective": ex.objective,
+                        "model_objective": obj,
+                        "gap_pct": _gap(ex.objective, obj) if ex.optimal else None}
+    return row
+
+
+def run_gangs(seeds: Sequence[int], nodes: int = 100, pods: int = 200, share: float = 0.5,
+              sweeps: int = 20, limit_s: float = 60.0, workers: int | None = None,
+              echo: Callable[[str], Any] = print) -> dict[str, Any]:
+    """Windows with gangs: the profile alone, gangs left to the profile after the window
+    (``gangs=after``), and gangs in the model (``gangs=model``), with the exact optimum
+    of the gang model where HiGHS proves one. Value: GPUs (the fill experiment's)."""
+    from smartsched.bench.pool import map_jobs
+
+    per = map_jobs(_gangs_one, [(s, nodes, pods, share, sweeps, limit_s) for s in seeds],
+                   workers)
+    lines = [f"{nodes} nodes x {pods} pods, GPU pods of a shape cut into gangs of 2-4 with "
+             f"probability {share:g} (gangs per window: median "
+             f"{statistics.median(p['gangs'] for p in per):g}), {sweeps} sweeps",
+             "| variant | median GPUs placed | median gangs whole | gangs in part | "
+             "wins/ties/losses vs sequential (GPUs) | median s |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for how, label in (("sequential", "profile alone, window order"),
+                       ("after", "window, gangs after it (gangs=after)"),
+                       ("model", "window, gangs in the model (gangs=model)")):
+        d = [p[how]["gpus"] - p["sequential"]["gpus"] for p in per]
+        lines.append(
+            f"| {label} | {statistics.median(p[how]['gpus'] for p in per):.2f} | "
+            f"{statistics.median(p[how]['gangs_whole'] for p in per):g} | "
+            f"{sum(p[how]['gangs_partial'] for p in per)} | "
+            f"{sum(x > 1e-9 for x in d)}/{sum(abs(x) <= 1e-9 for x in d)}/"
+            f"{sum(x < -1e-9 for x in d)} | "
+            f"{statistics.median(p[how]['seconds'] for p in per):.3f} |")
+    d = [p["model"]["gpus"] - p["after"]["gpus"] for p in per]
+    g = [p["model"]["gangs_whole"] - p["after"]["gangs_whole"] for p in per]
+    lines.append(f"\nGangs in the model against gangs after the window, per window: GPUs "
+                 f"placed more / equal / fewer {sum(x > 1e-9 for x in d)}/"
+                 f"{sum(abs(x) <= 1e-9 for x in d)}/{sum(x < -1e-9 for x in d)} (median "
+                 f"{statistics.median(d):+.2f}, worst {min(d):+.2f}); gangs whole more / "
+                 f"equal / fewer {sum(x > 0 for x in g)}/{sum(x == 0 for x in g)}/"
+                 f"{sum(x < 0 for x in g)}.")
+    proven = [p["exact"] for p in per if p.get("exact") and p["exact"]["optimal"]]
+    gaps = [e["gap_pct"] for e in proven]
+    if gaps:
+        lines.append(f"The gang model against its exact optimum (HiGHS, {limit_s:g} s): "
+                     f"{len(proven)} of {len(per)} proven; gap median "
+                     f"{statistics.median(gaps):.3f} %, max {max(gaps):.3f} %, within 2 % "
+                     f"on {sum(g <= 2.0 for g in gaps)}.")
+    table = "\n".join(lines)
+    echo(table)
+    return {"nodes": nodes, "pods": pods, "share": share, "sweeps": sweeps, "instances": per,
+            "table": table}

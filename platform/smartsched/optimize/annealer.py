@@ -13,9 +13,13 @@ same loads, so two moves touching the same node could each look good and
 together overfill it: of the moves that want to go, a batch keeps those whose
 nodes (old and new) and pod no earlier one shares, which makes their energy
 changes exact and independent. A *sweep* offers every pod about one move per
-replica. The overflow penalty starts soft and hardens (``_penalty_schedule``):
-the chain may pass through overfilled bins to rearrangements a hard wall
-would block; states are judged by the full penalty.
+replica. Gang members move one at a time (a batch keeps at most one move per
+gang), and a gang placed in part pays ``lam_g`` in full throughout: a placed
+gang's members move between their slots, and whole gangs come and go through
+the start states and repair. The overflow
+penalty starts soft and hardens (``_penalty_schedule``): the chain may pass
+through overfilled bins to rearrangements a hard wall would block; states are
+judged by the full penalty.
 
 ``sa``: every replica follows one geometric schedule from ``t_start`` down to
 ``t_end``. ``pt`` (parallel tempering / replica exchange): the replicas hold
@@ -37,7 +41,7 @@ import numpy as np
 
 from smartsched.model.errors import ValidationError
 from smartsched.optimize.problem import EPS, WindowProblem
-from smartsched.optimize.repair import first_fit, repair
+from smartsched.optimize.repair import first_fit, fit_unit, repair
 
 METHODS = ("sa", "pt")
 MOVES = ("heat-bath", "metropolis")
@@ -68,8 +72,15 @@ def greedy_assignment(problem: WindowProblem, order: np.ndarray | None = None) -
     best-scored first) that overfills no bin given the pods before it; slot 0 if none."""
     load = np.zeros(problem.num_bins + 1)
     assign = np.zeros(problem.num_pods, dtype=np.int64)
+    group = problem.group
+    done: set[int] = set()
     for i in (range(problem.num_pods) if order is None else order):
-        assign[i] = first_fit(problem, int(i), load)
+        g = -1 if group is None else int(group[i])
+        if g < 0:
+            assign[i] = first_fit(problem, int(i), load)
+        elif g not in done:  # a gang, when its first member comes: all members or none
+            done.add(g)
+            fit_unit(problem, np.flatnonzero(group == g), assign, load)
     return assign
 
 
@@ -146,6 +157,7 @@ def anneal(
         ladder_t = lo * (hi / lo) ** f
         ladder_l0 = pr.lam0 * (1.0 - f) ** 2 if soft else np.full(r, pr.lam0)
         ladder_l1 = pr.lam1 * (soft_l1 / pr.lam1) ** f
+        ladder_lg = np.full(r, pr.lam_g)
         rung = np.arange(r)
     else:
         temp = np.full(r, hi)
@@ -167,6 +179,17 @@ def anneal(
     done = 0
     nn1 = pr.num_nodes + 1
     lam_sched = _penalty_schedule(pr, sweeps, soft_l1)
+    # Gangs: members placed per gang and replica; a gang placed in part pays lam_g, in
+    # full from the start (a soft gang penalty was tried: early sweeps then break gangs up
+    # and their room goes to single pods, so fewer gangs end whole). A placed gang's
+    # members move between their slots freely; a gang starts or stops whole through
+    # repair's fill and the start states.
+    ng = pr.num_groups
+    grp = pr.group if ng else np.full(p, -1, dtype=np.int64)
+    gsize = pr.group_size if ng else np.ones(1, dtype=np.int64)
+    gcnt = np.stack([pr.group_placed(x) for x in a]) if ng else np.zeros((r, 1), np.int64)
+    flat_g = gcnt.reshape(-1)
+    ngk = max(ng, 1)
     if movable_pods.size:
         for sweep in range(sweeps):
             if method == "pt":
@@ -174,6 +197,7 @@ def anneal(
                 l0r, l1r = ladder_l0[rung], ladder_l1[rung]
             else:
                 l0r, l1r = np.full(r, lam_sched[sweep][0]), np.full(r, lam_sched[sweep][1])
+            lgr = np.full(r, pr.lam_g)
             l0, l1 = l0r[:, None, None], l1r[:, None, None]
 
             def pen(x: np.ndarray, c: np.ndarray, l0: np.ndarray = l0,
@@ -192,6 +216,14 @@ def anneal(
                 co = np.take(cap, bo)
                 drem = (pen(lo_ - ao, co) - pen(lo_, co)).sum(axis=2)
                 no = np.take(node_f, so)
+                gi = np.take(grp, pi)
+                ing = gi >= 0
+                if ng:
+                    gs = np.maximum(gi, 0)
+                    gc = np.take(flat_g, rows * ngk + gs)
+                    gz = np.take(gsize, gs)
+                    was = (cur > 0).astype(np.int64)
+                    part0 = (gc > 0) & (gc < gz)
                 if heat_bath:
                     # A few slots of the pod -- its current one, "unplaced", and TRIES at
                     # random -- weighed by exp(-dE / T): a Gibbs update over them.
@@ -211,6 +243,11 @@ def anneal(
                           + (np.where(added > EPS, l0[..., None] + l1[..., None] * added, 0.0)
                              - np.where(over > EPS, l0[..., None] + l1[..., None] * over,
                                         0.0)).sum(axis=3))
+                    if ng:  # a member placed or taken out moves its gang's count
+                        c1 = gc[..., None] + (choice > 0) - was[..., None]
+                        part1 = (c1 > 0) & (c1 < gz[..., None])
+                        dk += np.where(ing[..., None], lgr[:, None, None]
+                                       * (part1.astype(float) - part0[..., None]), 0.0)
                     dk[..., 0] = 0.0  # staying put
                     with np.errstate(over="ignore", invalid="ignore"):
                         w = np.exp(-(dk - dk.min(axis=2, keepdims=True)) / temp[:, None, None])
@@ -234,6 +271,10 @@ def anneal(
                     cn = np.take(cap, bn)
                     dE = (np.take(cost_f, sn) - np.take(cost_f, so) + drem
                           + (pen(ln + an, cn) - pen(ln, cn)).sum(axis=2))
+                    if ng:
+                        c1 = gc + (new > 0) - was
+                        dE = dE + np.where(ing, lgr[:, None] * (((c1 > 0) & (c1 < gz))
+                                                                .astype(float) - part0), 0.0)
                 dc = np.take(cost_f, sn) - np.take(cost_f, so)
                 fn = bn + (rows * nb)[..., None]
                 if heat_bath:  # a Gibbs draw is its own acceptance
@@ -249,7 +290,9 @@ def anneal(
                 ko = np.where(no >= 0, base + no, -1)
                 kn = np.where((nn >= 0) & ~same, base + nn, -1)
                 kp = r * nn1 + rows * p + pi
-                acc = want & ~_blocked(want, (ko, kn, kp))
+                # A gang's members move one at a time per batch (its count stays exact).
+                kg = np.where(ing, r * nn1 + r * p + rows * ngk + np.maximum(gi, 0), -1)
+                acc = want & ~_blocked(want, (ko, kn, kp, kg))
                 proposed += r * bsz
                 if not acc.any():
                     continue
@@ -259,11 +302,18 @@ def anneal(
                 flat_load[fo[ri, ci]] -= ao[ri, ci]
                 flat_load[fn[ri, ci]] += an[ri, ci]
                 cost_part += np.bincount(ri, weights=dc[ri, ci], minlength=r)
+                if ng:
+                    gm = ing[ri, ci]
+                    if gm.any():
+                        rg, cg = ri[gm], ci[gm]
+                        np.add.at(flat_g, rg * ngk + gi[rg, cg],
+                                  (new[rg, cg] > 0).astype(np.int64) - (cur[rg, cg] > 0))
             # Judge states by the full penalty, whatever this sweep's was.
             o = (flat_load - cap_r).reshape(r, nb)
             n_over = (o > EPS).sum(axis=1)
             s_over = np.where(o > EPS, o, 0.0).sum(axis=1)
-            energy = cost_part + pr.lam0 * n_over + pr.lam1 * s_over
+            n_part = ((gcnt > 0) & (gcnt < gsize)).sum(axis=1) if ng else np.zeros(r)
+            energy = cost_part + pr.lam0 * n_over + pr.lam1 * s_over + pr.lam_g * n_part
             better = energy < best_e - 1e-12
             if better.any():
                 best_e[better] = energy[better]
@@ -273,8 +323,8 @@ def anneal(
             if method == "sa":
                 temp *= cooling
             elif r > 1:
-                _swap(rung, cost_part, n_over, s_over, ladder_t, ladder_l0, ladder_l1, rng,
-                      sweep % 2)
+                _swap(rung, cost_part, n_over, s_over, ladder_t,
+                      ladder_l0, ladder_l1, rng, sweep % 2, n_part, ladder_lg)
             if time_limit_s is not None and time.perf_counter() - t0 >= time_limit_s:
                 break
     # The replicas' last states, repaired, compete with the best seen at a sweep's end
@@ -354,10 +404,10 @@ def _penalty_schedule(pr: WindowProblem, sweeps: int,
 
 def _swap(rung: np.ndarray, cost: np.ndarray, n_over: np.ndarray, s_over: np.ndarray,
           temp: np.ndarray, l0: np.ndarray, l1: np.ndarray, rng: np.random.Generator,
-          parity: int) -> None:
+          parity: int, n_part: np.ndarray, lg: np.ndarray) -> None:
     """Replica exchange on the ladder: replicas on neighbouring rungs (pairs starting at
-    ``parity``) swap rungs with the Metropolis rule for two temperatures *and* two
-    penalties: min(1, exp(sum of H_k(x)/T_k before - after))."""
+    ``parity``) swap rungs with the Metropolis rule for two temperatures *and* the
+    penalties (overflow, gangs in part): min(1, exp(sum of H_k(x)/T_k before - after))."""
     who = np.argsort(rung)  # who[q]: the replica on rung q
     a, b = who[parity:-1:2], who[parity + 1::2]
     m = min(a.size, b.size)
@@ -367,7 +417,8 @@ def _swap(rung: np.ndarray, cost: np.ndarray, n_over: np.ndarray, s_over: np.nda
     qa, qb = rung[a], rung[b]
 
     def h(x: np.ndarray, q: np.ndarray) -> np.ndarray:
-        return (cost[x] + l0[q] * n_over[x] + l1[q] * s_over[x]) / temp[q]
+        return (cost[x] + l0[q] * n_over[x] + l1[q] * s_over[x] + lg[q] * n_part[x]) \
+            / temp[q]
 
     arg = h(a, qa) + h(b, qb) - h(a, qb) - h(b, qa)
     with np.errstate(over="ignore"):

@@ -18,8 +18,10 @@ its home, in the node's fitting devices, tightest first.
 
 A candidate's score is the profile's weighted score over its filters' feasible
 nodes, divided by its largest possible value (100 x the weights), so 0..1.
-Best-effort pods (their own memory pool) and gang members (all-or-nothing) are
-not modelled; the placer decides them with the profile after the window.
+Gang members are pods like any other with a group constraint on top (all of a
+gang's members placed or none: ``WindowProblem.group``); a home that places a
+gang in part is no home. Best-effort pods (their own memory pool) are not
+modelled; the placer decides them with the profile after the window.
 """
 
 from __future__ import annotations
@@ -221,17 +223,35 @@ def build_problem(
     node[:, 0] = -1
 
     bins, amount, cap = _bins(state, requests, node, devs)
-    lam1 = float(values.max())
+    group, worth = _groups(requests, values)
+    # Any overflow must cost more than dropping what caused it: a pod, or a whole gang.
+    lam1 = float(max(values.max(), worth.max(initial=0.0)))
+    biggest = int(np.bincount(group[group >= 0]).max()) if group is not None else 0
+    lam_g = 1.5 * lam1 + score_weight * vmin * biggest  # above a gang's value and scores
     problem = WindowProblem(
         value=values, cost=cost, nslots=nslots, node=node, bins=bins, amount=amount, cap=cap,
         devices=devs, lam0=1.5 * lam1 + score_weight * vmin, lam1=lam1, num_nodes=n,
-        start=start,
+        start=start, group=group, lam_g=lam_g if group is not None else 0.0,
         info={"shapes": len(shapes), "pods": p, "k": k, "d": d, "value": value,
               "score_weight": score_weight, "variables": int((nslots - 1).sum()),
               "dense_variables": p * n, "unplaceable": len(unplaceable),
-              "homes": homes, "homed": homed})
+              "homes": homes, "homed": homed, "gangs": int(worth.size)})
+    problem.drop_partial(start)  # a gang's home is all its members' or none
     problem.validate()
     return problem, unplaceable
+
+
+def _groups(requests: Sequence[PodRequest], values: np.ndarray
+            ) -> tuple[np.ndarray | None, np.ndarray]:
+    """Each pod's gang index (-1: none), or None when the window holds no gang; and each
+    gang's value (its members' sum)."""
+    index: dict[str, int] = {}
+    group = np.array([index.setdefault(r.pod.gang_id, len(index))
+                      if r.pod.gang_id is not None else -1 for r in requests], dtype=np.int64)
+    if not index:
+        return None, np.zeros(0)
+    worth = np.bincount(group[group >= 0], weights=values[group >= 0], minlength=len(index))
+    return group, worth
 
 
 def _positions(state: ClusterState, req: PodRequest, ranked: np.ndarray, m: int,

@@ -2,11 +2,12 @@
 
 Owns proving how good the annealer is. The same ``WindowProblem`` becomes a
 0/1 program: one variable per candidate slot, at most one slot per pod, every
-bin within its capacity, maximize value placed plus score bonus (the
-annealer's objective). HiGHS (through ``scipy.optimize.milp``, already a
-dependency of the stack) proves optimality on instances up to a few thousand
-variables within seconds; past its time limit it returns its best answer and
-bound, and the result says the optimum is *not* proven.
+bin within its capacity, a gang's members all placed or none, maximize value
+placed plus score bonus (the annealer's objective). HiGHS (through
+``scipy.optimize.milp``, already a dependency of the stack) proves optimality
+on instances up to a few thousand variables within seconds; past its time limit
+it returns its best answer and bound, and the result says the optimum is *not*
+proven.
 """
 
 from __future__ import annotations
@@ -86,8 +87,24 @@ def solve_exact(problem: WindowProblem, time_limit_s: float = 60.0) -> ExactResu
     capm = coo_matrix((w[keep], (inv, var)), shape=(rows.size, nvar))
     a = vstack([one, capm]).tocsr()
     ub = np.concatenate([np.ones(pr.num_pods), pr.cap[rows]])
+    constraints = [LinearConstraint(a, -np.inf, ub)]
+    if pr.num_groups:
+        # A gang all or nothing: each member placed exactly when the gang's first is.
+        head = np.full(pr.num_groups, -1)
+        members = np.flatnonzero(pr.group >= 0)
+        for i in members[::-1]:
+            head[pr.group[i]] = i
+        tail = members[head[pr.group[members]] != members]
+        if tail.size:
+            sel = coo_matrix((np.ones(tail.size), (np.arange(tail.size), tail)),
+                             shape=(tail.size, pr.num_pods)).tocsr()
+            lead = coo_matrix((np.ones(tail.size), (np.arange(tail.size),
+                                                    head[pr.group[tail]])),
+                              shape=(tail.size, pr.num_pods)).tocsr()
+            eq = ((sel - lead) @ one).tocsr()  # placed(member) - placed(head) == 0
+            constraints.append(LinearConstraint(eq, 0.0, 0.0))
     with _quiet():
-        res = milp(c, constraints=LinearConstraint(a, -np.inf, ub), integrality=np.ones(nvar),
+        res = milp(c, constraints=constraints, integrality=np.ones(nvar),
                    bounds=Bounds(0, 1), options={"time_limit": float(time_limit_s),
                                                  "mip_rel_gap": 0.0})
     seconds = time.perf_counter() - t0

@@ -14,13 +14,17 @@ cheaper pods, which try their other slots; at most ``polish`` attempts), then
 the twin: on a fork of the state each placement is checked by the profile's
 filters and allocated (the twin refuses any over-allocation), in window order.
 A pod whose model answer fails there -- or that the model left out, or could
-not hold (best-effort pods, gang members) -- is decided by the profile itself
-on the fork, after the window's placements; a gang is kept only whole. So
+not hold (best-effort pods, a gang not whole in the window) -- is decided by
+the profile itself on the fork, after the window's placements; a gang is kept
+only whole (the model places its members all or none, and a member the twin
+refuses sends the whole gang to the profile). So
 every answer is feasible on the real state, and no pod the profile alone would
 place given the window's choices is left out.
 
 Spec: ``anneal:<profile>?window=1000&k=8&d=2&sweeps=5&replicas=8&method=sa
-&value=share&score_weight=0.5&batch=64&homes=shapes&polish=2000``. As a
+&value=share&score_weight=0.5&batch=64&homes=shapes&polish=2000&gangs=model``
+(``gangs=after``: gangs are left to the profile after the window, as before they
+were modelled). As a
 scheduler it decides pods the driver announced in a window (``plan_window``;
 fill mode does); any other pod the profile decides alone.
 """
@@ -45,6 +49,8 @@ from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.twin.decision import Decision
 from smartsched.twin.state import ClusterState, PodRequest
 
+GANGS = ("model", "after")  # whole gangs in the window's model, or left to the profile
+
 
 @dataclass(frozen=True)
 class AnnealOptions:
@@ -61,6 +67,7 @@ class AnnealOptions:
     batch: int = 64
     homes: str = "shapes"
     polish: int = 2000
+    gangs: str = "model"
 
     def __post_init__(self) -> None:
         for name in ("window", "k", "d", "sweeps", "replicas", "batch", "polish"):
@@ -76,6 +83,8 @@ class AnnealOptions:
             raise ValidationError("score_weight", "must be in [0, 1)")
         if self.homes not in HOMES:
             raise ValidationError("homes", f"must be one of {', '.join(HOMES)}")
+        if self.gangs not in GANGS:
+            raise ValidationError("gangs", f"must be one of {', '.join(GANGS)}")
 
 
 @dataclass
@@ -105,13 +114,12 @@ def place_window(
 ) -> WindowResult:
     """Decide ``requests`` jointly on ``state`` (which is not changed). ``base``: a
     scheduling profile or a split profile (pods whose route is not a profile, like
-    best-effort pods and gang members, are decided by ``base`` after the window)."""
+    best-effort pods, and gangs not whole in the window, are decided by ``base`` after
+    the window)."""
     if not requests:
         raise ValidationError("window", "is empty: no pods to place")
     t0 = time.perf_counter()
-    modelled = [i for i, r in enumerate(requests)
-                if not r.best_effort and r.pod.gang_id is None
-                and profile_for(base, r) is not None]
+    modelled = _modelled(base, requests, options.gangs == "model")
     assign = np.zeros(0, dtype=np.int64)
     problem = result = None
     stats: dict[str, Any] = {"pods": len(requests), "modelled": len(modelled)}
@@ -135,23 +143,39 @@ def place_window(
     decisions: list[Decision | None] = [None] * len(requests)
     fork = state.fork(share_bound=True)  # window pods stay out of the bound-pod table
     by_model = 0
-    for j, i in enumerate(modelled):  # the model's placements, checked on the twin
-        c = int(assign[j])
-        if c == 0:
+    # The model's placements, checked on the twin in window order; a gang's members
+    # together when its first comes, kept only if every one passes.
+    gangs: dict[str, list[int]] = {}
+    for j, i in enumerate(modelled):
+        if requests[i].pod.gang_id is not None:
+            gangs.setdefault(requests[i].pod.gang_id, []).append(j)
+    for j, i in enumerate(modelled):
+        gid = requests[i].pod.gang_id
+        if int(assign[j]) == 0 or (gid is not None and gangs[gid][0] != j):
             continue
-        req = requests[i]
-        node = int(problem.node[j, c])
-        dv = problem.devices[j, c]
-        devices = tuple(int(x) for x in dv[dv >= 0])
-        ok, _ = profile_for(base, req).feasible(fork, req)
-        if not ok[node]:
+        unit = gangs[gid] if gid is not None else [j]
+        done: list[tuple[int, int, tuple[int, ...]]] = []
+        for jj in unit:
+            req = requests[modelled[jj]]
+            c = int(assign[jj])
+            node = int(problem.node[jj, c])
+            dv = problem.devices[jj, c]
+            devices = tuple(int(x) for x in dv[dv >= 0])
+            ok, _ = profile_for(base, req).feasible(fork, req)
+            if c == 0 or not ok[node]:
+                break
+            try:
+                fork.allocate(node, req, devices)
+            except InfeasibleDecisionError:
+                break
+            done.append((modelled[jj], node, devices))
+        if len(done) < len(unit):  # a member failed on the twin: the gang goes whole
+            for ii, node, devices in done:  # to the profile after the window
+                fork.release(node, requests[ii], devices)
             continue
-        try:
-            fork.allocate(node, req, devices)
-        except InfeasibleDecisionError:
-            continue
-        decisions[i] = Decision(node, devices)
-        by_model += 1
+        for ii, node, devices in done:
+            decisions[ii] = Decision(node, devices)
+        by_model += len(done)
     by_profile = 0
     # The rest, in window order, the profile deciding on the fork: single pods, and
     # gangs as units (all members or none, so a failed gang never holds room).
@@ -248,6 +272,23 @@ class WindowPlacer:
                                           < request.gpu_milli):
                 return self.base.decide(state, request)  # the state moved since the plan
         return dec
+
+
+def _modelled(base: Scheduler, requests: Sequence[PodRequest], gangs: bool = True
+              ) -> list[int]:
+    """Window positions the model decides: pods with a scheduling profile's route, not
+    best-effort; a gang's members only when ``gangs``, the whole gang is in the window and
+    every member is modelled (else the profile decides the gang after the window)."""
+    ok = [not r.best_effort and profile_for(base, r) is not None
+          and (gangs or r.pod.gang_id is None) for r in requests]
+    members: dict[str, list[int]] = {}
+    for i, r in enumerate(requests):
+        if r.pod.gang_id is not None:
+            members.setdefault(r.pod.gang_id, []).append(i)
+    whole = {g for g, idx in members.items()
+             if len(idx) == requests[idx[0]].pod.gang_size and all(ok[i] for i in idx)}
+    return [i for i, r in enumerate(requests)
+            if ok[i] and (r.pod.gang_id is None or r.pod.gang_id in whole)]
 
 
 def parse_spec(spec: str) -> tuple[str, AnnealOptions]:

@@ -25,6 +25,12 @@ it, so the lowest energy is the feasible assignment that places the most value,
 ties broken by the profile's scores. The *objective* reported is
 ``sum_i value_i - E`` on feasible assignments: the value placed plus the score
 bonus (higher is better; the exact solver maximizes the same number).
+
+Gangs (all-or-nothing groups of pods, ``group``): a group partly placed costs
+``lam_g`` more, above the whole group's value, so the lowest energy places every
+member of a group or none; a partly placed group is infeasible (objective -inf)::
+
+    E(a) += lam_g * #{g : 0 < placed_g(a) < size_g}
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class WindowProblem:
         num_nodes: nodes of the cluster (for conflict keys).
         start: [P] a feasible assignment to start from (the candidates' homes), or None.
         info: how the window was built (pruning figures), for reports.
+        group: [P] each pod's gang (0 .. G-1; -1 for a pod of its own), or None: no gangs.
+        lam_g: what a partly placed gang costs (above any gang's value).
     """
 
     value: np.ndarray
@@ -71,6 +79,8 @@ class WindowProblem:
     num_nodes: int
     start: np.ndarray | None = None
     info: dict = field(default_factory=dict)
+    group: np.ndarray | None = None
+    lam_g: float = 0.0
 
     @property
     def num_pods(self) -> int:
@@ -80,6 +90,30 @@ class WindowProblem:
     def num_bins(self) -> int:
         """Real bins (the dummy at index ``num_bins`` excluded)."""
         return int(self.cap.shape[0] - 1)
+
+    @property
+    def num_groups(self) -> int:
+        return 0 if self.group is None else int(self.group.max(initial=-1) + 1)
+
+    @property
+    def group_size(self) -> np.ndarray:
+        """[G] members of each gang."""
+        if self.group is None:
+            return np.zeros(0, dtype=np.int64)
+        g = self.group[self.group >= 0]
+        return np.bincount(g, minlength=self.num_groups).astype(np.int64)
+
+    def group_placed(self, assign: np.ndarray) -> np.ndarray:
+        """[G] members of each gang placed under ``assign``."""
+        if self.group is None:
+            return np.zeros(0, dtype=np.int64)
+        has = (self.group >= 0) & (assign > 0)
+        return np.bincount(self.group[has], minlength=self.num_groups).astype(np.int64)
+
+    def partial_groups(self, assign: np.ndarray) -> np.ndarray:
+        """Indices of the gangs ``assign`` places in part."""
+        placed = self.group_placed(assign)
+        return np.flatnonzero((placed > 0) & (placed < self.group_size))
 
     @property
     def num_variables(self) -> int:
@@ -115,6 +149,19 @@ class WindowProblem:
             raise ValidationError("problem.cap", "real bins >= 0 and a dummy bin of +inf")
         if self.lam0 <= float(self.value.max()):
             raise ValidationError("problem.lam0", "must exceed the largest value")
+        if self.group is not None:
+            g = self.group
+            if g.shape != (p,) or np.any(g < -1):
+                raise ValidationError("problem.group", "one gang index (or -1) per pod")
+            size = self.group_size
+            if np.any(size == 0):
+                raise ValidationError("problem.group", "gang indices must be 0 .. G-1, "
+                                      "each used")
+            worth = np.bincount(g[g >= 0], weights=self.value[g >= 0],
+                                minlength=size.size)
+            if size.size and self.lam_g <= float(worth.max()):
+                raise ValidationError("problem.lam_g", "must exceed the largest gang's "
+                                      "value")
 
     # ------------------------------------------------------------ evaluation
     def loads(self, assign: np.ndarray) -> np.ndarray:
@@ -139,13 +186,22 @@ class WindowProblem:
         self.check_assignment(assign)
         load = self.loads(assign)
         pen = self.penalty(load[:-1], self.cap[:-1]).sum()
+        pen += self.lam_g * self.partial_groups(assign).size
         return float(self.cost[np.arange(self.num_pods), assign].sum() + pen)
 
     def objective(self, assign: np.ndarray) -> float:
-        """Value placed plus the score bonus (higher is better); -inf if infeasible."""
-        if self.overflow(assign).size:
+        """Value placed plus the score bonus (higher is better); -inf if infeasible (a bin
+        overfilled or a gang placed in part)."""
+        if self.overflow(assign).size or self.partial_groups(assign).size:
             return float("-inf")
         return float(self.value.sum() - self.cost[np.arange(self.num_pods), assign].sum())
+
+    def drop_partial(self, assign: np.ndarray) -> np.ndarray:
+        """``assign`` with every member of a gang placed in part left unplaced (in place)."""
+        part = self.partial_groups(assign)
+        if part.size:
+            assign[np.isin(self.group, part)] = 0
+        return assign
 
     def check_assignment(self, assign: np.ndarray) -> None:
         if assign.shape != (self.num_pods,) or np.any(assign < 0) \

@@ -2,9 +2,10 @@
 
 Owns the guarantee that the annealer's answer is 100 % feasible whatever state
 the search ended in: pods are taken off overfilled bins (the least valuable
-first) until none is overfilled, then the pods left out try their slots again,
-most valuable first, best slot first. The result never has less objective
-than the feasible part of its input.
+first) until none is overfilled, gangs placed in part are taken off whole, then
+the pods left out try their slots again, most valuable first (a gang as one
+unit: every member or none), best slot first. The result never has less
+objective than the feasible part of its input.
 """
 
 from __future__ import annotations
@@ -47,12 +48,61 @@ def repair(problem: WindowProblem, assign: np.ndarray) -> tuple[np.ndarray, dict
         a[i] = 0
         removed += 1
         over = np.flatnonzero(load[:-1] > pr.cap[:-1] + EPS)
-    added = 0
-    left = np.flatnonzero((a == 0) & (pr.nslots > 1))
-    for i in left[np.argsort(-pr.value[left], kind="stable")]:
-        a[i] = first_fit(pr, int(i), load)
-        added += int(a[i] > 0)
+    part = pr.partial_groups(a)
+    if part.size:  # a gang left in part holds room for nothing: off whole
+        out = np.flatnonzero(np.isin(pr.group, part) & (a > 0))
+        for i in out:
+            np.subtract.at(load, pr.bins[i, a[i]], pr.amount[i, a[i]])
+        a[out] = 0
+        removed += out.size
+    added = fill(pr, a, load)
     return a, {"removed": removed, "added": added}
+
+
+def units(problem: WindowProblem, pods: np.ndarray) -> list[np.ndarray]:
+    """``pods`` as placement units -- a pod of its own, or all of a gang's members among
+    them -- most valuable first (a gang's value is its members' sum)."""
+    pr = problem
+    if pr.group is None:
+        return [np.array([i]) for i in pods[np.argsort(-pr.value[pods], kind="stable")]]
+    out: dict[int, list[int]] = {}
+    for i in pods:
+        g = int(pr.group[i])
+        out.setdefault(g if g >= 0 else -1 - int(i), []).append(int(i))
+    us = [np.array(m) for m in out.values()]
+    worth = np.array([pr.value[u].sum() for u in us])
+    return [us[j] for j in np.argsort(-worth, kind="stable")]
+
+
+def fit_unit(problem: WindowProblem, unit: np.ndarray, a: np.ndarray, load: np.ndarray
+             ) -> bool:
+    """Place every pod of ``unit`` by ``first_fit`` into ``a``/``load``, or none of them
+    (both unchanged) when one does not fit."""
+    trial = load.copy()
+    got = [first_fit(problem, int(i), trial) for i in unit]
+    if len(unit) > 1 and not all(got):
+        return False
+    a[unit] = got
+    load[:] = trial
+    return bool(got[0])
+
+
+def fill(problem: WindowProblem, a: np.ndarray, load: np.ndarray) -> int:
+    """Let the pods left out (whole gangs only: a gang placed in part must be off first)
+    try their slots, most valuable unit first; returns the pods placed."""
+    pr = problem
+    left = np.flatnonzero((a == 0) & (pr.nslots > 1))
+    if pr.group is not None:  # a gang is one unit only when no member is placed
+        busy = np.unique(pr.group[(a > 0) & (pr.group >= 0)])
+        left = left[~np.isin(pr.group[left], busy) | (pr.group[left] < 0)]
+    added = 0
+    for u in units(pr, left):
+        g = -1 if pr.group is None else int(pr.group[u[0]])
+        if g >= 0 and u.size < pr.group_size[g]:
+            continue  # a member has no candidate slot: the gang is never whole
+        if fit_unit(pr, u, a, load):
+            added += u.size
+    return added
 
 
 def polish(problem: WindowProblem, assign: np.ndarray, max_tries: int = 4000
@@ -72,9 +122,12 @@ def polish(problem: WindowProblem, assign: np.ndarray, max_tries: int = 4000
     cur_bins = pr.bins[rows, a]
     obj = pr.objective(a)
     tries = kept = 0
+    # A gang member never starts a chain (its gang would be placed in part); one in a
+    # chain's way is moved to another of its slots, first, or the chain is dropped.
+    alone = np.ones(pr.num_pods, dtype=bool) if pr.group is None else pr.group < 0
     for _ in range(3):
         improved = False
-        left = np.flatnonzero((a == 0) & (pr.nslots > 1))
+        left = np.flatnonzero((a == 0) & (pr.nslots > 1) & alone)
         for u in left[np.argsort(-pr.value[left], kind="stable")]:
             if a[u] != 0:
                 continue
@@ -102,8 +155,11 @@ def polish(problem: WindowProblem, assign: np.ndarray, max_tries: int = 4000
                 trial[u] = c
                 np.add.at(tl, b, w)
                 out = np.flatnonzero((trial == 0) & (a > 0))
-                for i in out[np.argsort(-pr.value[out], kind="stable")]:
+                out = out[np.lexsort((-pr.value[out], alone[out]))]  # members first
+                for i in out:
                     trial[i] = first_fit(pr, int(i), tl)
+                    if trial[i] == 0 and not alone[i]:
+                        break  # its gang would be left in part
                 new = pr.objective(trial)
                 if new > obj + 1e-12:
                     a, load, obj = trial, tl, new

@@ -232,11 +232,12 @@ class SitePlacer:
                    request_id: str | None) -> list[SiteResult]:
         results: list[SiteResult] = []
         self._made_now = set()  # reservations of this request: never victims
-        singles = [p for p in pods if not p.gang_id]
-        if len(singles) > 1 and isinstance(self.scheduler, WindowPlanner):
-            # A joint placer (``anneal:<profile>``) solves the batch's single pods as one
-            # window first; each is then booked as usual, as the plan says.
-            self.scheduler.plan_window(self.state, [self.state.compile(p) for p in singles])
+        if len({p.gang_id or p.id for p in pods}) > 1 \
+                and isinstance(self.scheduler, WindowPlanner):
+            # A joint placer (``anneal:<profile>``) solves the batch (its single pods and
+            # whole gangs) as one window first; each pod is then booked as usual, as the
+            # plan says, a gang all or nothing.
+            self.scheduler.plan_window(self.state, [self.state.compile(p) for p in pods])
         groups: dict[str, list[Pod]] = {}
         for p in pods:
             groups.setdefault(p.gang_id or f"\0{p.id}", []).append(p)
