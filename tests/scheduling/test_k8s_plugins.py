@@ -8,6 +8,7 @@ import numpy as np
 
 from smartsched.scheduling.framework import CycleContext
 from smartsched.scheduling.plugins.k8s import (
+    AppZoneAffinity,
     NodeResourcesBalancedAllocation,
     NodeResourcesFit,
     NodeResourcesFitArgs,
@@ -68,6 +69,25 @@ def test_pod_topology_spread_default_constraints() -> None:
     assert s.tolist() == [100 * (13 + 6 - 13) // 13, 100, 100 * (13 + 6 - 12) // 13]
     # A pod without an app has no default constraints: 0 everywhere.
     assert PodTopologySpread().score(CycleContext(st, st.compile(pod("x"))), ALL) == 0.0
+
+
+def test_app_zone_affinity_prefers_the_zone_running_most_of_the_app() -> None:
+    st = ClusterState(cluster(node("a", zone="z1"), node("b", zone="z2"), node("c", zone="z1"),
+                              node("d", zone="z3"), zones=("z1", "z2", "z3")))
+    for n, count in ((0, 2), (2, 1), (1, 1)):  # web: 3 pods in z1, 1 in z2, none in z3
+        for i in range(count):
+            st.allocate(n, st.compile(pod(f"w{n}{i}", app="web")), ())
+    every = np.ones(4, dtype=bool)
+    ctx = CycleContext(st, st.compile(pod("new", app="web")))
+    # raw = the app's pods in the node's zone: 3, 1, 3, 0 -> min-max over feasible nodes
+    assert AppZoneAffinity().score(ctx, every).tolist() == [100, 33, 100, 0]
+    # Scaled over the feasible nodes only (d infeasible: z2 is now the least).
+    some = np.array([True, True, True, False])
+    assert AppZoneAffinity().score(ctx, some).tolist()[:3] == [100, 0, 100]
+    # No app, or an app running nowhere yet: no preference.
+    assert AppZoneAffinity().score(CycleContext(st, st.compile(pod("x"))), every) == 0.0
+    assert AppZoneAffinity().score(CycleContext(st, st.compile(pod("y", app="db"))),
+                                   every) == 0.0
 
 
 def test_taint_toleration_prefer_no_schedule() -> None:

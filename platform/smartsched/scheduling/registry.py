@@ -69,6 +69,7 @@ BUILTIN_PLUGINS: tuple[type, ...] = (
     k8s.NodeAffinity,
     k8s.TaintToleration,
     k8s.PodTopologySpread,
+    k8s.AppZoneAffinity,
     k8s.RegionAllowed,
     gpu.DotProd,
     gpu.GpuClustering,
