@@ -72,3 +72,38 @@ def test_a_crafted_pickle_checkpoint_is_refused_without_running_it(tmp_path: Pat
     with pytest.raises(ValidationError, match="cannot load the policy module"):
         make_scheduler(f"rl:{export}", 0)
     assert not marker.exists()
+
+
+def test_filters_option_masks_the_policys_choices(tmp_path: Path) -> None:
+    """``rl:PATH?filters=<profile>``: another profile's filters mask what the policy may
+    choose. Here only nodes 1,800 km away have room for an edge pod with a 10 ms SLO:
+    with the filters it was trained with the policy places it there, beyond the SLO;
+    with a latency-SLO filter it never does (no node within the SLO has room)."""
+    from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
+    from smartsched.model.pod import Pod, PodClass
+    from smartsched.twin.state import ClusterState
+
+    sites = (Site("region-near", "cloud", (600.0, 0.0), 5.0),
+             Site("region-far", "cloud", (-1500.0, 0.0), 5.0),
+             Site("mec-0", "edge", (400.0, 0.0), 1.0))
+    zones = tuple(Zone(f"{s.name}-1", s.name) for s in sites)
+    nodes = (NodeSpec("far", 64000, 262144, zone="region-far-1"),
+             NodeSpec("near", 400, 32768, zone="region-near-1"),
+             NodeSpec("mec", 400, 16384, zone="mec-0-1"))
+    spec = ClusterSpec("edge-test", sites, zones, nodes)
+    profile = tmp_path / "slo.yaml"
+    profile.write_text("name: slo\nfilters: [NodeUnschedulable, NodeResourcesFit, "
+                       "NodeAffinity, TaintToleration, RegionAllowed, LatencySLO]\n")
+    pod = Pod(id="e0", cpu_milli=500, memory_mib=512, pod_class=PodClass.EDGE_RT,
+              origin_site="mec-0", latency_slo_ms=10.0)
+    st = ClusterState(spec)
+    req = st.compile(pod)
+    as_trained = make_scheduler(f"rl:{SHIPPED}", 0).decide(st, req)
+    assert as_trained.node == st.index["far"]
+    masked = make_scheduler(f"rl:{SHIPPED}?filters={profile}", 0).decide(st, req)
+    assert masked.node is None and "latency" in " ".join(masked.reasons).lower()
+    with pytest.raises(ValidationError) as e:
+        make_scheduler(f"rl:{SHIPPED}?filters=", 0)
+    assert e.value.field == "scheduler.filters"
+    with pytest.raises(ValidationError):
+        make_scheduler(f"rl:{SHIPPED}?filters={tmp_path / 'missing.yaml'}", 0)

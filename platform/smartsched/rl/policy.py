@@ -13,6 +13,10 @@ Options after ``?`` choose the weight vector the policy is asked to optimize
 weights with the cluster's condition (objectives.dynamic) starting from that
 profile; every move is kept in ``weights_log`` for the report. ``defer=false``
 masks the defer action: deadline pods are placed as soon as they fit.
+``filters=<profile>`` masks the policy's choices with another profile's filters
+than the one it was trained with (a packaged name or a YAML file): hard
+constraints added at deployment -- a latency-SLO filter, compliance -- narrow
+what it may choose; its scores and post-filters are not used.
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ class RLScheduler:
     """Greedy decisions of a trained NodeScorerModule."""
 
     def __init__(self, path: str | Path, seed: int = 0, weights: str | None = None,
-                 dynamic: bool = False, defer: bool | None = None) -> None:
+                 dynamic: bool = False, defer: bool | None = None,
+                 filters: str | None = None) -> None:
         import torch
 
         self.dir = resolve_policy_dir(path)
@@ -95,8 +100,8 @@ class RLScheduler:
         from smartsched.rl.fast_scorer import FastScorer
 
         self.scorer = FastScorer(self.module)
-        self.filters = ProfileScheduler(load_profile(env.get("filters_profile", "k8s-default")),
-                                        seed)
+        self.filters = ProfileScheduler(
+            load_profile(filters or env.get("filters_profile", "k8s-default")), seed)
         self.weights = self._initial_weights(env, weights).vector()
         self._dynamic = self._dynamic_rules(weights) if dynamic else None
         # The export may set inference defaults (e.g. a policy shipped with defer off).
@@ -235,15 +240,15 @@ class RLScheduler:
 
 def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     """Entry point for the ``rl:`` prefix (see pyproject's smartsched.schedulers):
-    ``PATH`` or ``PATH?weights=<scenario>&dynamic=true``."""
+    ``PATH`` or ``PATH?weights=<scenario>&dynamic=true&defer=false&filters=<profile>``."""
     from urllib.parse import parse_qs
 
     path, _, query = spec.partition("?")
     opts = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
-    unknown = set(opts) - {"weights", "dynamic", "defer"}
+    unknown = set(opts) - {"weights", "dynamic", "defer", "filters"}
     if unknown:
         raise ValidationError(f"scheduler.{sorted(unknown)[0]}",
-                              "unknown rl: option (known: weights, dynamic, defer)")
+                              "unknown rl: option (known: weights, dynamic, defer, filters)")
 
     def flag(name: str, default: str) -> bool:
         v = opts.get(name, [default])[-1].lower()
@@ -252,5 +257,9 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
         return v in ("true", "1", "yes")
 
     weights = opts["weights"][-1] if "weights" in opts else None
+    filters = opts["filters"][-1] if "filters" in opts else None
+    if filters is not None and not filters:
+        raise ValidationError("scheduler.filters", "must name a profile")
     return RLScheduler(path, seed, weights=weights, dynamic=flag("dynamic", "false"),
-                       defer=flag("defer", "true") if "defer" in opts else None)
+                       defer=flag("defer", "true") if "defer" in opts else None,
+                       filters=filters)
