@@ -142,3 +142,53 @@ def test_never_moves_onto_a_node_it_clears_and_only_when_the_gang_then_fits(
     plan = sched.deschedule(st, [member])
     assert len(plan) == moves
     assert all(spec.nodes[m.node].name == "small" for m in plan)
+
+
+def _spread_doc(plugin: str) -> dict[str, Any]:
+    return {"name": "defrag", "filters": ["NodeUnschedulable", "NodeResourcesFit"],
+            "score": [{"name": "NodeResourcesFit", "args": {"strategy": "LeastAllocated"}}],
+            "deschedule": [{"name": plugin, "args": {"interval_s": 300.0}}],
+            "tie_break": "first"}
+
+
+@pytest.mark.parametrize("plugin", ["GpuDefrag", "AnnealDefrag"])
+def test_consolidating_across_big_nodes_takes_the_joint_plan(plugin: str) -> None:
+    """Three 8-GPU nodes and no smaller one; spreading put one inference share on each,
+    so a 2 x 8-GPU gang finds no whole node. The greedy pass only moves pods to smaller
+    nodes and finds no plan; the annealed plan (optimize.defrag, found through the
+    smartsched.plugins entry point) moves two shares next to the third and the gang
+    starts at the first pass."""
+    spec = cluster(node("a", cpu=32000, gpus=8), node("b", cpu=32000, gpus=8),
+                   node("c", cpu=32000, gpus=8))
+    pods = [_share("infer-1"), _share("infer-2"), _share("infer-3"), *_gang()]
+    run = build_run(spec, pods, ProfileScheduler(profile_from_dict(_spread_doc(plugin))),
+                    engine_overrides={"power_management": False, "container_start_s": 0.0})
+    run.drive()
+    e = run.engine
+    where = _where(e)
+    started = {p.id: float(e.table.started_at[i]) for i, p in enumerate(e.table.pods)}
+    migrations = e.run_report()["pods"]["migrations"]
+    if plugin == "GpuDefrag":
+        assert migrations == 0 and started["gang-0"] >= 20000.0
+        return
+    assert started["gang-0"] == started["gang-1"] == 300.0
+    assert migrations == 2
+    shares = {where[f"infer-{i}"] for i in (1, 2, 3)}
+    assert len(shares) == 1 and shares.isdisjoint({where["gang-0"], where["gang-1"]})
+    assert e.run_report()["pods"]["preemptions"] == 0
+
+
+def test_the_annealed_plan_never_drops_a_running_pod_or_exceeds_the_budget() -> None:
+    """With a budget of one move the gang would need two: no plan, nothing moves."""
+    spec = cluster(node("a", cpu=32000, gpus=8), node("b", cpu=32000, gpus=8),
+                   node("c", cpu=32000, gpus=8))
+    doc = _spread_doc("AnnealDefrag")
+    doc["deschedule"][0]["args"]["max_moves"] = 1
+    run = build_run(spec, [_share("infer-1"), _share("infer-2"), _share("infer-3"), *_gang()],
+                    ProfileScheduler(profile_from_dict(doc)),
+                    engine_overrides={"power_management": False, "container_start_s": 0.0})
+    run.drive()
+    assert run.engine.run_report()["pods"]["migrations"] == 0
+    with pytest.raises(ValidationError):
+        profile_from_dict({**doc, "deschedule": [{"name": "AnnealDefrag",
+                                                  "args": {"sweeps": 0}}]})

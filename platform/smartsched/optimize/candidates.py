@@ -119,6 +119,7 @@ def build_problem(
     value: str = "share",
     score_weight: float = 0.5,
     homes: str = "shapes",
+    fixed: dict[int, tuple[int, tuple[int, ...]]] | None = None,
 ) -> tuple[WindowProblem, dict[int, str]]:
     """The window's problem, and for pods no node passes, why (position -> message).
 
@@ -133,6 +134,10 @@ def build_problem(
 
     ``score_weight`` (0 <= w < 1): the profile score's weight against the smallest pod
     value; below 1, placing one more pod always beats a better score for another.
+
+    ``fixed``: window position -> (node, devices) for pods that already have a place (a
+    descheduling pass re-plans running pods): that place is their home, scoring 1, and
+    taken before any shape's room (``homes="shapes"`` only).
     """
     if not requests:
         raise ValidationError("window", "is empty: no pods to place")
@@ -157,6 +162,9 @@ def build_problem(
     for i, r in enumerate(requests):
         shapes.setdefault(shape_key(r.pod), []).append(i)
     homed = 0
+    fixed = fixed or {}
+    if fixed and homes != "shapes":
+        raise ValidationError("homes", "pods with a place already need homes=shapes")
     if homes == "profile":
         # Each pod's home is where the profile alone puts it, pods in window order, each
         # seeing the ones before it; the candidates come from the window's start.
@@ -166,6 +174,14 @@ def build_problem(
         # Shapes take room in turn, biggest pods first (first-fit decreasing), on a working
         # copy: each is filtered, scored and homed on what the shapes before it left.
         work = state.fork(share_bound=True)
+        for i, (nd, dv) in fixed.items():  # running pods keep their room first
+            try:
+                work.allocate(nd, requests[i], dv)
+            except InfeasibleDecisionError as e:
+                raise ValidationError(f"fixed.{i}", f"does not fit where it runs: {e}") \
+                    from None
+            _set_home(i, nd, dv, 1.0, node, score, devs, valid)
+            homed += 1
     for members in sorted(shapes.values(), key=lambda ms: (-values[ms[0]], ms[0])):
         req = requests[members[0]]
         prof = profile_for(sched, req)
@@ -197,7 +213,9 @@ def build_problem(
         pos, within, home = _positions(on, req, ranked, len(members), k)
         _fill_slots(on, req, ranked, s, pos, within, mem, d, node, score, option, devs, valid)
         if work is not None and on is work:
-            homed += _take_homes(work, req, ranked, s, home, mem, node, score, devs, valid)
+            new = np.array([int(i) not in fixed for i in mem], dtype=bool)
+            homed += _take_homes(work, req, ranked, s, home[new], mem[new], node, score,
+                                 devs, valid)
 
     # A choice equal to the home adds nothing.
     same = (node[:, 2:] == node[:, 1:2]) & np.all(devs[:, 2:] == devs[:, 1:2], axis=2)

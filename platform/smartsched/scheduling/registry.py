@@ -20,6 +20,7 @@ which profiles may name it like any built-in::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -61,6 +62,8 @@ from smartsched.scheduling.profile_doc import (
     parse_profile,
     parse_split,
 )
+
+log = logging.getLogger(__name__)
 
 BUILTIN_PLUGINS: tuple[type, ...] = (
     k8s.NodeUnschedulable,
@@ -132,7 +135,31 @@ for _cls in BUILTIN_PLUGINS:
     register_plugin(_cls)
 
 
+_DISCOVERED = False
+
+
+def _discover() -> None:
+    """Register the plugins other packages declare (entry-point group
+    ``smartsched.plugins``, name -> class), once: a layer above scheduling (or a user's
+    package) adds plugins without scheduling importing it."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="smartsched.plugins"):
+        try:
+            cls = ep.load()
+        except Exception as e:  # a broken third-party package must not break the rest
+            log.warning("plugin entry point %s could not be loaded: %r", ep.name, e)
+            continue
+        if ep.name not in _PLUGINS:
+            register_plugin(cls)
+
+
 def plugin_names() -> list[str]:
+    _discover()
     return sorted(_PLUGINS)
 
 
@@ -141,6 +168,9 @@ def make_plugin(spec: PluginRef | str | Mapping[str, Any], where: str) -> Any:
     validating its args with the plugin's ``Args`` model; errors are named ``where...``."""
     ref = spec if isinstance(spec, PluginRef) else validate(PluginRef, spec, prefix=where)
     cls = _PLUGINS.get(ref.name)
+    if cls is None:
+        _discover()
+        cls = _PLUGINS.get(ref.name)
     if cls is None:
         raise UnknownReferenceError(
             f"{where}.name", f"unknown plugin {ref.name!r} (known: {', '.join(sorted(_PLUGINS))})"

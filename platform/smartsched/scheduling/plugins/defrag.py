@@ -86,21 +86,28 @@ class GpuDefrag:
             if key in tried:
                 continue
             tried.add(key)
-            moves = self._clear_for(sched, state, req)
+            moves = self._clear_for(sched, state, req, waiting)
             if moves:
                 return moves
         return ()
 
-    def _clear_for(self, sched: ProfileScheduler, state: ClusterState,
-                   req: PodRequest) -> tuple[Migration, ...]:
+    def movable_rows(self, sched: ProfileScheduler, state: ClusterState,
+                     req: PodRequest) -> tuple[np.ndarray, np.ndarray, int]:
+        """Bound movable pods (not in a gang) on the nodes where only room keeps ``req``
+        out; those nodes; and how many more nodes a member must fit on (<= 0: it fits)."""
         ok, ctx = sched.feasible(state, req)
         lacking = max(req.pod.gang_size, 1) - int(ok.sum())
-        if lacking <= 0:
-            return ()  # it fits: it waits for another reason (its gang mates, a timer)
         b = state.bound
         cand = sched.room_only(ctx) & ~ok
         rows = np.flatnonzero(b.used & np.isin(b.cls, self._movable) & (b.gang < 0))
-        rows = rows[cand[b.node[rows]]]
+        return rows[cand[b.node[rows]]], cand, lacking
+
+    def _clear_for(self, sched: ProfileScheduler, state: ClusterState, req: PodRequest,
+                   waiting: Sequence[PodRequest] = ()) -> tuple[Migration, ...]:
+        rows, cand, lacking = self.movable_rows(sched, state, req)
+        if lacking <= 0:
+            return ()  # it fits: it waits for another reason (its gang mates, a timer)
+        b = state.bound
         if rows.size == 0:
             return ()
         room = b.room(rows)
