@@ -157,7 +157,6 @@ def anneal(
         ladder_t = lo * (hi / lo) ** f
         ladder_l0 = pr.lam0 * (1.0 - f) ** 2 if soft else np.full(r, pr.lam0)
         ladder_l1 = pr.lam1 * (soft_l1 / pr.lam1) ** f
-        ladder_lg = np.full(r, pr.lam_g)
         rung = np.arange(r)
     else:
         temp = np.full(r, hi)
@@ -197,7 +196,6 @@ def anneal(
                 l0r, l1r = ladder_l0[rung], ladder_l1[rung]
             else:
                 l0r, l1r = np.full(r, lam_sched[sweep][0]), np.full(r, lam_sched[sweep][1])
-            lgr = np.full(r, pr.lam_g)
             l0, l1 = l0r[:, None, None], l1r[:, None, None]
 
             def pen(x: np.ndarray, c: np.ndarray, l0: np.ndarray = l0,
@@ -246,8 +244,9 @@ def anneal(
                     if ng:  # a member placed or taken out moves its gang's count
                         c1 = gc[..., None] + (choice > 0) - was[..., None]
                         part1 = (c1 > 0) & (c1 < gz[..., None])
-                        dk += np.where(ing[..., None], lgr[:, None, None]
-                                       * (part1.astype(float) - part0[..., None]), 0.0)
+                        dk += np.where(ing[..., None],
+                                       pr.lam_g * (part1.astype(float) - part0[..., None]),
+                                       0.0)
                     dk[..., 0] = 0.0  # staying put
                     with np.errstate(over="ignore", invalid="ignore"):
                         w = np.exp(-(dk - dk.min(axis=2, keepdims=True)) / temp[:, None, None])
@@ -273,8 +272,8 @@ def anneal(
                           + (pen(ln + an, cn) - pen(ln, cn)).sum(axis=2))
                     if ng:
                         c1 = gc + (new > 0) - was
-                        dE = dE + np.where(ing, lgr[:, None] * (((c1 > 0) & (c1 < gz))
-                                                                .astype(float) - part0), 0.0)
+                        dE = dE + np.where(ing, pr.lam_g * (((c1 > 0) & (c1 < gz))
+                                                            .astype(float) - part0), 0.0)
                 dc = np.take(cost_f, sn) - np.take(cost_f, so)
                 fn = bn + (rows * nb)[..., None]
                 if heat_bath:  # a Gibbs draw is its own acceptance
@@ -323,8 +322,9 @@ def anneal(
             if method == "sa":
                 temp *= cooling
             elif r > 1:
-                _swap(rung, cost_part, n_over, s_over, ladder_t,
-                      ladder_l0, ladder_l1, rng, sweep % 2, n_part, ladder_lg)
+                # A gang in part costs lam_g on every rung: part of each state's cost.
+                _swap(rung, cost_part + pr.lam_g * n_part, n_over, s_over, ladder_t,
+                      ladder_l0, ladder_l1, rng, sweep % 2)
             if time_limit_s is not None and time.perf_counter() - t0 >= time_limit_s:
                 break
     # The replicas' last states, repaired, compete with the best seen at a sweep's end
@@ -404,10 +404,10 @@ def _penalty_schedule(pr: WindowProblem, sweeps: int,
 
 def _swap(rung: np.ndarray, cost: np.ndarray, n_over: np.ndarray, s_over: np.ndarray,
           temp: np.ndarray, l0: np.ndarray, l1: np.ndarray, rng: np.random.Generator,
-          parity: int, n_part: np.ndarray, lg: np.ndarray) -> None:
+          parity: int) -> None:
     """Replica exchange on the ladder: replicas on neighbouring rungs (pairs starting at
-    ``parity``) swap rungs with the Metropolis rule for two temperatures *and* the
-    penalties (overflow, gangs in part): min(1, exp(sum of H_k(x)/T_k before - after))."""
+    ``parity``) swap rungs with the Metropolis rule for two temperatures *and* two
+    penalties: min(1, exp(sum of H_k(x)/T_k before - after))."""
     who = np.argsort(rung)  # who[q]: the replica on rung q
     a, b = who[parity:-1:2], who[parity + 1::2]
     m = min(a.size, b.size)
@@ -417,8 +417,7 @@ def _swap(rung: np.ndarray, cost: np.ndarray, n_over: np.ndarray, s_over: np.nda
     qa, qb = rung[a], rung[b]
 
     def h(x: np.ndarray, q: np.ndarray) -> np.ndarray:
-        return (cost[x] + l0[q] * n_over[x] + l1[q] * s_over[x] + lg[q] * n_part[x]) \
-            / temp[q]
+        return (cost[x] + l0[q] * n_over[x] + l1[q] * s_over[x]) / temp[q]
 
     arg = h(a, qa) + h(b, qb) - h(a, qb) - h(b, qa)
     with np.errstate(over="ignore"):

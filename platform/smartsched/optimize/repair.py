@@ -78,13 +78,16 @@ def fit_unit(problem: WindowProblem, unit: np.ndarray, a: np.ndarray, load: np.n
              ) -> bool:
     """Place every pod of ``unit`` by ``first_fit`` into ``a``/``load``, or none of them
     (both unchanged) when one does not fit."""
+    if len(unit) == 1:  # a pod of its own: no copy of the loads needed
+        a[unit[0]] = first_fit(problem, int(unit[0]), load)
+        return bool(a[unit[0]])
     trial = load.copy()
     got = [first_fit(problem, int(i), trial) for i in unit]
-    if len(unit) > 1 and not all(got):
+    if not all(got):
         return False
     a[unit] = got
     load[:] = trial
-    return bool(got[0])
+    return True
 
 
 def fill(problem: WindowProblem, a: np.ndarray, load: np.ndarray) -> int:

@@ -149,13 +149,12 @@ def _discover() -> None:
     from importlib.metadata import entry_points
 
     for ep in entry_points(group="smartsched.plugins"):
-        try:
-            cls = ep.load()
-        except Exception as e:  # a broken third-party package must not break the rest
-            log.warning("plugin entry point %s could not be loaded: %r", ep.name, e)
+        if ep.name in _PLUGINS:
             continue
-        if ep.name not in _PLUGINS:
-            register_plugin(cls)
+        try:
+            register_plugin(ep.load())
+        except Exception as e:  # a broken third-party package must not break the rest
+            log.warning("plugin entry point %s could not be registered: %r", ep.name, e)
 
 
 def plugin_names() -> list[str]:
