@@ -23,7 +23,7 @@ Memory is compared in bytes, as upstream does, so integer rounding matches.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -218,6 +218,11 @@ class TaintToleration:
         return default_normalize(raw, feasible, reverse=True)
 
 
+def _per_zone(st: Any, host_cnt: np.ndarray) -> np.ndarray:
+    """[zones] an app's pods per zone (``st``: a ClusterState), from its pods per node."""
+    return np.bincount(st.zone_id, weights=host_cnt, minlength=len(st.zone_names))
+
+
 class PodTopologySpread:
     """Spread an app's pods over zones and hosts (kube's system default constraints).
 
@@ -240,7 +245,7 @@ class PodTopologySpread:
         if host_cnt is None:
             host_cnt = np.zeros(n, dtype=np.int32)
         n_zones = len(st.zone_names)
-        zone_cnt = np.bincount(st.zone_id, weights=host_cnt, minlength=n_zones)
+        zone_cnt = _per_zone(st, host_cnt)
         feasible_zones = np.bincount(st.zone_id[feasible], minlength=n_zones) > 0
         zone_w = math.log(int(feasible_zones.sum()) + 2)
         host_w = math.log(int(feasible.sum()) + 2)
@@ -278,8 +283,7 @@ class AppZoneAffinity:
         host_cnt = st.app_pods.get(pod.app) if pod.app else None
         if host_cnt is None or not feasible.any():
             return 0.0
-        zone_cnt = np.bincount(st.zone_id, weights=host_cnt, minlength=len(st.zone_names))
-        raw = zone_cnt[st.zone_id]
+        raw = _per_zone(st, host_cnt)[st.zone_id]
         vals = raw[feasible]
         hi, lo = float(vals.max()), float(vals.min())
         if hi <= lo:
