@@ -1138,6 +1138,8 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
               help="gap: the annealer's sweep budgets (the time-quality curve).")
 @click.option("--limit-s", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, help="gap: the exact solver's time limit.")
+@click.option("--lns", type=click.IntRange(min=0, max=1_000_000), default=None,
+              help="gap: ruin-and-recreate rounds after polish (default: the placer's).")
 @click.option("--window", type=click.IntRange(min=1, max=20_000), default=1000,
               show_default=True, help="speed: pods in the window.")
 @click.option("--variants", default="default,cpu050,gpushare40,multigpu50", show_default=True,
@@ -1154,7 +1156,7 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
 @click.option("--workers", type=click.IntRange(min=1), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limit_s: float,
-                 window: int, variants: str, fill_seeds: str, fill_spec: str,
+                 lns: int | None, window: int, variants: str, fill_seeds: str, fill_spec: str,
                  gang_share: float, gang_sweeps: int, plot: str | None,
                  workers: int | None, json_path: str | None) -> None:
     """Issue 21: the annealing window placer against the exact optimum, the clock, and
@@ -1171,7 +1173,8 @@ def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limi
         out["gap"] = bench_mod.run_gap(_seeds(seeds), nodes=nodes, pods=pods,
                                        sweeps=_int_list(sweeps, "--sweeps", 1, 100_000),
                                        limit_s=limit_s, workers=workers, echo=click.echo,
-                                       plot=plot)
+                                       plot=plot,
+                                       options=None if lns is None else {"lns": lns})
     if "speed" in parts:
         out["speed"] = bench_mod.run_speed(window=window, echo=click.echo)
     if "fill" in parts:

@@ -79,6 +79,7 @@ def _gap_one(args: tuple[int, int, int, tuple[int, ...], float, dict[str, Any]]
     from smartsched.optimize.annealer import anneal
     from smartsched.optimize.candidates import Pruning, build_problem
     from smartsched.optimize.exact import solve_exact
+    from smartsched.optimize.lns import ruin_recreate
     from smartsched.optimize.repair import polish, repair
 
     sched, state, window, alloc = gap_instance(seed, nodes, pods)
@@ -94,6 +95,8 @@ def _gap_one(args: tuple[int, int, int, tuple[int, ...], float, dict[str, Any]]
         fixed, _ = repair(problem, res.assign)
         if opts["polish"]:
             fixed, _ = polish(problem, fixed, opts["polish"])
+        if opts["lns"]:
+            fixed, _ = ruin_recreate(problem, fixed, opts["lns"], seed=seed)
         obj = problem.objective(fixed)
         rows.append({"sweeps": sw, "seconds": time.perf_counter() - t0, "objective": obj,
                      "feasible": bool(problem.overflow(fixed).size == 0),
@@ -116,9 +119,10 @@ def run_gap(seeds: Sequence[int], nodes: int = 100, pods: int = 200,
             echo: Callable[[str], Any] = print, plot: str | None = None) -> dict[str, Any]:
     """The exact comparison over ``seeds``; a markdown table (and the plot)."""
     from smartsched.bench.pool import map_jobs
+    from smartsched.optimize.placer import AnnealOptions
 
     opts = {"k": 8, "d": 2, "value": "share", "homes": "shapes", "replicas": 8,
-            "method": "sa", "polish": 2000, **(options or {})}
+            "method": "sa", "polish": 2000, "lns": AnnealOptions.lns, **(options or {})}
     jobs = [(s, nodes, pods, tuple(sweeps), limit_s, opts) for s in seeds]
     per = map_jobs(_gap_one, jobs, workers)
     table, curve = gap_table(per, sweeps, f"{nodes} nodes x {pods} pods", limit_s)
@@ -193,7 +197,8 @@ def plot_curves(curves: Sequence[tuple[str, list[tuple[int, float, float, float]
     ax.set_xscale("log")
     ax.set_xlabel("sweeps (each: about one move per pod and replica)")
     ax.set_ylabel("gap to the proven optimum, %")
-    ax.set_title("Annealer time-quality (anneal + repair + polish, 8 replicas)", fontsize=10)
+    ax.set_title("Annealer time-quality (anneal + repair + polish + ruin-and-recreate, 8 replicas)",
+                 fontsize=10)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -214,7 +219,7 @@ def run_speed(window: int = 1000, levels: Sequence[int] = (0, 3000, 7000),
     rows = []
     done = 0
     lines = ["| pods placed first | GPU allocated | homes | total s | first call s | "
-             "candidates s | anneal s | repair+polish s | twin check s | by model | "
+             "candidates s | anneal s | repair+polish+lns s | twin check s | by model | "
              "by profile | unplaced |",
              "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for level in levels:

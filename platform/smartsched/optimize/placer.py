@@ -10,7 +10,9 @@ filters and scores, pruned to ``k`` nodes x ``d`` device choices a pod),
 ``annealer.anneal`` (replicas of simulated annealing or parallel tempering),
 ``repair.repair`` (feasible in the model, leftover room refilled) and
 ``repair.polish`` (ejection chains: a pod left out takes a slot by taking out
-cheaper pods, which try their other slots; at most ``polish`` attempts), then
+pods in its way, which try their other slots; at most ``polish`` attempts) and
+``lns.ruin_recreate`` (at most ``lns`` rounds: the window's pods taken off a few
+related nodes and put back in a random order; kept when the objective rises), then
 the twin: on a fork of the state each placement is checked by the profile's
 filters and allocated (the twin refuses any over-allocation), in window order.
 A pod whose model answer fails there -- or that the model left out, or could
@@ -22,7 +24,7 @@ every answer is feasible on the real state, and no pod the profile alone would
 place given the window's choices is left out.
 
 Spec: ``anneal:<profile>?window=1000&k=8&d=2&sweeps=5&replicas=8&method=sa
-&value=share&score_weight=0.5&batch=64&homes=shapes&polish=2000&gangs=model``
+&value=share&score_weight=0.5&batch=64&homes=shapes&polish=2000&lns=300&gangs=model``
 (``gangs=after``: gangs are left to the profile after the window, as before they
 were modelled). As a
 scheduler it decides pods the driver announced in a window (``plan_window``;
@@ -42,6 +44,7 @@ from smartsched.model.errors import InfeasibleDecisionError, ValidationError
 from smartsched.model.pod import Pod
 from smartsched.optimize.annealer import METHODS, AnnealResult, anneal
 from smartsched.optimize.candidates import HOMES, VALUES, Pruning, build_problem, profile_for
+from smartsched.optimize.lns import ruin_recreate
 from smartsched.optimize.problem import WindowProblem
 from smartsched.optimize.repair import polish, repair
 from smartsched.scheduling.base import Scheduler, SplitScheduler, TwinNeeds, make_scheduler
@@ -67,12 +70,13 @@ class AnnealOptions:
     batch: int = 64
     homes: str = "shapes"
     polish: int = 2000
+    lns: int = 300
     gangs: str = "model"
 
     def __post_init__(self) -> None:
-        for name in ("window", "k", "d", "sweeps", "replicas", "batch", "polish"):
+        for name in ("window", "k", "d", "sweeps", "replicas", "batch", "polish", "lns"):
             v = getattr(self, name)
-            low = 0 if name == "polish" else 1
+            low = 0 if name in ("polish", "lns") else 1
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValidationError(name, f"must be an integer >= {low}, got {v!r}")
         if self.method not in METHODS:
@@ -134,6 +138,8 @@ def place_window(
         assign, moved = repair(problem, result.assign)
         if options.polish:
             assign, moved["chains"] = polish(problem, assign, options.polish)
+        if options.lns:
+            assign, moved["rounds_kept"] = ruin_recreate(problem, assign, options.lns, seed=seed)
         t3 = time.perf_counter()
         stats.update(build_s=t1 - t0, anneal_s=t2 - t1, repair_s=t3 - t2,
                      model_objective=problem.objective(assign),
