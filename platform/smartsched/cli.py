@@ -699,6 +699,18 @@ def policy_rollback(store: str, service: str | None, sites: str,
         click.echo(f"reloaded {', '.join(names)} with {v}")
 
 
+@policy.command("stage")
+@click.option("--store", required=True, type=click.Path(file_okay=False, exists=True))
+@click.argument("policy_dir", type=click.Path(file_okay=False))
+def policy_stage(store: str, policy_dir: str) -> None:
+    """Stage an exported policy as a candidate: the learning loop's next round gates it
+    against the current version and promotes it only if it passes."""
+    from smartsched.rl.versions import PolicyStore
+
+    name = PolicyStore(store).stage(policy_dir)
+    click.echo(f"staged as {name} in {store}; the next learning round gates it")
+
+
 @policy.command("versions")
 @click.option("--store", required=True, type=click.Path(file_okay=False, exists=True))
 def policy_versions(store: str) -> None:
@@ -709,8 +721,10 @@ def policy_versions(store: str) -> None:
     cur = st.current()
     for v in st.versions():
         click.echo(f"{'*' if v == cur else ' '} {v}")
+    for c in st.staged():
+        click.echo(f"  staged: {c.name}")
     for e in st.log()[-10:]:
-        click.echo(f"  {e['event']}: {e.get('version') or e.get('source')}")
+        click.echo(f"  {e['event']}: {e.get('version') or e.get('candidate') or e.get('source')}")
 
 
 @main.group()

@@ -195,3 +195,62 @@ def test_the_candidate_is_judged_on_newer_experience_than_it_trained_on(tmp_path
     again = LearningLoop(cfg, experience=lambda: pods, fine_tune=fine_tune, gate=gate)
     assert again.rounds == 1 and again.round()["outcome"] == "refused"
     assert (tmp_path / "w" / "round_00002").is_dir()
+
+
+def flipped_policy(folder: Path) -> Path:
+    """The shipped policy with its node scores negated (its ranking reversed: what a
+    flipped reward sign learns): a policy that loads and is clearly worse."""
+    import torch
+
+    shutil.copytree(SHIPPED, folder)
+    sd = torch.load(folder / "module_weights.pt", weights_only=True)
+    for key in ("score_mlp.1.weight", "score_mlp.1.bias", "gate.1.weight", "gate.1.bias"):
+        sd[key] = -sd[key]
+    torch.save(sd, folder / "module_weights.pt")
+    return folder
+
+
+def test_a_staged_candidate_is_gated_before_any_fine_tune_and_taken_off_the_stage(
+        tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    first = store.stage(SHIPPED)
+    second = store.stage(flipped_policy(tmp_path / "flipped"))
+    assert [p.name for p in store.staged()] == [first, second]  # oldest first
+    judged: list[str] = []
+
+    def gate(c: str, i: str, g: GateConfig) -> GateResult:
+        judged.append(c)
+        return _gate(len(judged) == 1)(c, i, g)
+
+    def no_fine_tune(inc: Path, workload: str, out: Path) -> Path:
+        raise AssertionError("a staged candidate goes first")
+
+    cfg = load_learn_config({"store": str(store.root), "work_dir": str(tmp_path / "w")})
+    loop = LearningLoop(cfg, fine_tune=no_fine_tune, gate=gate)
+    out = loop.round()
+    assert out["outcome"] == "promoted" and out["candidate"] == f"staged:{first}"
+    assert judged[0].endswith(f"/staged/{first}") and store.current() == "v0002"
+    out = loop.round()  # the second is refused, and is not tried again
+    assert out["outcome"] == "refused" and out["candidate"] == f"staged:{second}"
+    assert store.staged() == [] and store.current() == "v0002"
+    assert store.log()[-1]["gate"]["candidate"] == f"staged:{second}"
+    # With nothing staged the loop fine-tunes again.
+    loop._fine_tune = _copy_policy
+    assert loop.round()["candidate"] == "fine-tune"
+
+
+def test_staging_refuses_a_policy_that_does_not_load(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    bad = tmp_path / "bad"
+    shutil.copytree(SHIPPED, bad)
+    (bad / "module_spec.json").unlink()
+    (bad / "module_state.pkl").write_bytes(b"\x80\x04K\x01.")  # a pickle: never read
+    with pytest.raises(ValidationError):
+        store.stage(bad)
+    assert store.staged() == []
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    r = CliRunner().invoke(main, ["policy", "stage", "--store", str(store.root), str(SHIPPED)])
+    assert r.exit_code == 0 and "staged as" in r.output and len(store.staged()) == 1

@@ -560,6 +560,62 @@ def test_learning_reads_experience_and_a_promotion_reloads_with_its_version(
                      json={"profile": "k8s-default"}, timeout=30).raise_for_status()
 
 
+@pytest.mark.slow
+def test_a_live_promotion_through_the_real_gate_serves_the_better_policy(
+        service: str, auth: dict, operator: dict, serve_args: dict, monkeypatch,
+        tmp_path) -> None:
+    """No stub: the sites serve a clearly worse policy (the shipped one with its ranking
+    reversed); the shipped policy is staged; one round of the loop judges it with the real
+    gate (paired twin episodes, bootstrap lower bound), promotes it and reloads the sites
+    while placements keep flowing, and answers then name the new version. A worse
+    candidate staged next is refused by the same gate, and the better one keeps serving."""
+    import shutil
+    from pathlib import Path
+
+    from smartsched.rl.learning import LearningLoop, load_learn_config, service_hooks
+    from smartsched.rl.versions import PolicyStore
+    from tests.rl.test_learning import SHIPPED, flipped_policy
+    from tests.serving.conftest import OPERATOR_TOKEN
+
+    monkeypatch.setenv("SMARTSCHED_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    store = PolicyStore(Path(serve_args["models_dir"]) / "livestore")
+    worse = flipped_policy(tmp_path / "flipped")
+    store.promote(store.add(worse))
+    experience, reload = service_hooks(service, ["region-a", "region-b"], "livestore")
+    try:
+        reload("v0001", store.path_of("v0001"))
+        first = _place(service, auth, _pod()).json()["placements"][0]
+        assert first["profile"] == "rl:livestore/versions/v0001"
+        store.stage(SHIPPED)
+        # The gate's episodes: the configured workload (min_pods above what the session's
+        # service has seen), on a small cluster, so the round is short.
+        cfg = load_learn_config({
+            "store": str(store.root), "work_dir": str(tmp_path / "work"),
+            "min_pods": 1_000_000,
+            "gate": {"cluster": "small", "hours": 1, "warmup_hours": 0, "seeds": 4,
+                     "workers": 1}})
+        loop = LearningLoop(cfg, experience=experience, on_promote=reload)
+        with ThreadPoolExecutor(4) as pool:  # placements keep flowing during the round
+            flowing = [pool.submit(_place, service, auth, _pod()) for _ in range(20)]
+            out = loop.round()
+            codes = [f.result().status_code for f in flowing]
+        assert out["outcome"] == "promoted" and out["version"] == "v0002", out
+        assert out["gain_lower"] > 0 and codes == [200] * 20
+        p = _place(service, auth, _pod()).json()["placements"][0]
+        assert p["profile"] == "rl:livestore/versions/v0002"
+        store.stage(worse)
+        out = loop.round()
+        assert out["outcome"] == "refused" and store.current() == "v0002", out
+        p = _place(service, auth, _pod()).json()["placements"][0]
+        assert p["profile"] == "rl:livestore/versions/v0002"
+        assert [e["event"] for e in store.log()][-3:] == ["promote", "stage", "refuse"]
+    finally:
+        for region in ("region-a", "region-b"):
+            requests.put(f"{service}/v1/admin/sites/{region}/profile", headers=operator,
+                         json={"profile": "k8s-default"}, timeout=30).raise_for_status()
+        shutil.rmtree(store.root, ignore_errors=True)
+
+
 def test_serve_learn_serves_the_store_and_runs_the_loop_beside_the_service(
         service: str, auth: dict, operator: dict, serve_args: dict, tmp_path) -> None:
     """``serve --learn``: the plan is checked before anything starts (a store outside the

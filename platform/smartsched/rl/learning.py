@@ -5,10 +5,13 @@ Owns one round of the loop and the loop itself:
 1. experience: the recent pods (a callable gives them, e.g. what the service was
    asked to place) become a twin workload (a pod file, arrivals rebased to 0);
    with too few of them, the configured workload is used instead;
-2. fine-tune: PPO starting from the incumbent's weights (``TrainConfig.init_policy``,
-   read without pickle), with the incumbent's own env and model settings (from its
+2. the candidate: a policy staged in the store (``PolicyStore.stage``: trained
+   elsewhere, e.g. by a ``smartsched train`` job), oldest first and taken out of
+   the stage whatever the verdict; with none staged, a fine-tune: PPO starting
+   from the incumbent's weights (``TrainConfig.init_policy``, read without
+   pickle), with the incumbent's own env and model settings (from its
    ``smartsched_policy.json``), on that workload, for ``iterations`` (the budget);
-3. gate: ``rl.gate.run_gate`` on paired episodes of the same workload;
+3. gate: ``rl.gate.run_gate`` on paired episodes of the newer experience;
 4. promote (add to the ``PolicyStore`` and make it current, then the
    ``on_promote`` hook, e.g. a live reload of the service's sites) or record the
    refusal. Every verdict, and every failure, goes to the store's log.
@@ -147,10 +150,18 @@ class LearningLoop:
                 gate_on = "resample:" + str(experience_workload(pods[half:],
                                                                 work / "gate.parquet"))
             inc_dir = self.store.path_of(incumbent)
-            cand_dir = self._fine_tune(inc_dir, train_on, work / "train")
+            staged = self.store.staged()
+            if staged:  # taken out of the stage first: a candidate that fails is not retried
+                cand_dir = work / "staged" / staged[0].name
+                cand_dir.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(staged[0]), str(cand_dir))
+                origin: dict[str, Any] = {"candidate": f"staged:{staged[0].name}"}
+            else:
+                cand_dir = self._fine_tune(inc_dir, train_on, work / "train")
+                origin = {"candidate": "fine-tune", "trained_on": train_on}
             gate_cfg = self.cfg.gate.model_copy(update={"workload": gate_on})
             res = self._gate(f"rl:{cand_dir}", f"rl:{inc_dir}", gate_cfg)
-            figures = {**res.to_dict(), "trained_on": train_on, "gated_on": gate_on,
+            figures = {**res.to_dict(), **origin, "gated_on": gate_on,
                        "experience_pods": len(pods), "incumbent": incumbent}
             if res.promoted:
                 version = self.store.add(cand_dir)
@@ -166,7 +177,7 @@ class LearningLoop:
                 self.store.refuse(str(cand_dir), figures)
                 outcome = {"outcome": "refused", "version": incumbent}
             outcome.update(gain_mean=res.gain_mean, gain_lower=res.gain_lower,
-                           reasons=res.reasons)
+                           reasons=res.reasons, candidate=origin["candidate"])
         except Exception as e:  # the incumbent keeps serving; the next round tries again
             log.warning("learning round %d failed: %s", self.rounds, e)
             self.store.record({"event": "error", "round": self.rounds,

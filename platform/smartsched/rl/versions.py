@@ -4,8 +4,9 @@ Owns the store continuous learning promotes into and operators roll back with
 (issue 18). A store is a folder:
 
     versions/v0001/ ...      exported policies (``smartsched_policy.json`` + weights), as promoted
+    candidates/<name>/ ...   policies staged for the learning loop's gate (``stage``)
     store.json               {"current": "v0002", "history": ["v0001", "v0002"]}
-    log.jsonl                one line per event: add, promote, refuse, rollback (with figures)
+    log.jsonl                one line per event: add, stage, promote, refuse, rollback
 
 Nothing is deleted: a rollback moves ``current`` back along ``history``. A
 policy is loaded (``RLScheduler``, which reads no pickle) before it is added,
@@ -29,6 +30,7 @@ from smartsched.model.errors import ValidationError
 
 POINTER = "store.json"
 LOG = "log.jsonl"
+CANDIDATES = "candidates"
 
 
 class PolicyStore:
@@ -108,6 +110,39 @@ class PolicyStore:
         self._append({"event": "promote", "version": version, "previous": previous,
                       **({"gate": figures} if figures else {})})
         return version
+
+    def stage(self, policy_dir: str | Path) -> str:
+        """Copy a loadable exported policy in as a candidate for the learning loop's next
+        round (a policy trained elsewhere, e.g. by a ``smartsched train`` job); the loop
+        gates it against the current version and promotes it only if it passes. The copy
+        appears whole (written aside, then renamed), so the loop never reads half of one.
+        Returns the candidate's name."""
+        from smartsched.rl.policy import RLScheduler
+
+        src = Path(policy_dir)
+        RLScheduler(src)  # loads (no pickle) or raises a ValidationError naming it
+        root = self.root / CANDIDATES
+        root.mkdir(parents=True, exist_ok=True)
+        label = re.sub(r"[^A-Za-z0-9_.-]", "_", src.resolve().name)[:40] or "policy"
+        name = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}-{label}"
+        tmp = Path(tempfile.mkdtemp(prefix=f".{label}-", dir=root))
+        try:
+            for f in src.iterdir():
+                if f.is_file():
+                    shutil.copy2(f, tmp / f.name)
+            os.replace(tmp, root / name)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._append({"event": "stage", "candidate": name, "source": str(src)})
+        return name
+
+    def staged(self) -> list[Path]:
+        """The staged candidates, oldest first (folders being written are skipped)."""
+        root = self.root / CANDIDATES
+        if not root.is_dir():
+            return []
+        return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
     def refuse(self, source: str, figures: dict[str, Any]) -> None:
         """Record a candidate the gate refused (kept out of the store)."""
