@@ -254,3 +254,24 @@ def test_staging_refuses_a_policy_that_does_not_load(tmp_path: Path) -> None:
 
     r = CliRunner().invoke(main, ["policy", "stage", "--store", str(store.root), str(SHIPPED)])
     assert r.exit_code == 0 and "staged as" in r.output and len(store.staged()) == 1
+
+
+def test_each_round_fine_tunes_with_its_own_seed(tmp_path: Path, monkeypatch) -> None:
+    """Rounds with no new experience train on the same workload: a seed per round keeps
+    them from training the very same candidate again."""
+    import smartsched.rl.train as train_mod
+
+    seeds: list[int] = []
+
+    def fake_train(cfg, echo=None):
+        seeds.append(cfg.seed)
+        return {"policy": str(_copy_policy(SHIPPED, "", Path(cfg.output_dir)))}
+
+    monkeypatch.setattr(train_mod, "train", fake_train)
+    store = _store(tmp_path)
+    cfg = load_learn_config({"store": str(store.root), "work_dir": str(tmp_path / "w"),
+                             "fine_tune": {"seed": 7}})
+    loop = LearningLoop(cfg, gate=_gate(False))
+    for _ in range(3):
+        assert loop.round()["outcome"] == "refused"
+    assert seeds == [8, 9, 10]

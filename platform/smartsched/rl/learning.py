@@ -56,7 +56,7 @@ class FineTune(BaseModel):
     lr: float = Field(1e-4, gt=0, le=1)
     num_env_runners: int = Field(0, ge=0, le=256)
     max_decisions: int = Field(200, ge=1, le=1_000_000)
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0)  # round n trains with seed + n
 
 
 class LearnConfig(BaseModel):
@@ -211,7 +211,9 @@ class LearningLoop:
         env.pop("hours", None)
         cfg = TrainConfig(
             env=env, model=meta.get("model", {"hidden": 64}), iterations=ft.iterations,
-            checkpoint_every=ft.iterations, seed=ft.seed, output_dir=str(out),
+            # A seed per round: rounds with no new experience (the configured workload)
+            # still draw other samples, instead of training the same candidate again.
+            checkpoint_every=ft.iterations, seed=ft.seed + self.rounds, output_dir=str(out),
             init_policy=str(incumbent),
             env_runners={"num_env_runners": ft.num_env_runners, "num_envs_per_env_runner": 1},
             training={"train_batch_size_per_learner": ft.train_batch_size_per_learner,
