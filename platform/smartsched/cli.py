@@ -1165,13 +1165,16 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
               help="gangs: probability that a run of 2-4 alike GPU pods is a gang.")
 @click.option("--gang-sweeps", type=click.IntRange(min=1), default=20, show_default=True,
               help="gangs: the annealer's sweeps.")
+@click.option("--colocate", type=click.FloatRange(min=0, max=1e6), default=0.0,
+              show_default=True, help="gangs: also the gang model with co-location (each "
+              "pair of a gang's members on one node worth this fraction of a member).")
 @click.option("--plot", type=click.Path(dir_okay=False), default=None,
               help="gap: PNG of the time-quality curve.")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limit_s: float,
                  lns: int | None, window: int, variants: str, fill_seeds: str, fill_spec: str,
-                 gang_share: float, gang_sweeps: int, plot: str | None,
+                 gang_share: float, gang_sweeps: int, colocate: float, plot: str | None,
                  workers: int | None, json_path: str | None) -> None:
     """Issue 21: the annealing window placer against the exact optimum, the clock, and
     sequential fgd in the fill experiment."""
@@ -1198,7 +1201,8 @@ def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limi
     if "gangs" in parts:
         out["gangs"] = bench_mod.run_gangs(_seeds(seeds), nodes=nodes, pods=pods,
                                            share=gang_share, sweeps=gang_sweeps,
-                                           limit_s=limit_s, workers=workers, echo=click.echo)
+                                           limit_s=limit_s, workers=workers, echo=click.echo,
+                                           colocate=colocate)
     _write_json(json_path, out)
 
 

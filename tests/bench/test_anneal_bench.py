@@ -40,15 +40,20 @@ def test_gangs_in_windows_whole_or_not_at_all() -> None:
     assert all(len(v) == v[0] and 2 <= v[0] <= 4 for v in sizes.values())
     lines: list[str] = []
     res = run_gangs([3, 4], nodes=12, pods=30, share=1.0, sweeps=4, limit_s=20.0,
-                    workers=1, echo=lines.append)
+                    workers=1, echo=lines.append, colocate=0.5)
     for inst in res["instances"]:
-        for how in ("sequential", "after", "model"):
+        for how in ("sequential", "after", "model", "colocated"):
             assert inst[how]["gangs_partial"] == 0
             assert inst[how]["pods"] <= 30
-        ex = inst["exact"]
-        if ex["optimal"]:  # nothing beats a proven optimum of the same model
-            assert ex["model_objective"] <= ex["objective"] + 1e-6
-    assert "gangs in the model" in lines[0]
+            if inst[how]["gangs_whole"]:
+                assert 1.0 <= inst[how]["gang_nodes"] <= 4.0
+                assert 0.0 <= inst[how]["pairs_together_pct"] <= 100.0
+        for key in ("exact", "exact_colocated"):
+            ex = inst[key]
+            if ex["optimal"]:  # nothing beats a proven optimum of the same model
+                assert ex["model_objective"] <= ex["objective"] + 1e-6
+    assert "gangs in the model" in lines[0] and "colocate=0.5" in lines[0]
+    assert "member pairs on one node" in lines[0]
 
 
 def test_speed_on_the_whole_openb_cluster() -> None:

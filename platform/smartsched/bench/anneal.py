@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -333,16 +334,24 @@ def gang_window(seed: int, nodes: int, pods: int, share: float
 
 
 def _placed_figures(window: Sequence[Any], decisions: Sequence[Any]) -> dict[str, Any]:
-    """GPUs placed, pods placed and gangs placed whole, from the final decisions."""
+    """GPUs placed, pods placed and gangs placed whole, from the final decisions; for the
+    gangs placed whole, how many nodes each spans and the share of member pairs that
+    share a node (co-location)."""
     gpus = sum(r.num_gpu * r.gpu_milli / 1000 for r, d in zip(window, decisions, strict=True)
                if d.node is not None)
-    members: dict[str, list[bool]] = {}
+    members: dict[str, list[int | None]] = {}
     for r, d in zip(window, decisions, strict=True):
         if r.pod.gang_id is not None:
-            members.setdefault(r.pod.gang_id, []).append(d.node is not None)
-    partial = sum(any(v) and not all(v) for v in members.values())
+            members.setdefault(r.pod.gang_id, []).append(d.node)
+    whole = [v for v in members.values() if all(n is not None for n in v)]
+    partial = sum(any(n is not None for n in v) and any(n is None for n in v)
+                  for v in members.values())
+    pairs = sum(len(v) * (len(v) - 1) // 2 for v in whole)
+    together = sum(c * (c - 1) // 2 for v in whole for c in Counter(v).values())
     return {"gpus": gpus, "pods": sum(d.node is not None for d in decisions),
-            "gangs_whole": sum(all(v) for v in members.values()), "gangs_partial": partial}
+            "gangs_whole": len(whole), "gangs_partial": partial,
+            "gang_nodes": sum(len(set(v)) for v in whole) / len(whole) if whole else None,
+            "pairs_together_pct": 100.0 * together / pairs if pairs else None}
 
 
 def _sequential(sched: Any, state: Any, window: Sequence[Any]) -> list[Any]:
@@ -379,8 +388,8 @@ def _sequential(sched: Any, state: Any, window: Sequence[Any]) -> list[Any]:
     return out
 
 
-def _gangs_one(args: tuple[int, int, int, float, int, float]) -> dict[str, Any]:
-    seed, nodes, pods, share, sweeps, limit = args
+def _gangs_one(args: tuple[int, int, int, float, int, float, float]) -> dict[str, Any]:
+    seed, nodes, pods, share, sweeps, limit, colocate = args
     from smartsched.optimize.exact import solve_exact
     from smartsched.optimize.placer import AnnealOptions, place_window
 
@@ -390,50 +399,61 @@ def _gangs_one(args: tuple[int, int, int, float, int, float]) -> dict[str, Any]:
     t0 = time.perf_counter()
     row["sequential"] = {**_placed_figures(window, _sequential(sched, state, window)),
                          "seconds": time.perf_counter() - t0}
-    model = None
-    for how in ("after", "model"):
+    variants = [("after", "after", 0.0), ("model", "model", 0.0)]
+    if colocate > 0:
+        variants.append(("colocated", "model", colocate))
+    for key, how, co in variants:
         opts = AnnealOptions(window=len(window), sweeps=sweeps, value="gpu", homes="profile",
-                             gangs=how)
+                             gangs=how, colocate=co)
         t0 = time.perf_counter()
         res = place_window(sched, state, window, opts, seed=seed)
-        row[how] = {**_placed_figures(window, res.decisions),
+        row[key] = {**_placed_figures(window, res.decisions),
                     "seconds": time.perf_counter() - t0}
-        model = res if how == "model" else model
-    if model is not None and model.problem is not None:
-        ex = solve_exact(model.problem, time_limit_s=limit)
-        obj = model.stats["model_objective"]
-        row["exact"] = {"optimal": ex.optimal, "objective": ex.objective,
-                        "model_objective": obj,
-                        "gap_pct": _gap(ex.objective, obj) if ex.optimal else None}
+        if how == "model" and res.problem is not None:  # the gang model's exact optimum
+            ex = solve_exact(res.problem, time_limit_s=limit)
+            obj = res.stats["model_objective"]
+            row["exact" if key == "model" else f"exact_{key}"] = {
+                "optimal": ex.optimal, "objective": ex.objective, "model_objective": obj,
+                "gap_pct": _gap(ex.objective, obj) if ex.optimal else None}
     return row
 
 
 def run_gangs(seeds: Sequence[int], nodes: int = 100, pods: int = 200, share: float = 0.5,
               sweeps: int = 20, limit_s: float = 60.0, workers: int | None = None,
-              echo: Callable[[str], Any] = print) -> dict[str, Any]:
+              echo: Callable[[str], Any] = print, colocate: float = 0.0) -> dict[str, Any]:
     """Windows with gangs: the profile alone, gangs left to the profile after the window
     (``gangs=after``), and gangs in the model (``gangs=model``), with the exact optimum
-    of the gang model where HiGHS proves one. Value: GPUs (the fill experiment's)."""
+    of the gang model where HiGHS proves one; with ``colocate`` > 0 also the gang model
+    with co-location. Value: GPUs (the fill experiment's)."""
     from smartsched.bench.pool import map_jobs
 
-    per = map_jobs(_gangs_one, [(s, nodes, pods, share, sweeps, limit_s) for s in seeds],
-                   workers)
+    per = map_jobs(_gangs_one, [(s, nodes, pods, share, sweeps, limit_s, colocate)
+                                for s in seeds], workers)
     lines = [f"{nodes} nodes x {pods} pods, GPU pods of a shape cut into gangs of 2-4 with "
              f"probability {share:g} (gangs per window: median "
              f"{statistics.median(p['gangs'] for p in per):g}), {sweeps} sweeps",
              "| variant | median GPUs placed | median gangs whole | gangs in part | "
-             "wins/ties/losses vs sequential (GPUs) | median s |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for how, label in (("sequential", "profile alone, window order"),
-                       ("after", "window, gangs after it (gangs=after)"),
-                       ("model", "window, gangs in the model (gangs=model)")):
+             "wins/ties/losses vs sequential (GPUs) | nodes per whole gang | member pairs "
+             "on one node | median s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = [("sequential", "profile alone, window order"),
+            ("after", "window, gangs after it (gangs=after)"),
+            ("model", "window, gangs in the model (gangs=model)")]
+    if colocate > 0:
+        rows.append(("colocated", f"window, gangs in the model, colocate={colocate:g}"))
+    for how, label in rows:
         d = [p[how]["gpus"] - p["sequential"]["gpus"] for p in per]
+        spans = [p[how]["gang_nodes"] for p in per if p[how]["gang_nodes"] is not None]
+        tog = [p[how]["pairs_together_pct"] for p in per
+               if p[how]["pairs_together_pct"] is not None]
         lines.append(
             f"| {label} | {statistics.median(p[how]['gpus'] for p in per):.2f} | "
             f"{statistics.median(p[how]['gangs_whole'] for p in per):g} | "
             f"{sum(p[how]['gangs_partial'] for p in per)} | "
             f"{sum(x > 1e-9 for x in d)}/{sum(abs(x) <= 1e-9 for x in d)}/"
             f"{sum(x < -1e-9 for x in d)} | "
+            f"{statistics.mean(spans) if spans else float('nan'):.2f} | "
+            f"{statistics.mean(tog) if tog else float('nan'):.1f} % | "
             f"{statistics.median(p[how]['seconds'] for p in per):.3f} |")
     d = [p["model"]["gpus"] - p["after"]["gpus"] for p in per]
     g = [p["model"]["gangs_whole"] - p["after"]["gangs_whole"] for p in per]
@@ -443,13 +463,15 @@ def run_gangs(seeds: Sequence[int], nodes: int = 100, pods: int = 200, share: fl
                  f"{statistics.median(d):+.2f}, worst {min(d):+.2f}); gangs whole more / "
                  f"equal / fewer {sum(x > 0 for x in g)}/{sum(x == 0 for x in g)}/"
                  f"{sum(x < 0 for x in g)}.")
-    proven = [p["exact"] for p in per if p.get("exact") and p["exact"]["optimal"]]
-    gaps = [e["gap_pct"] for e in proven]
-    if gaps:
-        lines.append(f"The gang model against its exact optimum (HiGHS, {limit_s:g} s): "
-                     f"{len(proven)} of {len(per)} proven; gap median "
-                     f"{statistics.median(gaps):.3f} %, max {max(gaps):.3f} %, within 2 % "
-                     f"on {sum(g <= 2.0 for g in gaps)}.")
+    for key, what in (("exact", "The gang model"),
+                      ("exact_colocated", "With co-location, the gang model")):
+        proven = [p[key] for p in per if p.get(key) and p[key]["optimal"]]
+        gaps = [e["gap_pct"] for e in proven]
+        if gaps:
+            lines.append(f"{what} against its exact optimum (HiGHS, {limit_s:g} s): "
+                         f"{len(proven)} of {len(per)} proven; gap median "
+                         f"{statistics.median(gaps):.3f} %, max {max(gaps):.3f} %, within 2 % "
+                         f"on {sum(g <= 2.0 for g in gaps)}.")
     table = "\n".join(lines)
     echo(table)
     return {"nodes": nodes, "pods": pods, "share": share, "sweeps": sweeps, "instances": per,

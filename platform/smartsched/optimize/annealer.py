@@ -189,6 +189,17 @@ def anneal(
     gcnt = np.stack([pr.group_placed(x) for x in a]) if ng else np.zeros((r, 1), np.int64)
     flat_g = gcnt.reshape(-1)
     ngk = max(ng, 1)
+    # Co-location: members of each gang per node and replica ([R, G, N] flat), and each
+    # replica's pairs of members sharing a node (the term is -colocate x pairs).
+    colo = pr.colocate if ng else 0.0
+    nnod = pr.num_nodes
+    pair_r = np.array([pr.colocated_pairs(x) for x in a], dtype=float) if colo else \
+        np.zeros(r)
+    if colo:
+        on = np.zeros(r * ngk * nnod, dtype=np.int64)
+        for q in range(r):
+            m = np.flatnonzero((grp >= 0) & (a[q] > 0))
+            np.add.at(on, q * ngk * nnod + grp[m] * nnod + pr.node[m, a[q, m]], 1)
     if movable_pods.size:
         for sweep in range(sweeps):
             if method == "pt":
@@ -222,6 +233,9 @@ def anneal(
                     gz = np.take(gsize, gs)
                     was = (cur > 0).astype(np.int64)
                     part0 = (gc > 0) & (gc < gz)
+                if colo:  # pairs the member leaves behind on its node
+                    cb = rows * (ngk * nnod) + gs * nnod
+                    lost = np.where(ing & (cur > 0), np.take(on, cb + np.maximum(no, 0)) - 1, 0)
                 if heat_bath:
                     # A few slots of the pod -- its current one, "unplaced", and TRIES at
                     # random -- weighed by exp(-dE / T): a Gibbs update over them.
@@ -247,6 +261,11 @@ def anneal(
                         dk += np.where(ing[..., None],
                                        pr.lam_g * (part1.astype(float) - part0[..., None]),
                                        0.0)
+                    if colo:  # pairs it joins on the candidate node
+                        join = np.take(on, cb[..., None] + np.maximum(nk, 0)) - (
+                            (nk == no[..., None]) & (cur[..., None] > 0))
+                        dk -= colo * np.where(ing[..., None] & (choice > 0),
+                                              join - lost[..., None], 0)
                     dk[..., 0] = 0.0  # staying put
                     with np.errstate(over="ignore", invalid="ignore"):
                         w = np.exp(-(dk - dk.min(axis=2, keepdims=True)) / temp[:, None, None])
@@ -274,6 +293,11 @@ def anneal(
                         c1 = gc + (new > 0) - was
                         dE = dE + np.where(ing, pr.lam_g * (((c1 > 0) & (c1 < gz))
                                                             .astype(float) - part0), 0.0)
+                if colo:  # the pairs the move makes, net (a heat-bath draw already counted)
+                    joined = np.take(on, cb + np.maximum(nn, 0)) - (same & (cur > 0))
+                    dpair = np.where(ing & (new > 0), joined, 0) - lost
+                    if not heat_bath:
+                        dE = dE - colo * dpair
                 dc = np.take(cost_f, sn) - np.take(cost_f, so)
                 fn = bn + (rows * nb)[..., None]
                 if heat_bath:  # a Gibbs draw is its own acceptance
@@ -307,12 +331,19 @@ def anneal(
                         rg, cg = ri[gm], ci[gm]
                         np.add.at(flat_g, rg * ngk + gi[rg, cg],
                                   (new[rg, cg] > 0).astype(np.int64) - (cur[rg, cg] > 0))
+                        if colo:
+                            pair_r += np.bincount(rg, weights=dpair[rg, cg], minlength=r)
+                            left_ = cur[rg, cg] > 0
+                            np.add.at(on, cb[rg, cg][left_] + no[rg, cg][left_], -1)
+                            came = new[rg, cg] > 0
+                            np.add.at(on, cb[rg, cg][came] + nn[rg, cg][came], 1)
             # Judge states by the full penalty, whatever this sweep's was.
             o = (flat_load - cap_r).reshape(r, nb)
             n_over = (o > EPS).sum(axis=1)
             s_over = np.where(o > EPS, o, 0.0).sum(axis=1)
             n_part = ((gcnt > 0) & (gcnt < gsize)).sum(axis=1) if ng else np.zeros(r)
-            energy = cost_part + pr.lam0 * n_over + pr.lam1 * s_over + pr.lam_g * n_part
+            energy = (cost_part + pr.lam0 * n_over + pr.lam1 * s_over + pr.lam_g * n_part
+                      - colo * pair_r)
             better = energy < best_e - 1e-12
             if better.any():
                 best_e[better] = energy[better]
@@ -323,8 +354,8 @@ def anneal(
                 temp *= cooling
             elif r > 1:
                 # A gang in part costs lam_g on every rung: part of each state's cost.
-                _swap(rung, cost_part + pr.lam_g * n_part, n_over, s_over, ladder_t,
-                      ladder_l0, ladder_l1, rng, sweep % 2)
+                _swap(rung, cost_part + pr.lam_g * n_part - colo * pair_r, n_over, s_over,
+                      ladder_t, ladder_l0, ladder_l1, rng, sweep % 2)
             if time_limit_s is not None and time.perf_counter() - t0 >= time_limit_s:
                 break
     # The replicas' last states, repaired, compete with the best seen at a sweep's end

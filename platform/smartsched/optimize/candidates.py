@@ -120,6 +120,7 @@ def build_problem(
     score_weight: float = 0.5,
     homes: str = "shapes",
     fixed: dict[int, tuple[int, tuple[int, ...]]] | None = None,
+    colocate: float = 0.0,
 ) -> tuple[WindowProblem, dict[int, str]]:
     """The window's problem, and for pods no node passes, why (position -> message).
 
@@ -138,6 +139,10 @@ def build_problem(
     ``fixed``: window position -> (node, devices) for pods that already have a place (a
     descheduling pass re-plans running pods): that place is their home, scoring 1, and
     taken before any shape's room (``homes="shapes"`` only).
+
+    ``colocate`` (>= 0): gang co-location; each pair of one gang's members on the same
+    node adds ``colocate`` x the gang members' mean value to the objective (a whole gang
+    of m on one node: m (m - 1) / 2 pairs). 0: no co-location term.
     """
     if not requests:
         raise ValidationError("window", "is empty: no pods to place")
@@ -145,6 +150,8 @@ def build_problem(
         raise ValidationError("score_weight", f"must be in [0, 1), got {score_weight!r}")
     if homes not in HOMES:
         raise ValidationError("homes", f"must be one of {', '.join(HOMES)}, got {homes!r}")
+    if not (np.isfinite(colocate) and colocate >= 0):
+        raise ValidationError("colocate", f"must be finite and >= 0, got {colocate!r}")
     n, dmax = state.num_nodes, state.max_devices
     k, d = pruning.k, pruning.d
     p = len(requests)
@@ -245,11 +252,13 @@ def build_problem(
     # Any overflow must cost more than dropping what caused it: a pod, or a whole gang.
     lam1 = float(max(values.max(), worth.max(initial=0.0)))
     biggest = int(np.bincount(group[group >= 0]).max()) if group is not None else 0
-    lam_g = 1.5 * lam1 + score_weight * vmin * biggest  # above a gang's value and scores
+    mu = colocate * float(values[group >= 0].mean()) if group is not None else 0.0
+    # Above a gang's value, scores and co-location.
+    lam_g = 1.5 * lam1 + score_weight * vmin * biggest + mu * biggest * (biggest - 1) / 2
     problem = WindowProblem(
         value=values, cost=cost, nslots=nslots, node=node, bins=bins, amount=amount, cap=cap,
         devices=devs, lam0=1.5 * lam1 + score_weight * vmin, lam1=lam1, num_nodes=n,
-        start=start, group=group, lam_g=lam_g if group is not None else 0.0,
+        start=start, group=group, lam_g=lam_g if group is not None else 0.0, colocate=mu,
         info={"shapes": len(shapes), "pods": p, "k": k, "d": d, "value": value,
               "score_weight": score_weight, "variables": int((nslots - 1).sum()),
               "dense_variables": p * n, "unplaceable": len(unplaceable),

@@ -58,6 +58,13 @@ class ExactResult:
     status: str
 
 
+def _widen(a, extra: int):
+    """``a`` with ``extra`` zero columns on the right (sparse)."""
+    from scipy.sparse import csr_matrix, hstack
+
+    return hstack([a, csr_matrix((a.shape[0], extra))]).tocsr()
+
+
 def solve_exact(problem: WindowProblem, time_limit_s: float = 60.0) -> ExactResult:
     """Maximize ``problem.objective`` exactly (or as far as ``time_limit_s`` allows)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -103,14 +110,46 @@ def solve_exact(problem: WindowProblem, time_limit_s: float = 60.0) -> ExactResu
                               shape=(tail.size, pr.num_pods)).tocsr()
             eq = ((sel - lead) @ one).tocsr()  # placed(member) - placed(head) == 0
             constraints.append(LinearConstraint(eq, 0.0, 0.0))
+    ntot = nvar
+    if pr.colocate and pr.num_groups:
+        # A pair (i, j) of one gang on node n: y <= on(i, n), y <= on(j, n), where on(i, n)
+        # sums i's slots on n; maximizing colocate * y makes y the product.
+        node_of = pr.node[pods, slots]
+        pairs = []
+        for g in range(pr.num_groups):
+            mem = np.flatnonzero(pr.group == g)
+            for x, i in enumerate(mem):
+                for j in mem[x + 1:]:
+                    common = np.intersect1d(node_of[pods == i], node_of[pods == j])
+                    pairs.extend((int(i), int(j), int(n)) for n in common)
+        if pairs:
+            npair = len(pairs)
+            r_, c_ = [], []
+            for q, (i, j, n) in enumerate(pairs):
+                for who, row in ((i, 2 * q), (j, 2 * q + 1)):
+                    vs = np.flatnonzero((pods == who) & (node_of == n))
+                    r_.extend([row] * vs.size)
+                    c_.extend(vs.tolist())
+            on = coo_matrix((np.ones(len(r_)), (r_, c_)), shape=(2 * npair, nvar))
+            ys = coo_matrix((np.full(2 * npair, -1.0), (np.arange(2 * npair),
+                                                        np.repeat(np.arange(npair), 2))),
+                            shape=(2 * npair, npair))
+            # Every earlier row gets zero columns for the pair variables.
+            constraints = [LinearConstraint(_widen(k.A, npair), k.lb, k.ub)
+                           for k in constraints]
+            from scipy.sparse import hstack
+
+            constraints.append(LinearConstraint(hstack([on, ys]).tocsr(), 0.0, np.inf))
+            c = np.concatenate([c, np.full(npair, -pr.colocate)])
+            ntot = nvar + npair
     with _quiet():
-        res = milp(c, constraints=constraints, integrality=np.ones(nvar),
+        res = milp(c, constraints=constraints, integrality=np.ones(ntot),
                    bounds=Bounds(0, 1), options={"time_limit": float(time_limit_s),
                                                  "mip_rel_gap": 0.0})
     seconds = time.perf_counter() - t0
     if res.x is None:
         return ExactResult(None, float("-inf"), float("inf"), False, seconds, res.message)
-    x = res.x > 0.5
+    x = res.x[:nvar] > 0.5
     assign = np.zeros(pr.num_pods, dtype=np.int64)
     assign[pods[x]] = slots[x]
     bound = getattr(res, "mip_dual_bound", None)

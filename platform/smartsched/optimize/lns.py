@@ -40,11 +40,46 @@ def _tightest_fit(problem: WindowProblem, i: int, load: np.ndarray) -> int:
     return c
 
 
+def _together(problem: WindowProblem, unit: np.ndarray, a: np.ndarray,
+              load: np.ndarray) -> bool:
+    """A gang's members all on one node (co-location), on the node where their slots
+    cost least together among those with room for all; False (nothing changed) if none."""
+    pr = problem
+    slots = [np.arange(1, int(pr.nslots[i])) for i in unit]
+    common = set(pr.node[unit[0], slots[0]].tolist())
+    for i, s in zip(unit[1:], slots[1:], strict=True):
+        common &= set(pr.node[i, s].tolist())
+    best: tuple[float, list[int]] | None = None
+    for n in common:
+        trial = load.copy()
+        got, cost = [], 0.0
+        for i, s in zip(unit, slots, strict=True):
+            here = s[pr.node[i, s] == n]
+            b, w = pr.bins[i, here], pr.amount[i, here]
+            ok = np.flatnonzero(np.all(trial[b] + w <= pr.cap[b] + EPS, axis=1))
+            if not ok.size:
+                break
+            c = int(here[ok[0]])
+            np.add.at(trial, pr.bins[i, c], pr.amount[i, c])
+            got.append(c)
+            cost += float(pr.cost[i, c])
+        if len(got) == len(unit) and (best is None or cost < best[0]):
+            best = (cost, got)
+    if best is None:
+        return False
+    a[unit] = best[1]
+    for i, c in zip(unit, best[1], strict=True):
+        np.add.at(load, pr.bins[i, c], pr.amount[i, c])
+    return True
+
+
 def _place(problem: WindowProblem, unit: np.ndarray, a: np.ndarray, load: np.ndarray,
            tight: bool) -> None:
     fit = _tightest_fit if tight else first_fit
     if len(unit) == 1:
         a[unit[0]] = fit(problem, int(unit[0]), load)
+        return
+    if problem.colocate and _together(problem, unit, a, load):
         return
     trial = load.copy()
     got = [fit(problem, int(i), trial) for i in unit]
@@ -57,7 +92,8 @@ def ruin_recreate(problem: WindowProblem, assign: np.ndarray, rounds: int = 300,
                   seed: int = 0, ruin: int = 3) -> tuple[np.ndarray, int]:
     """At most ``rounds`` ruin-and-recreate rounds on a feasible ``assign``, each taking
     the window's pods off 1..``ruin`` related nodes; returns the assignment and the
-    rounds kept. Stops early when no pod is left out (nothing left to gain in value)."""
+    rounds kept. Stops early when no pod is left out (nothing left to gain in value),
+    unless gangs are co-located (moving a placed gang onto one node may pay)."""
     pr = problem
     pr.check_assignment(assign)
     a = assign.copy()
@@ -72,12 +108,15 @@ def ruin_recreate(problem: WindowProblem, assign: np.ndarray, rounds: int = 300,
     size = np.maximum(pr.amount[:, 1, :].sum(axis=1) if pr.amount.shape[1] > 1
                       else np.ones(pr.num_pods), 1e-9)
     grouped = pr.group is not None
+    pairs = pr.colocated_pairs(a) if pr.colocate else 0
     kept = 0
+    # With co-location, moving placed gangs can pay even when no pod is left out.
+    members = np.flatnonzero(pr.group >= 0) if pr.colocate else np.zeros(0, np.int64)
     for _ in range(rounds):
         left = np.flatnonzero((a == 0) & (pr.nslots > 1))
-        if left.size == 0:
-            break
-        cand = pr.node[left, 1:]
+        if left.size == 0 and members.size == 0:
+            break  # nothing left out: no value to gain
+        cand = pr.node[np.concatenate([left, members]), 1:]
         cand = np.unique(cand[cand >= 0])
         if cand.size == 0:
             break
@@ -105,8 +144,12 @@ def ruin_recreate(problem: WindowProblem, assign: np.ndarray, rounds: int = 300,
             _place(pr, unit, trial, tl, tight)
         moved = np.flatnonzero(trial != a)  # feasible by construction: only the sum moves
         new = obj + float(pr.cost[moved, a[moved]].sum() - pr.cost[moved, trial[moved]].sum())
+        if pr.colocate:
+            pt = pr.colocated_pairs(trial)
+            new += pr.colocate * (pt - pairs)
         if new > obj + 1e-12:
             a, load, obj = trial, tl, new
+            pairs = pt if pr.colocate else 0
             kept += 1
     return a, kept
 

@@ -24,9 +24,10 @@ every answer is feasible on the real state, and no pod the profile alone would
 place given the window's choices is left out.
 
 Spec: ``anneal:<profile>?window=1000&k=8&d=2&sweeps=5&replicas=8&method=sa
-&value=share&score_weight=0.5&batch=64&homes=shapes&polish=2000&lns=300&gangs=model``
-(``gangs=after``: gangs are left to the profile after the window, as before they
-were modelled). As a
+&value=share&score_weight=0.5&batch=64&homes=shapes&polish=2000&lns=300&gangs=model
+&colocate=0`` (``gangs=after``: gangs are left to the profile after the window, as
+before they were modelled; ``colocate``: each pair of a gang's members on one node
+adds that fraction of the members' mean value, see ``candidates.build_problem``). As a
 scheduler it decides pods the driver announced in a window (``plan_window``;
 fill mode does); any other pod the profile decides alone.
 """
@@ -72,6 +73,7 @@ class AnnealOptions:
     polish: int = 2000
     lns: int = 300
     gangs: str = "model"
+    colocate: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("window", "k", "d", "sweeps", "replicas", "batch", "polish", "lns"):
@@ -89,6 +91,8 @@ class AnnealOptions:
             raise ValidationError("homes", f"must be one of {', '.join(HOMES)}")
         if self.gangs not in GANGS:
             raise ValidationError("gangs", f"must be one of {', '.join(GANGS)}")
+        if not (isinstance(self.colocate, int | float) and 0.0 <= self.colocate < 1e6):
+            raise ValidationError("colocate", "must be a number in [0, 1e6)")
 
 
 @dataclass
@@ -130,7 +134,9 @@ def place_window(
     if modelled:
         problem, _ = build_problem(base, state, [requests[i] for i in modelled],
                                    Pruning(options.k, options.d), value=options.value,
-                                   score_weight=options.score_weight, homes=options.homes)
+                                   score_weight=options.score_weight, homes=options.homes,
+                                   colocate=options.colocate if options.gangs == "model"
+                                   else 0.0)
         t1 = time.perf_counter()
         result = anneal(problem, sweeps=options.sweeps, replicas=options.replicas,
                         method=options.method, seed=seed, batch=options.batch)

@@ -63,7 +63,10 @@ class WindowProblem:
         start: [P] a feasible assignment to start from (the candidates' homes), or None.
         info: how the window was built (pruning figures), for reports.
         group: [P] each pod's gang (0 .. G-1; -1 for a pod of its own), or None: no gangs.
-        lam_g: what a partly placed gang costs (above any gang's value).
+        lam_g: what a partly placed gang costs (above any gang's value and co-location).
+        colocate: what each pair of one gang's members placed on the same node adds to
+            the objective (gang co-location: a data-parallel job's workers talk most to
+            each other, over the node's own links rather than the network); 0: none.
     """
 
     value: np.ndarray
@@ -81,6 +84,7 @@ class WindowProblem:
     info: dict = field(default_factory=dict)
     group: np.ndarray | None = None
     lam_g: float = 0.0
+    colocate: float = 0.0
 
     @property
     def num_pods(self) -> int:
@@ -109,6 +113,17 @@ class WindowProblem:
             return np.zeros(0, dtype=np.int64)
         has = (self.group >= 0) & (assign > 0)
         return np.bincount(self.group[has], minlength=self.num_groups).astype(np.int64)
+
+    def colocated_pairs(self, assign: np.ndarray) -> int:
+        """Pairs of one gang's members placed on the same node under ``assign``."""
+        if self.group is None:
+            return 0
+        m = np.flatnonzero((self.group >= 0) & (assign > 0))
+        if m.size < 2:
+            return 0
+        keys = self.group[m] * (self.num_nodes + 1) + self.node[m, assign[m]]
+        _, c = np.unique(keys, return_counts=True)
+        return int((c * (c - 1) // 2).sum())
 
     def partial_groups(self, assign: np.ndarray) -> np.ndarray:
         """Indices of the gangs ``assign`` places in part."""
@@ -159,9 +174,14 @@ class WindowProblem:
                                       "each used")
             worth = np.bincount(g[g >= 0], weights=self.value[g >= 0],
                                 minlength=size.size)
+            worth = worth + self.colocate * size * (size - 1) / 2
             if size.size and self.lam_g <= float(worth.max()):
                 raise ValidationError("problem.lam_g", "must exceed the largest gang's "
-                                      "value")
+                                      "value and co-location")
+        if not (np.isfinite(self.colocate) and self.colocate >= 0):
+            raise ValidationError("problem.colocate", "must be finite and >= 0")
+        if self.colocate and self.group is None:
+            raise ValidationError("problem.colocate", "needs gangs (problem.group)")
 
     # ------------------------------------------------------------ evaluation
     def loads(self, assign: np.ndarray) -> np.ndarray:
@@ -187,14 +207,17 @@ class WindowProblem:
         load = self.loads(assign)
         pen = self.penalty(load[:-1], self.cap[:-1]).sum()
         pen += self.lam_g * self.partial_groups(assign).size
-        return float(self.cost[np.arange(self.num_pods), assign].sum() + pen)
+        co = self.colocate * self.colocated_pairs(assign) if self.colocate else 0.0
+        return float(self.cost[np.arange(self.num_pods), assign].sum() + pen - co)
 
     def objective(self, assign: np.ndarray) -> float:
-        """Value placed plus the score bonus (higher is better); -inf if infeasible (a bin
-        overfilled or a gang placed in part)."""
+        """Value placed plus the score bonus and co-location (higher is better); -inf if
+        infeasible (a bin overfilled or a gang placed in part)."""
         if self.overflow(assign).size or self.partial_groups(assign).size:
             return float("-inf")
-        return float(self.value.sum() - self.cost[np.arange(self.num_pods), assign].sum())
+        co = self.colocate * self.colocated_pairs(assign) if self.colocate else 0.0
+        return float(self.value.sum() - self.cost[np.arange(self.num_pods), assign].sum()
+                     + co)
 
     def drop_partial(self, assign: np.ndarray) -> np.ndarray:
         """``assign`` with every member of a gang placed in part left unplaced (in place)."""
