@@ -3,7 +3,9 @@
 Owns proving how good the annealer is. The same ``WindowProblem`` becomes a
 0/1 program: one variable per candidate slot, at most one slot per pod, every
 bin within its capacity, a gang's members all placed or none, maximize value
-placed plus score bonus (the annealer's objective). HiGHS (through
+placed plus score bonus, plus gang co-location where the problem has it (one
+more binary per pair of a gang's members and node both could take: the
+annealer's objective). HiGHS (through
 ``scipy.optimize.milp``, already a dependency of the stack) proves optimality
 on instances up to a few thousand variables within seconds; past its time limit
 it returns its best answer and bound, and the result says the optimum is *not*
@@ -18,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -58,8 +61,8 @@ class ExactResult:
     status: str
 
 
-def _widen(a, extra: int):
-    """``a`` with ``extra`` zero columns on the right (sparse)."""
+def _widen(a: Any, extra: int) -> Any:
+    """Sparse ``a`` with ``extra`` zero columns on the right."""
     from scipy.sparse import csr_matrix, hstack
 
     return hstack([a, csr_matrix((a.shape[0], extra))]).tocsr()
@@ -68,7 +71,7 @@ def _widen(a, extra: int):
 def solve_exact(problem: WindowProblem, time_limit_s: float = 60.0) -> ExactResult:
     """Maximize ``problem.objective`` exactly (or as far as ``time_limit_s`` allows)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import coo_matrix, vstack
+    from scipy.sparse import coo_matrix, hstack, vstack
 
     if not time_limit_s > 0:
         raise ValidationError("time_limit_s", f"must be > 0, got {time_limit_s!r}")
@@ -137,8 +140,6 @@ def solve_exact(problem: WindowProblem, time_limit_s: float = 60.0) -> ExactResu
             # Every earlier row gets zero columns for the pair variables.
             constraints = [LinearConstraint(_widen(k.A, npair), k.lb, k.ub)
                            for k in constraints]
-            from scipy.sparse import hstack
-
             constraints.append(LinearConstraint(hstack([on, ys]).tocsr(), 0.0, np.inf))
             c = np.concatenate([c, np.full(npair, -pr.colocate)])
             ntot = nvar + npair

@@ -4,12 +4,14 @@ Owns the rearrangements an ejection chain of depth one cannot reach. On tight
 windows the optimum often leaves out a few large pods and places many small
 ones around them, or moves several pods at once to make room; the annealer's
 single-pod moves and polish's chains find some of these, not all. Each round
-here takes every window pod off a few nodes (chosen among the nodes the pods
-left out could use), then puts the pods left out back in a randomized order
-(most valuable first, perturbed; or most valuable per unit of room), each by
-its best-scored slot that fits or by the slot that leaves its bins fullest. A
-round is kept when the objective rises. Gangs go off and back whole. Seeded:
-the same seed gives the same answer. The answer is never worse than the input.
+here takes every window pod off a few related nodes (grown from a node the pods
+left out could use, or with gang co-location a gang member could use), then
+puts those pods and the pods left out back in a randomized order (most
+valuable first, perturbed; or most valuable per unit of room), each by its
+best-scored slot that fits or by the slot that leaves its bins fullest; with
+co-location a gang goes back on one node when one has room for all. A round is
+kept when the objective rises. Gangs go off and back whole. Seeded: the same
+seed gives the same answer. The answer is never worse than the input.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def _together(problem: WindowProblem, unit: np.ndarray, a: np.ndarray,
     for i, s in zip(unit[1:], slots[1:], strict=True):
         common &= set(pr.node[i, s].tolist())
     best: tuple[float, list[int]] | None = None
-    for n in common:
+    for n in sorted(common):  # ties go to the lowest node, whatever the set's order
         trial = load.copy()
         got, cost = [], 0.0
         for i, s in zip(unit, slots, strict=True):
