@@ -103,3 +103,16 @@ def test_the_cache_notices_a_change_it_did_not_make() -> None:
         want = sched.module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0]
     got = torch.from_numpy(sched.scorer.logits(obs))
     assert torch.allclose(got[ok.nonzero()], want[ok.nonzero()], rtol=1e-4, atol=1e-4)
+
+
+def test_rows_that_differ_are_found_by_their_bits() -> None:
+    from smartsched.rl.fast_scorer import _rows_differ
+
+    for width in (47, 48):  # odd widths compare 4-byte words, even ones 8-byte words
+        a = np.random.default_rng(width).random((40, width)).astype(np.float32)
+        b = a.copy()
+        b[3, width - 1] = np.nextafter(b[3, width - 1], np.float32(2))  # one ulp
+        b[17, 0] = -0.0 if a[17, 0] == 0 else -a[17, 0]
+        b[29, 5] = np.nan
+        assert np.flatnonzero(_rows_differ(a, b)).tolist() == [3, 17, 29]
+        assert not _rows_differ(a, a.copy()).any()

@@ -68,3 +68,46 @@ def test_a_policy_that_observes_other_columns_is_refused(tmp_path: Path) -> None
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(ValidationError, match="node_columns"):
         RLScheduler(policy)
+
+
+def test_allocation_columns_kept_between_decisions_equal_a_full_rebuild() -> None:
+    """Only nodes stamped since the last call are recomputed; after allocations and
+    releases of GPU and cpu pods the features are, bit for bit, those a builder that has
+    seen nothing before computes."""
+    from smartsched.model.pod import Pod, PodClass
+    from smartsched.model.presets import load_cluster
+    from smartsched.rl.observation import FeatureBuilder
+    from smartsched.scheduling.framework import CycleContext
+    from smartsched.twin.state import ClusterState
+
+    spec = load_cluster("small")
+    st = ClusterState(spec)
+    kept = FeatureBuilder(spec, st, None)
+    rng = np.random.default_rng(5)
+    placed: list[tuple[int, object, tuple[int, ...]]] = []
+    for i in range(60):
+        for j in range(int(rng.integers(1, 4))):  # several nodes stamped between calls
+            if placed and rng.random() < 0.3:
+                node, req, devices = placed.pop(int(rng.integers(len(placed))))
+                st.release(node, req, devices)
+            else:
+                gpu = rng.random() < 0.5
+                pod = Pod(id=f"p{i}-{j}", cpu_milli=int(rng.choice([250, 1000, 4000])),
+                          memory_mib=1024, num_gpu=1 if gpu else 0,
+                          gpu_milli=int(rng.choice([250, 500, 1000])) if gpu else 0,
+                          pod_class=PodClass.AI_INFER if gpu else PodClass.BATCH)
+                req = st.compile(pod)
+                fits = np.flatnonzero(np.all(st.free_res[:, :3] >= req.vector[:3], axis=1)
+                                      & (st.gpu_max_free >= req.gpu_milli))
+                if fits.size:
+                    node = int(rng.choice(fits))
+                    devices = st.pick_devices(node, req)
+                    st.allocate(node, req, devices)
+                    placed.append((node, req, devices))
+        probe = st.compile(Pod(id="probe", cpu_milli=500, memory_mib=512))
+        ctx = CycleContext(st, probe)
+        ok = np.ones(st.num_nodes, dtype=bool)
+        got = kept.nodes(ctx, ok, 0.0)
+        want = FeatureBuilder(spec, st, None).nodes(ctx, ok, 0.0)
+        assert np.array_equal(got.view(np.int32), want.view(np.int32)), f"after step {i}"
+    assert placed and st.gpu_free.min() < 1000  # GPU devices were shared and released

@@ -71,6 +71,10 @@ STATIC_COLS: Final = (NODE_COL["cap_cpu"], NODE_COL["cap_mem"], NODE_COL["gpu_co
 HEURISTIC_NAMES: Final = ("app_on_node", "app_in_zone", "score_least_allocated",
                           "score_bestfit", "score_fgd")
 HEURISTIC_COLS: Final = tuple(NODE_COL[n] for n in HEURISTIC_NAMES)
+# Columns that change only when a node's allocation does (capacity, free resources and
+# devices): ``ClusterState`` stamps every allocate and release with a new version, so
+# ``FeatureBuilder`` keeps these per node and recomputes only the nodes stamped since.
+ALLOC_COLS: Final = slice(NODE_COL["cap_cpu"], NODE_COL["device_free_0"] + DEVICE_SLOTS)
 
 POD_COLUMNS: Final[tuple[str, ...]] = (
     "cpu", "mem", "num_gpu", "gpu_milli",
@@ -119,7 +123,14 @@ class FeatureBuilder:
             for x in spec.nodes
         ]
         self.static[:, RACK_COL - ZONE_COL] = (state.rack_id % 1000) / 100.0
-        self.gpu_rows = np.flatnonzero(state.gpu_count > 0)
+        cap = state.capacity.astype(np.float32)
+        self.cap_cpu = cap[:, CPU]
+        # Divisors of the usage columns (the GPU's at least 1: nodes without GPUs read 0).
+        self.scale = np.stack([cap[:, CPU], cap[:, MEM], np.maximum(cap[:, GPU], 1.0)], axis=1)
+        n_alloc = ALLOC_COLS.stop - ALLOC_COLS.start
+        self._alloc = np.zeros((n, n_alloc), dtype=np.float32)
+        # Stamps of the state's nodes when their rows were computed; none matches yet.
+        self._alloc_version = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
         self.prev_usage = state.usage.copy()
         self.trend = np.zeros_like(state.usage, dtype=np.float32)
         self.prev_usage_time = -1.0
@@ -129,25 +140,11 @@ class FeatureBuilder:
         st, req = self.state, ctx.request
         c = NODE_COL
         n = st.num_nodes
-        cap = st.capacity.astype(np.float32)
-        gpu_cap = np.maximum(cap[:, GPU], 1.0)
         # Filled column by column: a column-major buffer makes each column one contiguous
         # write (row-major, every column write touched every row's cache line).
         f = np.zeros((self.width, n), dtype=np.float32).T
-        f[:, c["cap_cpu"]] = cap[:, CPU] / CPU_SCALE
-        f[:, c["cap_mem"]] = cap[:, MEM] / MEM_SCALE
-        f[:, c["gpu_count"]] = st.gpu_count / DEVICE_SLOTS
-        f[:, c["free_cpu"]] = st.free_res[:, CPU] / cap[:, CPU]
-        f[:, c["free_mem"]] = st.free_res[:, MEM] / cap[:, MEM]
-        f[:, c["free_gpu"]] = np.where(st.gpu_count > 0, st.gpu_free.sum(axis=1) / gpu_cap, 0.0)
-        f[:, c["gpu_max_free"]] = st.gpu_max_free / MILLI_PER_DEVICE
-        f[:, c["gpu_full_devices"]] = st.gpu_full / DEVICE_SLOTS
-        d0 = c["device_free_0"]
-        slots = min(DEVICE_SLOTS, st.gpu_free.shape[1])
-        gpu_rows = self.gpu_rows  # only nodes with GPUs have devices to sort
-        dev = -np.sort(-st.gpu_free[gpu_rows], axis=1)[:, :slots] / MILLI_PER_DEVICE
-        f[gpu_rows, d0 : d0 + slots] = dev
-        scale = np.stack([cap[:, CPU], cap[:, MEM], gpu_cap], axis=1)
+        f[:, ALLOC_COLS] = self._allocation()
+        scale = self.scale
         f[:, c["use_cpu"] : c["use_gpu"] + 1] = st.usage / scale
         if now != self.prev_usage_time and not np.array_equal(st.usage, self.prev_usage):
             self.trend = (st.usage - self.prev_usage) / scale
@@ -157,7 +154,7 @@ class FeatureBuilder:
         f[:, c["powered_on"]] = st.power == POWER_ON
         f[:, c["booting"]] = st.power == POWER_BOOTING
         f[:, c["best_effort_slack_cpu"]] = (
-            (st.be_allocatable[:, 0] - st.be_allocated[:, 0]) / cap[:, CPU])
+            (st.be_allocatable[:, 0] - st.be_allocated[:, 0]) / self.cap_cpu)
         f[:, c["edge_site"]] = self.site_edge[st.site_id]
         pod = req.pod
         if pod.origin_site is not None and pod.origin_site in self._site_index:
@@ -186,18 +183,54 @@ class FeatureBuilder:
         if self.forecast:
             pred = st.predicted_usage
             base = st.usage[:, :2] if pred is None else pred[:, :2]
-            f[:, NODE_FEATURES:NODE_FEATURES + FORECAST_COLS] = base / cap[:, [CPU, MEM]]
+            f[:, NODE_FEATURES:NODE_FEATURES + FORECAST_COLS] = base / scale[:, :2]
         if self.telemetry_k and st.telemetry_features is not None:
             f[:, self.width - self.telemetry_k:] = st.telemetry_features
         np.clip(f, -CLIP, CLIP, out=f)
         return f
 
+    def _allocation(self) -> np.ndarray:
+        """[N, ALLOC_COLS] clipped: the rows of nodes stamped since the last call
+        recomputed, the others as they were (the same arithmetic row by row, so the
+        result equals a full recomputation bit for bit)."""
+        st = self.state
+        stale = np.flatnonzero(self._alloc_version != st.version)
+        if stale.size:
+            rows: np.ndarray | slice = slice(None) if stale.size == st.num_nodes else stale
+            self._alloc[rows] = self._allocation_rows(rows)
+            self._alloc_version[stale] = st.version[stale]
+        return self._alloc
+
+    def _allocation_rows(self, rows: np.ndarray | slice) -> np.ndarray:
+        st = self.state
+        c = NODE_COL
+        cap = st.capacity[rows].astype(np.float32)
+        gpu_count = st.gpu_count[rows]
+        gpu_free = st.gpu_free[rows]
+        out = np.zeros((cap.shape[0], ALLOC_COLS.stop - ALLOC_COLS.start), dtype=np.float32)
+        out[:, c["cap_cpu"]] = cap[:, CPU] / CPU_SCALE
+        out[:, c["cap_mem"]] = cap[:, MEM] / MEM_SCALE
+        out[:, c["gpu_count"]] = gpu_count / DEVICE_SLOTS
+        out[:, c["free_cpu"]] = st.free_res[rows, CPU] / cap[:, CPU]
+        out[:, c["free_mem"]] = st.free_res[rows, MEM] / cap[:, MEM]
+        out[:, c["free_gpu"]] = np.where(gpu_count > 0, gpu_free.sum(axis=1)
+                                         / np.maximum(cap[:, GPU], 1.0), 0.0)
+        out[:, c["gpu_max_free"]] = st.gpu_max_free[rows] / MILLI_PER_DEVICE
+        out[:, c["gpu_full_devices"]] = st.gpu_full[rows] / DEVICE_SLOTS
+        # Devices most free first; nodes without GPUs have none (all zero).
+        slots = min(DEVICE_SLOTS, gpu_free.shape[1])
+        d0 = c["device_free_0"]
+        out[:, d0 : d0 + slots] = -np.sort(-gpu_free, axis=1)[:, :slots] / MILLI_PER_DEVICE
+        np.clip(out, -CLIP, CLIP, out=out)
+        return out
+
     @staticmethod
     def pod(req: PodRequest, now: float, queue_length: int, feasible_share: float) -> np.ndarray:
-        """[POD_FEATURES] float32."""
+        """[POD_FEATURES] float32 (filled as Python floats, then one array: per-element
+        writes into a numpy array cost more than the whole rest)."""
         p = req.pod
         c = POD_COL
-        f = np.zeros(POD_FEATURES, dtype=np.float32)
+        f = [0.0] * POD_FEATURES
         f[c["cpu"]] = p.cpu_milli / CPU_SCALE * 4
         f[c["mem"]] = p.memory_mib / MEM_SCALE * 4
         f[c["num_gpu"]] = p.num_gpu / DEVICE_SLOTS
@@ -215,8 +248,9 @@ class FeatureBuilder:
         f[c["hour_sin"]] = math.sin(2 * math.pi * hour / 24)
         f[c["hour_cos"]] = math.cos(2 * math.pi * hour / 24)
         f[c["feasible_share"]] = feasible_share
-        np.clip(f, -CLIP, CLIP, out=f)
-        return f
+        out = np.array(f, dtype=np.float32)
+        np.clip(out, -CLIP, CLIP, out=out)
+        return out
 
 
 class Observer:

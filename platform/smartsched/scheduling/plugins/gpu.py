@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from smartsched.model.pod import Pod
-from smartsched.model.resources import CPU, MILLI_PER_DEVICE
+from smartsched.model.resources import CPU, GPU, MILLI_PER_DEVICE
 from smartsched.scheduling.framework import MAX_NODE_SCORE, CycleContext
 from smartsched.scheduling.plugins.k8s import NoArgs
 from smartsched.twin.fragmentation import TargetWorkload, node_fragmentation, typical_pods
@@ -52,6 +52,13 @@ def _cpu_left(st: ClusterState) -> np.ndarray:
     return st.free_res[:, CPU]
 
 
+def _gpu_left(st: ClusterState) -> np.ndarray:
+    """Each node's free GPU milli over its devices: the state keeps its GPU column equal to
+    the devices' sum (tests/twin/test_invariants.py), a column read instead of a sum over
+    [N, D] at every decision."""
+    return st.free_res[:, GPU]
+
+
 class DotProd:
     """Tetris-style alignment of the pod's request with the node's free vector (merge, max)."""
 
@@ -65,7 +72,7 @@ class DotProd:
         st, req = ctx.state, ctx.request
         cpu = _pod_cpu(req)
         cpu_left = _cpu_left(st)
-        gpu_left = st.gpu_free.sum(axis=1)
+        gpu_left = _gpu_left(st)
         s = 0.5 * (cpu_left / MAX_CPU * (cpu / MAX_CPU)
                    + gpu_left / MAX_GPU * (req.vector[2] / MAX_GPU))
         return np.where(cpu_left < cpu, 0.0, np.trunc(MAX_NODE_SCORE * (1 - s)))
@@ -84,7 +91,7 @@ class GpuClustering:
         st, req = ctx.state, ctx.request
         if not req.num_gpu:
             return np.zeros(st.num_nodes)
-        gpu_left = st.gpu_free.sum(axis=1).astype(np.int64)
+        gpu_left = _gpu_left(st)
         base = 25 * (int(MAX_GPU) - gpu_left) // int(MAX_GPU)
         tags = st.gpu_pod_tags
         same = tags[:, gpu_tag(req)] > 0
@@ -134,7 +141,7 @@ class BestFit:
     def score(self, ctx: CycleContext, feasible: np.ndarray) -> np.ndarray:
         st, req = ctx.state, ctx.request
         raw = 0.5 * (_cpu_left(st) - _pod_cpu(req)) / MAX_CPU + 0.5 * (
-            st.gpu_free.sum(axis=1) - req.vector[2]
+            _gpu_left(st) - req.vector[2]
         ) / MAX_GPU
         s = np.trunc(MAX_NODE_SCORE * (1 - raw)).astype(np.int64)
         vals = s[feasible]
