@@ -213,7 +213,8 @@ class FeatureBuilder:
         out[:, c["gpu_count"]] = gpu_count / DEVICE_SLOTS
         out[:, c["free_cpu"]] = st.free_res[rows, CPU] / cap[:, CPU]
         out[:, c["free_mem"]] = st.free_res[rows, MEM] / cap[:, MEM]
-        out[:, c["free_gpu"]] = np.where(gpu_count > 0, gpu_free.sum(axis=1)
+        # The state keeps its GPU column equal to the devices' sum (as the GPU plugins read it).
+        out[:, c["free_gpu"]] = np.where(gpu_count > 0, st.free_res[rows, GPU]
                                          / np.maximum(cap[:, GPU], 1.0), 0.0)
         out[:, c["gpu_max_free"]] = st.gpu_max_free[rows] / MILLI_PER_DEVICE
         out[:, c["gpu_full_devices"]] = st.gpu_full[rows] / DEVICE_SLOTS
