@@ -918,11 +918,16 @@ def bench_fgd(variants: str, schedulers: str, seeds: str, inflate: float, worker
 @click.option("--seeds", default="0", show_default=True)
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--warmup-hours", type=float, default=6.0, show_default=True)
+@click.option("--gpu-comm-share", type=click.FloatRange(0.0, 1.0), default=0.0,
+              show_default=True,
+              help="Share of a multi-GPU pod's run spent moving data between its GPUs: "
+                   "devices spanning NUMA sockets without need stretch it (0: run times "
+                   "as the workload gives them).")
 @click.option("--workers", type=int, default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: str,
-                  hours: float, warmup_hours: float, workers: int | None,
-                  json_path: str | None) -> None:
+                  hours: float, warmup_hours: float, gpu_comm_share: float,
+                  workers: int | None, json_path: str | None) -> None:
     """Every profile through the same twin: one markdown table per workload and cluster."""
     from smartsched.bench.quality import DEFAULT_SCHEDULERS, run_quality_bench
 
@@ -931,8 +936,9 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
     if len(ws) != len(cs):
         raise click.BadParameter("give as many --cluster entries as --workload entries")
     scheds = [s for s in schedulers.split(",") if s] if schedulers else list(DEFAULT_SCHEDULERS)
+    engine = {"gpu_comm_share": gpu_comm_share} if gpu_comm_share else None
     res = run_quality_bench(list(zip(ws, cs, strict=True)), scheds, _seeds(seeds), hours,
-                            warmup_hours, workers, echo=click.echo)
+                            warmup_hours, workers, echo=click.echo, engine=engine)
     _write_json(json_path, res)
 
 

@@ -25,14 +25,21 @@ def _mode(workload: str) -> str:
     return "fill" if workload.startswith("openb:") else "replay"
 
 
-def _one(job: tuple[str, str, str, int, float, float]) -> dict[str, Any]:
-    workload, cluster, scheduler, seed, hours, warmup = job
+Job = tuple[str, str, str, int, float, float] | tuple[str, str, str, int, float, float,
+                                                     dict[str, Any]]
+
+
+def _one(job: Job) -> dict[str, Any]:
+    """(workload, cluster, scheduler, seed, hours, warm-up[, engine overrides])."""
+    workload, cluster, scheduler, seed, hours, warmup = job[:6]
+    engine = job[6] if len(job) > 6 else None  # type: ignore[misc]
     from smartsched.bench.simulate import simulate
 
     mode = _mode(workload)
     rep = simulate(cluster, workload, scheduler, mode=mode, seed=seed,
                    hours=hours if mode == "replay" else None,
-                   warmup_hours=warmup if mode == "replay" else 0.0, plots=False)
+                   warmup_hours=warmup if mode == "replay" else 0.0, plots=False,
+                   engine_overrides=engine or None)
     return {"workload": workload, "cluster": cluster, "scheduler": scheduler, "seed": seed,
             "mode": mode, "metrics": rep["metrics"], "wall_seconds": rep["wall_seconds"]}
 
@@ -71,15 +78,17 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("latency pods within SLO %", ("slo", "latency_within_slo_pct"), "{:.1f}"),
     ("cross-zone GB/h", ("cross_zone_gb_per_h",), "{:.0f}"),
     ("energy kWh", ("energy_kwh",), "{:.0f}"),
+    ("multi-GPU cross-socket %", ("device_locality", "cross_socket_pct"), "{:.1f}"),
+    ("multi-GPU costly cross-socket %", ("device_locality", "costly_cross_socket_pct"),
+     "{:.1f}"),
     ("GreenScore", ("green", "score"), "{:.3f}"),
     ("fairness", ("fairness_jain",), "{:.3f}"),
     ("decisions/s", ("decisions_per_second",), "{:.0f}"),
 )
 
 
-def run_jobs(jobs: Sequence[tuple[str, str, str, int, float, float]],
-             workers: int | None = None) -> list[dict[str, Any]]:
-    """Run (workload, cluster, scheduler, seed, hours, warm-up) jobs, each in its own
+def run_jobs(jobs: Sequence[Job], workers: int | None = None) -> list[dict[str, Any]]:
+    """Run (workload, cluster, scheduler, seed, hours, warm-up[, engine]) jobs, each in its own
     process from a pool sized to the machine's cores (one in this process if 1)."""
     from smartsched.bench.pool import map_jobs
 
@@ -94,9 +103,12 @@ def run_quality_bench(
     warmup_hours: float = 6.0,
     workers: int | None = None,
     echo: Callable[[str], Any] = print,
+    engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    jobs = [(w, c, s, seed, hours, warmup_hours) for w, c in pairs for s in schedulers
-            for seed in seeds]
+    """``engine``: twin settings for every run (``EngineConfig`` fields, e.g.
+    ``{"gpu_comm_share": 0.3}``); the defaults otherwise."""
+    jobs: list[Job] = [(w, c, s, seed, hours, warmup_hours, dict(engine or {}))
+                       for w, c in pairs for s in schedulers for seed in seeds]
     runs = run_jobs(jobs, workers)
     tables = []
     medians: dict[str, dict[str, dict[str, float | None]]] = {}
@@ -115,7 +127,7 @@ def run_quality_bench(
     text = "\n\n".join(tables)
     echo(text)
     return {"seeds": list(seeds), "hours": hours, "warmup_hours": warmup_hours,
-            "medians": medians, "runs": runs, "table": text}
+            "engine": dict(engine or {}), "medians": medians, "runs": runs, "table": text}
 
 
 def format_table(title: str, rows: dict[str, dict[str, float | None]], n_seeds: int) -> str:

@@ -9,6 +9,7 @@ built per *shape* (socket count, device count, model), not per node, so a
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -100,3 +101,35 @@ def node_topology(
         comps.append(Component("nic", n, sock))
         links.append(Link(sock, len(comps) - 1, "nic", NIC_GBPS, LOCAL_NUMA))
     return NodeTopology(tuple(comps), tuple(links))
+
+
+def fewest_sockets(per_socket: Sequence[int], k: int) -> int:
+    """The fewest NUMA sockets that hold ``k`` devices, given each socket's device count
+    (0 when ``k`` devices do not fit at all)."""
+    total = 0
+    for used, size in enumerate(sorted(per_socket, reverse=True), start=1):
+        total += size
+        if total >= k:
+            return used
+    return 0
+
+
+def locality_stretch(sockets_used: int, fewest: int, nvlink: bool, comm_share: float) -> float:
+    """How much longer a multi-GPU pod runs on devices spanning ``sockets_used`` NUMA
+    sockets than on the closest devices its node could give it (``fewest`` sockets).
+
+    The pod spends ``comm_share`` of its best-placed run exchanging data between its
+    GPUs (gradients, activations); that part runs at the bandwidth of the slowest path
+    between two of them. Over NVLink (an all-to-all mesh here) every pair has the same
+    path, so nothing stretches. Over PCIe, a path inside one socket runs at the PCIe
+    link's rate and one through the inter-socket link is charged the NUMA distance
+    ratio (REMOTE_NUMA / LOCAL_NUMA = 2.1: peer-to-peer across sockets is staged
+    through host memory, as ``nvidia-smi topo`` calls SYS against PIX/PHB). So a pod
+    that could sit on one socket and spans two or more takes
+    ``(1 - comm_share) + comm_share * 2.1`` of its time; a pod that must span sockets
+    anyway (more GPUs than a socket has) is not stretched for it: its best placement
+    already has a path through the inter-socket link.
+    """
+    if nvlink or comm_share <= 0 or fewest > 1 or sockets_used <= 1:
+        return 1.0
+    return (1.0 - comm_share) + comm_share * REMOTE_NUMA / LOCAL_NUMA

@@ -36,6 +36,7 @@ from smartsched.model.cluster import ClusterSpec
 from smartsched.model.errors import InfeasibleDecisionError, ValidationError
 from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.model.resources import CPU, GPU, MEM
+from smartsched.model.topology import fewest_sockets, locality_stretch
 from smartsched.twin.config import MODES, EngineConfig
 from smartsched.twin.decision import (
     Code,
@@ -528,11 +529,13 @@ class Engine:
             self._disrupted.discard(i)
             app = tb.pods[i].app
             self.state.disrupted[app] -= 1  # type: ignore[index]
+        if tb.num_gpu[i] > 1 and self.config.mode == "replay":
+            self._device_locality(i)
         # Started: it ends after its remaining run (gang reservations plan on this).
         self.state.bound.expect_until(self._requests[i], int(tb.node[i]),
                                       self._expected_end(i, self.now))
         if self.config.mode == "replay" and np.isfinite(tb.remaining[i]):
-            self.events.push(self.now + float(tb.remaining[i]), EV_COMPLETE,
+            self.events.push(self.now + float(tb.remaining[i] * tb.stretch[i]), EV_COMPLETE,
                              (i, int(tb.epoch[i])))
 
     def _expected_end(self, i: int, start: float) -> float:
@@ -540,7 +543,21 @@ class Engine:
         end, as in fill mode, or its length is unknown)."""
         if self.config.mode != "replay":
             return np.inf
-        return start + float(self.table.remaining[i])
+        return start + float(self.table.remaining[i] * self.table.stretch[i])
+
+    def _device_locality(self, i: int) -> None:
+        """Multi-GPU pod ``i`` starts: how far apart its devices are stretches its run
+        (``model.topology.locality_stretch``), and the metrics count it."""
+        tb, st = self.table, self.state
+        node = int(tb.node[i])
+        socket = st.gpu_socket[node]
+        used = np.unique(socket[list(tb.devices[i])]).size
+        per_socket = np.bincount(socket[socket >= 0])
+        fewest = fewest_sockets(per_socket.tolist(), int(tb.num_gpu[i]))
+        nvlink = bool(st.gpu_nvlink[node])
+        stretch = locality_stretch(used, fewest, nvlink, self.config.gpu_comm_share)
+        tb.stretch[i] = stretch
+        self.metrics.multi_gpu_started(i, used, fewest, nvlink, stretch)
 
     def _unbind(self, i: int) -> None:
         tb = self.table
@@ -739,9 +756,10 @@ class Engine:
         """Running pod ``i`` stops: count what it loses, and its downtime starts."""
         tb = self.table
         elapsed = self.now - float(tb.last_start[i])
-        keep = float(saved_work(elapsed, tb.resume_every[i]))
+        stretch = float(tb.stretch[i])  # wall seconds per second of work in this run
+        keep = float(saved_work(elapsed / stretch, tb.resume_every[i]))
         tb.remaining[i] = max(float(tb.remaining[i]) - keep, 0.0)
-        self.metrics.lost_work(i, elapsed - keep)
+        self.metrics.lost_work(i, elapsed - keep * stretch)
         tb.down_from[i] = self.now
 
     # ---------------------------------------------------------------- gangs

@@ -169,6 +169,10 @@ class MetricsRecorder:
         # Pods stopped by a node failure and running again: (class, failure -> bound again
         # (nan: restarted in place), failure -> running).
         self.replacements: list[tuple[int, float, float]] = []
+        # Starts of multi-GPU pods after the warm-up (replay): (sockets their devices span,
+        # fewest sockets their node could give, NVLink-meshed node, run stretch: 1 unless
+        # gpu_comm_share > 0).
+        self.multi_gpu_starts: list[tuple[int, int, bool, float]] = []
 
     def _green(self) -> dict[str, float | None]:
         """GreenScore and its terms over the run (module docstring); None before any energy."""
@@ -253,6 +257,28 @@ class MetricsRecorder:
         """An evicted pod lost ``seconds`` of running it will do again."""
         if self.t_last >= self.measure_from:
             self.lost_s_cls[self.table.cls[pod]] += seconds
+
+    def multi_gpu_started(self, pod: int, sockets: int, fewest: int, nvlink: bool,
+                          stretch: float) -> None:
+        """A multi-GPU pod started on devices spanning ``sockets`` NUMA sockets."""
+        if self.t_last >= self.measure_from:
+            self.multi_gpu_starts.append((sockets, fewest, nvlink, stretch))
+
+    def _device_locality(self) -> dict[str, float] | None:
+        """The multi-GPU starts' figures (None: no multi-GPU pod started)."""
+        if not self.multi_gpu_starts:
+            return None
+        a = np.asarray(self.multi_gpu_starts, dtype=np.float64)
+        cross = a[:, 0] > 1
+        # Crossings that slow the pod: one socket could have held its devices, and no
+        # NVLink mesh joins them (what ``locality_stretch`` charges).
+        costly = cross & (a[:, 1] <= 1) & (a[:, 2] == 0)
+        return {"multi_gpu_starts": int(a.shape[0]),
+                "cross_socket_pct": float(100 * cross.mean()),
+                "costly_cross_socket_pct": float(100 * costly.mean()),
+                "stretch_mean": float(a[:, 3].mean()),
+                "stretch_p95": float(np.percentile(a[:, 3], 95)),
+                "stretch_std": float(a[:, 3].std())}
 
     def node_failed(self, node: int, now: float) -> None:
         self.failure_log.append((now, node))
@@ -559,6 +585,7 @@ class MetricsRecorder:
                 "lost_pod_hours": float(self.lost_s_cls.sum() / 3600.0),
                 "deadline_missed": self._deadline_missed(measured),
             },
+            "device_locality": self._device_locality(),
             "rejections_by_reason": dict(sorted(self.rejections.items())),
             "rejections_by_plugin": dict(sorted(self.rejections_by_plugin.items())),
             "decision_latency_us": {

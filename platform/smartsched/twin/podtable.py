@@ -99,6 +99,9 @@ class PodTable:
         self.remaining = self.duration.copy()
         self.resume_every = np.array([_resume_every(x) for x in pods], dtype=np.float64)
         self.last_start = np.full(p, np.nan)  # when the current run began (first: started_at)
+        # Wall seconds per second of work in the current run (> 1: a multi-GPU pod whose
+        # devices span NUMA sockets it did not need to, EngineConfig.gpu_comm_share).
+        self.stretch = np.ones(p)
         # Image pulls: the image's id in ClusterState.images (-1: none), the layers a pull
         # pinned on the pod's node, and seconds from binding to the container's start.
         self.image = np.full(p, -1, dtype=np.int64)

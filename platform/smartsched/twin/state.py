@@ -23,6 +23,7 @@ from smartsched.model.errors import InfeasibleDecisionError, UnknownReferenceErr
 from smartsched.model.pod import POD_CLASS_IDS, Pod
 from smartsched.model.resources import (
     CPU,
+    DEVICE_MODELS,
     FPGA,
     GPU,
     GPU_MODEL_IDS,
@@ -185,6 +186,9 @@ class ClusterState:
         # Device topology: NUMA socket and PCIe switch of each GPU (-1 where none).
         self.gpu_socket = np.full((n, self.max_devices), -1, dtype=np.int16)
         self.gpu_switch = np.full((n, self.max_devices), -1, dtype=np.int16)
+        # Whether a node's GPUs are meshed by NVLink (then no pair of them is far apart).
+        self.gpu_nvlink = np.array([x.num_gpu > 1 and DEVICE_MODELS[x.gpu_model].nvlink
+                                    for x in nodes], dtype=bool)
         for i, x in enumerate(nodes):
             if x.num_gpu:
                 topo = x.topology()
