@@ -118,6 +118,12 @@ def test_auth_is_required_for_mutations(service: str) -> None:
         ({"id": "x", "cpu_milli": 1, "num_gpu": 1}, 422, "gpu_milli"),
         ({"id": "x", "cpu_milli": 1, "allowed_regions": ["mars"]}, 404, "allowed_regions"),
         ({"id": "x", "cpu_milli": 1, "origin_site": "nowhere"}, 404, "origin_site"),
+        # JSON's own types only: true is not 1 millicore, "500" not 500, 2.0 not 2 GPUs.
+        ({"id": "x", "cpu_milli": True}, 422, "cpu_milli"),
+        ({"id": "x", "cpu_milli": "500"}, 422, "cpu_milli"),
+        ({"id": "x", "cpu_milli": 1, "num_gpu": 2.0, "gpu_milli": 1000}, 422, "num_gpu"),
+        ({"id": "x", "cpu_milli": 1, "latency_slo_ms": "5"}, 422, "latency_slo_ms"),
+        ({"id": "x", "cpu_milli": 1, "priority": False}, 422, "priority"),
     ],
 )
 def test_bad_bodies_name_the_field(service: str, auth: dict, pod: dict, status: int,
@@ -425,6 +431,11 @@ def test_a_chunked_body_over_the_limit_is_a_413(service: str, auth: dict) -> Non
     ([{"name": "t-0", "site": "mec-0", "memory_mib": 1024}], "cpu_milli"),
     ([{"name": "t-0", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024,
        "num_fpga": 1, "fpga_model": "nope"}], "fpga_model"),
+    ([{"name": "t-0", "site": "mec-0", "cpu_milli": "1000", "memory_mib": 1024}], "cpu_milli"),
+    ([{"name": "t-0", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024,
+       "unschedulable": "no"}], "unschedulable"),
+    ([{"name": "t-0", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024,
+       "usage": {"cpu": True, "memory": 0.1}}], "usage"),
 ])
 def test_bad_node_updates_name_the_field_and_change_nothing(service: str, operator: dict,
                                                             nodes: list, field: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.resources import (
@@ -36,29 +36,36 @@ def _text(v: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_text)]
+# Numbers and flags as JSON has them: ``true`` is not 1 and ``"100"`` not 100 (lax
+# coercion would place a pod asking ``"cpu_milli": true`` with one millicore: a client
+# bug answered with a silent wrong placement instead of a 422 naming the field). An
+# integer is fine where a float is asked.
+Int = Annotated[int, Strict()]
+Num = Annotated[float, Strict()]
+Flag = Annotated[bool, Strict()]
 
 
 class PodSpec(BaseModel):
     """One pod, in the model's units (millicores, MiB, GPU milli of 1000 per device)."""
 
     id: Text = Field(min_length=1, max_length=253)
-    cpu_milli: int = Field(0, ge=0, le=MAX_NODE_CPU_MILLI)
-    memory_mib: int = Field(0, ge=0, le=MAX_NODE_MEMORY_MIB)
-    num_gpu: int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
-    gpu_milli: int = Field(0, ge=0, le=MILLI_PER_DEVICE)
-    num_fpga: int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
+    cpu_milli: Int = Field(0, ge=0, le=MAX_NODE_CPU_MILLI)
+    memory_mib: Int = Field(0, ge=0, le=MAX_NODE_MEMORY_MIB)
+    num_gpu: Int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
+    gpu_milli: Int = Field(0, ge=0, le=MILLI_PER_DEVICE)
+    num_fpga: Int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
     pod_class: PodClass = Field(PodClass.BATCH, alias="class")
     tenant: Text = Field("default", min_length=1, max_length=253)
-    priority: int = Field(0, ge=-(2**31), le=2**31 - 1)
+    priority: Int = Field(0, ge=-(2**31), le=2**31 - 1)
     gpu_models: list[Text] = Field(default_factory=list, max_length=32)
     node_selector: dict[Text, Text] = Field(default_factory=dict, max_length=64)
     tolerations: list[Text] = Field(default_factory=list, max_length=64)
     allowed_regions: list[Text] = Field(default_factory=list, max_length=64)
     origin_site: Text | None = None
-    latency_slo_ms: float | None = Field(None, gt=0, le=1e6)
-    duration_s: float | None = Field(None, gt=0, le=1e9)
+    latency_slo_ms: Num | None = Field(None, gt=0, le=1e6)
+    duration_s: Num | None = Field(None, gt=0, le=1e9)
     gang_id: Text | None = Field(None, min_length=1, max_length=253)
-    gang_size: int = Field(1, ge=1, le=10_000)
+    gang_size: Int = Field(1, ge=1, le=10_000)
     app: Text | None = Field(None, min_length=1, max_length=253)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -83,8 +90,8 @@ class PlacementRequest(BaseModel):
     request_id: Text | None = Field(None, min_length=1, max_length=128,
                                    description="Idempotency key: a retry returns the same answer")
     pod: PodSpec
-    ttl_s: float = Field(60.0, gt=0, le=86_400, description="Reservation lifetime")
-    validate_: bool = Field(False, alias="validate", description=(
+    ttl_s: Num = Field(60.0, gt=0, le=86_400, description="Reservation lifetime")
+    validate_: Flag = Field(False, alias="validate", description=(
         "Validate the placement in the twin's sandbox before it is made (the site's "
         "sandbox policy may validate it anyway)"))
 
@@ -93,8 +100,8 @@ class BatchPlacementRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     request_id: Text | None = Field(None, min_length=1, max_length=128)
     pods: list[PodSpec] = Field(min_length=1, max_length=MAX_BATCH)
-    ttl_s: float = Field(60.0, gt=0, le=86_400)
-    validate_: bool = Field(False, alias="validate", description=(
+    ttl_s: Num = Field(60.0, gt=0, le=86_400)
+    validate_: Flag = Field(False, alias="validate", description=(
         "Validate the whole batch in the twin's sandbox before it is made"))
 
 
@@ -176,9 +183,9 @@ class NodeUsage(BaseModel):
     """Observed use of a node (fractions of capacity), e.g. from Prometheus."""
 
     model_config = ConfigDict(extra="forbid")
-    cpu: float = Field(ge=0, le=4, allow_inf_nan=False)
-    memory: float = Field(ge=0, le=4, allow_inf_nan=False)
-    gpu: float = Field(0.0, ge=0, le=4, allow_inf_nan=False)
+    cpu: Num = Field(ge=0, le=4, allow_inf_nan=False)
+    memory: Num = Field(ge=0, le=4, allow_inf_nan=False)
+    gpu: Num = Field(0.0, ge=0, le=4, allow_inf_nan=False)
 
 
 class NodeUpdate(BaseModel):
@@ -195,20 +202,20 @@ class NodeUpdate(BaseModel):
     site: Text = Field(min_length=1, max_length=253)
     zone: Text | None = Field(None, min_length=1, max_length=253)
     rack: Text | None = Field(None, min_length=1, max_length=253)
-    cpu_milli: int | None = Field(None, ge=1, le=MAX_NODE_CPU_MILLI)
-    memory_mib: int | None = Field(None, ge=1, le=MAX_NODE_MEMORY_MIB)
-    num_gpu: int | None = Field(None, ge=0, le=MAX_DEVICES_PER_NODE)
+    cpu_milli: Int | None = Field(None, ge=1, le=MAX_NODE_CPU_MILLI)
+    memory_mib: Int | None = Field(None, ge=1, le=MAX_NODE_MEMORY_MIB)
+    num_gpu: Int | None = Field(None, ge=0, le=MAX_DEVICES_PER_NODE)
     gpu_model: Text | None = Field(None, max_length=64)
-    num_fpga: int | None = Field(None, ge=0, le=MAX_DEVICES_PER_NODE)
+    num_fpga: Int | None = Field(None, ge=0, le=MAX_DEVICES_PER_NODE)
     fpga_model: Text | None = Field(None, max_length=64)
-    sockets: int | None = Field(None, ge=1, le=16)
+    sockets: Int | None = Field(None, ge=1, le=16)
     labels: dict[Text, Text] | None = Field(None, max_length=128)
     taints: list[Text] | None = Field(None, max_length=64)
-    unschedulable: bool | None = None
-    idle_watts: float | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)
-    max_watts: float | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)
-    image_disk_mib: int | None = Field(None, ge=0, le=64 * 1024 * 1024)
-    pull_mbps: float | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
+    unschedulable: Flag | None = None
+    idle_watts: Num | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)
+    max_watts: Num | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)
+    image_disk_mib: Int | None = Field(None, ge=0, le=64 * 1024 * 1024)
+    pull_mbps: Num | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
     usage: NodeUsage | None = None
 
     def changes(self) -> dict[str, object]:
