@@ -106,3 +106,10 @@ def test_metrics_against_hand_computed_values() -> None:
     assert res["models"]["seasonal naive"]["t0"]["aggregate"]["MAE"] == 0.0
     assert res["models"]["last value"]["t0"]["aggregate"]["MAE"] == pytest.approx(
         2 * res["models"]["last value"]["t0"]["machine"]["MAE"])
+
+
+def test_a_damaged_parquet_series_file_is_named(tmp_path) -> None:
+    bad = tmp_path / "usage.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    with pytest.raises(ValidationError, match="not a readable Parquet file"):
+        load_long(bad)

@@ -40,3 +40,35 @@ def test_bad_pod_row_names_row(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as e:
         read_pods(tmp_path / "bad.parquet")
     assert e.value.field == "cpu_milli" and e.value.row == 1
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not parquet", "other table", "no sites",
+                                    "bad json", "wrong types"])
+def test_a_cluster_file_that_is_not_one_is_named_not_a_traceback(tmp_path: Path,
+                                                                 damage: str) -> None:
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = tmp_path / "good.parquet"
+    write_cluster(load_cluster("small"), good)
+    bad = tmp_path / "bad.parquet"
+    table = pq.read_table(good)
+    meta = json.loads(table.schema.metadata[b"smartsched.cluster"])
+    if damage == "truncated":
+        bad.write_bytes(good.read_bytes()[:200])
+    elif damage == "not parquet":
+        bad.write_bytes(b"PAR1 this is not a parquet file")
+    elif damage == "other table":
+        pq.write_table(pa.table({"x": [1, 2]}), bad)
+    else:
+        if damage == "no sites":
+            del meta["sites"]
+        elif damage == "wrong types":
+            meta["zones"] = [{"name": 3, "site": None, "extra": 1}]
+        raw = b"{not json" if damage == "bad json" else json.dumps(meta).encode()
+        pq.write_table(table.replace_schema_metadata({"smartsched.cluster": raw}), bad)
+    with pytest.raises(ValidationError) as e:
+        read_cluster(bad)
+    assert e.value.field in ("file", "metadata") and str(bad) in str(e.value)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from smartsched.model.errors import ValidationError
 
@@ -45,7 +46,10 @@ def _read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise ValidationError("data", f"no such file: {path}")
     if path.suffix == ".parquet":
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise ValidationError("data", f"{path}: not a readable Parquet file: {e}") from None
     try:
         return pd.read_csv(path)
     except (pd.errors.ParserError, UnicodeDecodeError) as e:

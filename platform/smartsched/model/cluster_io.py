@@ -66,13 +66,28 @@ def write_cluster(spec: ClusterSpec, path: str | Path) -> None:
 
 
 def read_cluster(path: str | Path) -> ClusterSpec:
-    """Read a cluster written by :func:`write_cluster`."""
+    """Read a cluster written by :func:`write_cluster`; a file that is not one (not
+    Parquet, truncated, another schema, edited metadata) is a ValidationError naming
+    what is wrong, never a reader's traceback."""
     src = str(path)
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise ValidationError("file", f"cannot read Parquet: {e}", source=src) from None
     raw = (table.schema.metadata or {}).get(b"smartsched.cluster")
     if raw is None:
         raise ValidationError("metadata", "not a SmartSched cluster file", source=src)
-    meta = json.loads(raw)
+    try:
+        return _cluster_of(table, json.loads(raw), src)
+    except ValidationError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as e:
+        what = f"{type(e).__name__}: {e}"[:200]
+        raise ValidationError("metadata", f"malformed cluster file ({what})",
+                              source=src) from None
+
+
+def _cluster_of(table: pa.Table, meta: dict, src: str) -> ClusterSpec:
     sites = []
     for s in meta["sites"]:
         c = s.pop("carbon")
