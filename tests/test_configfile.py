@@ -69,3 +69,11 @@ def test_validate_names_list_items_as_written() -> None:
         validate(Doc, {"colour": 1})
     assert e.value.field == "colour"
     assert validate(Doc, None).items == []
+
+
+def test_a_binary_file_is_named_not_a_decode_traceback(tmp_path) -> None:
+    bad = tmp_path / "nodes.json"
+    bad.write_bytes(b"\xff\xfe\x00garbage\n")
+    with pytest.raises(ValidationError, match="not UTF-8") as e:
+        read_yaml(bad, "nodes")
+    assert e.value.field == "nodes"

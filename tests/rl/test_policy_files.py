@@ -29,6 +29,35 @@ def test_a_damaged_policy_names_the_scheduler(tmp_path: Path, damaged: str, cont
     assert e.value.field == "scheduler" and says in e.value.message
 
 
+@pytest.mark.parametrize(("where", "value", "says"), [
+    (("model_config", "hidden"), 2_000_000, "sizes no SmartSched policy has"),
+    (("model_config", "topology_dim"), 10**9, "sizes no SmartSched policy has"),
+    (("model_config", "hidden"), True, "sizes no SmartSched policy has"),
+    (("action_space", "n"), 10**12, "sizes no SmartSched policy has"),
+    (("observation_space", "nodes", "shape"), [100_000_000, 48], "not a list of sizes"),
+    (("observation_space", "nodes", "shape"), [200_000, 200], "sizes no SmartSched policy"),
+    (("observation_space", "pod", "shape"), [-1], "not a list of sizes"),
+    (("observation_space", "pod", "shape"), "19", "not a list of sizes"),
+])
+def test_a_spec_declaring_absurd_sizes_is_refused_before_anything_is_built(
+        tmp_path: Path, where: tuple, value: object, says: str) -> None:
+    """A spec is data: its sizes must not size allocations (a crafted one could ask for
+    terabytes while the module is built, before any weight is read)."""
+    import json
+
+    folder = tmp_path / "policy"
+    shutil.copytree(SHIPPED, folder)
+    spec = json.loads((folder / "module_spec.json").read_text())
+    target = spec
+    for k in where[:-1]:
+        target = target[k]
+    target[where[-1]] = value
+    (folder / "module_spec.json").write_text(json.dumps(spec))
+    with pytest.raises(ValidationError) as e:
+        make_scheduler(f"rl:{folder}", 0)
+    assert e.value.field == "scheduler" and says in e.value.message, e.value.message
+
+
 def test_the_shipped_policy_holds_no_pickle() -> None:
     # Loading a pickle runs whatever it holds: the export is JSON plus tensors only.
     assert not list(SHIPPED.glob("*.pkl"))

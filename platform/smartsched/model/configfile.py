@@ -39,9 +39,12 @@ def read_yaml(path: str | Path, field: str, *, kind: str = "YAML",
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ValidationError(field, f"cannot read {path}: {e}") from None
+    except UnicodeDecodeError as e:  # a binary file, or another encoding
+        raise ValidationError(field, f"{path} is not UTF-8 text: {e.reason} at byte "
+                              f"{e.start}") from None
     return read_yaml_text(text, field, source=str(path) if cite_source else None, kind=kind)
 
 

@@ -82,6 +82,7 @@ def load_module(folder: Path) -> Any:
         if cls is None:
             raise ValidationError("scheduler", f"{folder}: module class {spec['class']!r} "
                                   "is not one SmartSched builds")
+        _check_sizes(spec, folder)
         obs = gym.spaces.Dict({k: gym.spaces.Box(b["low"], b["high"], tuple(b["shape"]),
                                                  np.dtype(b["dtype"]))
                                for k, b in spec["observation_space"].items()})
@@ -96,6 +97,37 @@ def load_module(folder: Path) -> Any:
         raise ValidationError("scheduler", f"cannot load the policy module at {folder} "
                               f"({type(e).__name__}): re-export or retrain it") from None
     return module
+
+
+# What a policy SmartSched trains can declare: far above any real one (a 100,000-node
+# cluster, 4,096 hidden units), far below what would exhaust memory while the module is
+# built, before its weights are even read (a spec is data: it must not size allocations).
+MAX_OBS_VALUES = 20_000_000
+MAX_HIDDEN = 4096
+MAX_ACTIONS = 1_000_001
+
+
+def _check_sizes(spec: dict[str, Any], folder: Path) -> None:
+    """Refuse a spec whose spaces or layers are absurdly large (ValidationError)."""
+    total = 0
+    for k, b in spec["observation_space"].items():
+        shape = b["shape"]
+        if not (isinstance(shape, list) and shape and all(
+                isinstance(d, int) and not isinstance(d, bool) and 0 < d <= MAX_OBS_VALUES
+                for d in shape)):
+            raise ValidationError("scheduler", f"{folder}: observation {k!r} has shape "
+                                  f"{str(shape)[:60]}, not a list of sizes in 1.."
+                                  f"{MAX_OBS_VALUES:,}")
+        total += int(np.prod(shape, dtype=np.float64))
+    n = spec["action_space"]["n"]
+    widths = [spec["model_config"].get(k, 32) for k in ("hidden", "topology_dim")]
+    if total > MAX_OBS_VALUES or not (isinstance(n, int) and 0 < n <= MAX_ACTIONS) or not all(
+            isinstance(w, int) and not isinstance(w, bool) and 0 < w <= MAX_HIDDEN
+            for w in widths):
+        raise ValidationError("scheduler", f"{folder}: the module spec declares sizes no "
+                              f"SmartSched policy has (observation values {total:.3g}, "
+                              f"actions {str(n)[:20]}, hidden and topology widths "
+                              f"{str(widths)[:40]})")
 
 
 def read_module(folder: Path) -> Any:
