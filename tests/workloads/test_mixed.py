@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from smartsched.model.errors import ValidationError
 from smartsched.model.pod import PodClass
 from smartsched.model.presets import load_cluster
 from smartsched.workloads.mixed import generate_mixed
@@ -80,3 +82,48 @@ def test_priority_classes_resolve_and_bad_ones_name_the_field() -> None:
     with pytest.raises(ValidationError) as e:
         generate_mixed(spec, hours=2, seed=0, profile=bad)
     assert e.value.field == "workload.priority_classes.batch.preemption_policy"
+
+
+@pytest.mark.parametrize(("section", "key", "value", "field"), [
+    ("online", "load", -1, "workload.online.load"),
+    ("online", "load", float("nan"), "workload.online.load"),
+    ("online", "load", True, "workload.online.load"),
+    ("batch", "duration_hours_mean", 0, "workload.batch.duration_hours_mean"),
+    ("edge-rt", "cpu_milli", [], "workload.edge-rt.cpu_milli"),
+    ("edge-rt", "cpu_milli", [500, -5], "workload.edge-rt.cpu_milli.1"),
+    ("ai-infer", "gpu_milli", [5000], "workload.ai-infer.gpu_milli.0"),
+    ("ai-train", "gpus", {1: -1}, "workload.ai-train.gpus.1"),
+    ("ai-train", "gpus", {100: 1.0}, "workload.ai-train.gpus"),  # nothing fits small
+    ("batch", "best_effort_share", 2, "workload.batch.best_effort_share"),
+    ("batch", "window_hours", [30, 4], "workload.batch.window_hours.0"),
+    ("online", "apps", 0, "workload.online.apps"),
+    ("online", "flash_sale", {"hour": 20, "minutes": 15, "multiplier": 1e12,
+                              "duration_hours_mean": 0.75},
+     "workload.online.flash_sale.multiplier"),
+    ("day", "night_floor", -2, "workload.day.night_floor"),
+])
+def test_profile_numbers_out_of_range_name_the_field(section: str, key: str, value: object,
+                                                     field: str) -> None:
+    """A negative load or an empty size list used to come out as no pods or a "math domain
+    error"; a load of 10^6 as an attempt to allocate billions of pods."""
+    import copy
+
+    from smartsched.workloads.mixed import load_profile
+
+    profile = copy.deepcopy(load_profile())
+    profile.setdefault(section, {})[key] = value
+    with pytest.raises(ValidationError) as e:
+        generate_mixed(load_cluster("small"), hours=2.0, seed=0, profile=profile)
+    assert e.value.field == field, str(e.value)
+
+
+def test_a_profile_implying_more_pods_than_a_run_can_hold_is_refused() -> None:
+    import copy
+
+    from smartsched.workloads.mixed import MAX_ARRIVALS, load_profile
+
+    profile = copy.deepcopy(load_profile())
+    profile["online"]["duration_hours_mean"] = 1e-6  # within range, absurd with the load
+    with pytest.raises(ValidationError, match=f"at most {MAX_ARRIVALS:,}") as e:
+        generate_mixed(load_cluster("small"), hours=2.0, seed=0, profile=profile)
+    assert e.value.field == "workload.online"

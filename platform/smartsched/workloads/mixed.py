@@ -28,6 +28,7 @@ from smartsched.model.pod import Pod, PodClass
 from smartsched.model.presets import GPU_NODE_TAINT
 from smartsched.model.priority import priority_classes, resolve
 from smartsched.workloads.images import assign_images, catalogue
+from smartsched.workloads.profile_checks import check_profile
 from smartsched.workloads.profiles import default_usage
 
 HOUR = 3600.0
@@ -60,6 +61,10 @@ def load_profile(path: str | Path | None = None) -> dict[str, Any]:
     return deep_merge(load_profile(base), doc)
 
 
+# Pods one generated workload may hold: ~100 days of the `large` preset (95,000 a day).
+MAX_ARRIVALS = 10_000_000
+
+
 class _Gen:
     def __init__(self, cluster: ClusterSpec, profile: dict[str, Any], hours: float, seed: int):
         self.c = cluster
@@ -83,6 +88,7 @@ class _Gen:
         self.gpus = cluster.total_gpus
         self.max_gpu_node = max((n.num_gpu for n in cluster.nodes), default=0)
         self.pods: list[Pod] = []
+        self.expected = 0.0  # arrivals drawn so far, in expectation (``count``)
 
     def section(self, name: str) -> dict[str, Any]:
         sec = self.p.get(name, {})
@@ -106,11 +112,22 @@ class _Gen:
         floor = 1.0 - daytime * (1.0 - self.floor)
         return floor + (1.0 - floor) * d
 
+    def count(self, expected: float) -> int:
+        """A Poisson draw of ``expected`` arrivals, refused when the profile's numbers
+        imply more pods than any simulation here could hold (a load of 10^5, a mean
+        duration of a millisecond): a named error instead of exhausting memory."""
+        self.expected += expected
+        if not np.isfinite(self.expected) or self.expected > MAX_ARRIVALS:
+            raise ValueError(f"its load, sizes and durations imply {self.expected:.3g} pods "
+                             f"over {self.horizon / HOUR:g} h (at most {MAX_ARRIVALS:,}): "
+                             "check load and duration_hours_mean")
+        return int(self.rng.poisson(expected))
+
     def arrivals(self, rate_peak_per_s: float, shape_fn: Any) -> np.ndarray:
         """Thinned Poisson arrival times over the horizon (sorted)."""
         if rate_peak_per_s <= 0 or self.horizon <= 0:
             return np.zeros(0)
-        n = self.rng.poisson(rate_peak_per_s * self.horizon)
+        n = self.count(rate_peak_per_s * self.horizon)
         t = np.sort(self.rng.uniform(0.0, self.horizon, n))
         keep = self.rng.uniform(0.0, 1.0, n) < shape_fn(t)
         return t[keep]
@@ -156,7 +173,7 @@ class _Gen:
             extra_rate = rate * (float(fs["multiplier"]) - 1.0)
             starts = np.arange(start, self.horizon, 24 * HOUR)
             for st in starts:
-                n = self.rng.poisson(extra_rate * min(span, self.horizon - st))
+                n = self.count(extra_rate * min(span, self.horizon - st))
                 ts = np.sort(self.rng.uniform(st, min(st + span, self.horizon), n))
                 t = np.concatenate([t, ts])
                 dur = np.concatenate([dur, self.durations(float(fs["duration_hours_mean"]), n)])
@@ -180,6 +197,10 @@ class _Gen:
             return
         sizes = {int(k): float(v) for k, v in s["gpus"].items() if int(k) <= self.gpus // 2 or
                  int(k) == 1}
+        if sum(sizes.values()) <= 0:
+            raise ValidationError("workload.ai-train.gpus", f"no job size with weight fits "
+                                  f"this cluster ({self.gpus} GPUs: jobs of up to "
+                                  f"{max(1, self.gpus // 2)} GPUs, or 1)")
         g = np.array(list(sizes), dtype=np.int64)
         w = np.array(list(sizes.values()))
         w /= w.sum()
@@ -307,7 +328,9 @@ def generate_mixed(
     """Generate the mixed workload for ``cluster`` over ``hours``, sorted by arrival."""
     if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= 24 * 366:
         raise ValidationError("hours", f"must be within (0, 8784], got {hours}")
-    gen = _Gen(cluster, load_profile() if profile is None else profile, hours, seed)
+    doc = load_profile() if profile is None else profile
+    check_profile(doc)
+    gen = _Gen(cluster, doc, hours, seed)
     for section, step in (("online", gen.online), ("ai-train", gen.ai_train),
                           ("ai-infer", gen.ai_infer), ("batch", gen.batch), ("edge-rt", gen.edge)):
         try:
