@@ -212,6 +212,24 @@ def test_bad_train_config_is_named(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "env.clusterr" in r.output
 
 
+@pytest.mark.parametrize(("doc", "field"), [
+    ("env: {hours: -3}", "env.hours"),
+    ("env: {weight_sampling: nope}", "env.weight_sampling"),
+    ("env: {reward_weights: {utilization: -1}}", "env.reward_weights.utilization"),
+    ("model: {hidden: 0}", "model.hidden"),
+    ("model: {hidden: 10000000}", "model.hidden"),
+    ("model: {colour: red}", "model.colour"),
+    ("env_runners: {rollout_fragment_length: -3}", "env_runners.rollout_fragment_length"),
+])
+def test_values_ray_workers_would_choke_on_are_named_before_ray_starts(
+        tmp_path: Path, doc: str, field: str) -> None:
+    """Each of these ended in a traceback from a remote env runner or learner."""
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text(doc + "\n")
+    r = CliRunner().invoke(main, ["train", "--config", str(cfg)])
+    assert r.exit_code == 2 and f"{field}:" in r.output, r.output
+
+
 def test_unknown_policy_path(tmp_path: Path) -> None:
     r = CliRunner().invoke(main, ["simulate", "--scheduler", f"rl:{tmp_path}/nope",
                                   "--no-plots"])

@@ -8,7 +8,7 @@ iterations, checkpoint cadence and the output directory. Errors name the field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,7 +20,7 @@ class EnvRunners(BaseModel):
     model_config = ConfigDict(extra="forbid")
     num_env_runners: int = Field(1, ge=0, le=256)
     num_envs_per_env_runner: int = Field(1, ge=1, le=256)
-    rollout_fragment_length: int | Literal["auto"] = "auto"
+    rollout_fragment_length: Annotated[int, Field(ge=1, le=1_000_000)] | Literal["auto"] = "auto"
     sample_timeout_s: float = Field(300.0, gt=0)
 
 
@@ -35,6 +35,18 @@ class Training(BaseModel):
     entropy_coeff: float = Field(0.01, ge=0)
     vf_loss_coeff: float = Field(0.5, ge=0)
     grad_clip: float | None = Field(0.5, gt=0)
+
+
+class Model(BaseModel):
+    """``NodeScorerModule``'s settings (``rl.module``): widths and switches."""
+
+    model_config = ConfigDict(extra="forbid")
+    hidden: int = Field(64, ge=1, le=4096)
+    topology: bool = True
+    topology_dim: int = Field(32, ge=1, le=4096)
+    heuristic_prior: bool = False
+    prior_scale: float = Field(10.0, gt=0, le=1e6, allow_inf_nan=False)
+    vf_share_layers: bool = False
 
 
 class TrainConfig(BaseModel):
@@ -54,11 +66,24 @@ class TrainConfig(BaseModel):
 
 def load_train_config(path: str | Path) -> TrainConfig:
     path = Path(path)
-    cfg = validate(TrainConfig, read_yaml(path, "config"), source=str(path))
+    cfg = validate(TrainConfig, read_yaml(path, "config"), source=str(path),
+                   drop=("constrained-int",))
     if cfg.training.minibatch_size > cfg.training.train_batch_size_per_learner:
         raise ValidationError("training.minibatch_size", "must be <= train_batch_size_per_learner",
                               source=str(path))
-    from smartsched.rl.env import EnvConfig
-
-    EnvConfig.from_dict(cfg.env)  # validate env keys now, not in a remote runner
+    check_train_config(cfg, str(path))
     return cfg
+
+
+def check_train_config(cfg: TrainConfig, source: str | None = None) -> None:
+    """What RLlib's env runners and learner would otherwise find in a remote process (a
+    traceback from a Ray worker): the model's settings, and the env's, by building one
+    env here and resetting it (a day on the first cluster's warm-up: a second or two)."""
+    validate(Model, cfg.model, prefix="model", source=source)
+    from smartsched.rl.env import SchedulingEnv
+
+    try:
+        SchedulingEnv(cfg.env).reset(seed=cfg.seed)
+    except ValidationError as e:
+        field = e.field if e.field.startswith("env.") else f"env.{e.field}"
+        raise ValidationError(field, e.message, source=source) from None

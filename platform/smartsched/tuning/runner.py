@@ -171,9 +171,11 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
     if "cluster" in env:  # one, or a list drawn per episode
         c = env["cluster"]
         env["cluster"] = [local(x) for x in c] if isinstance(c, list) else local(c)
-    from smartsched.rl.config import TrainConfig
+    from smartsched.model.configfile import validate
+    from smartsched.rl.config import TrainConfig, check_train_config
 
-    TrainConfig.model_validate(train_doc)  # a bad override fails here, not in every trial
+    # A bad override fails here, named, not as a traceback in every trial.
+    check_train_config(validate(TrainConfig, train_doc))
     out = Path(output_dir or sweep.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
 
