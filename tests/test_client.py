@@ -109,3 +109,19 @@ def test_the_client_retries_unavailable_but_not_server_faults() -> None:
         assert {auth for _, auth in seen} == {"Bearer operator-token"}
     finally:
         server.shutdown()
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    (None, "error: no answer from the placement service at"),  # nobody listens there
+    ("notaurl", "error: url: not a service URL"),
+    ("http://[::1", "error: url: not a service URL"),
+])
+def test_an_unreachable_or_malformed_service_url_is_one_line_not_a_traceback(
+        tmp_path: Path, url: str | None, says: str) -> None:
+    from smartsched.cli import main
+
+    f = tmp_path / "pod.yaml"
+    f.write_text("{id: p, cpu_milli: 100}\n")
+    r = CliRunner().invoke(main, ["place", "--url", url or f"http://127.0.0.1:{free_port()}",
+                                  str(f)])
+    assert r.exit_code == 2 and r.output.startswith(says), r.output

@@ -26,6 +26,11 @@ from smartsched.model.errors import SmartSchedError, ValidationError
 from smartsched.serving.schemas import PlacementResponse, PodSpec, RegionSummary
 
 
+class ServiceUnreachable(SmartSchedError):
+    """No answer from the service at all (refused, timed out, unresolvable), after the
+    client's retries."""
+
+
 class PlacementError(SmartSchedError):
     """The service refused a request (status and the fields it named)."""
 
@@ -63,9 +68,14 @@ class PlacementClient:
             try:
                 r = self.session.request(method, self.url + path, json=body, headers=headers,
                                          timeout=self.timeout_s)
-            except requests.ConnectionError:
+            except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
+                    requests.exceptions.InvalidSchema) as e:
+                raise ValidationError("url", f"not a service URL: {self.url!r} ({e})") from None
+            except (requests.ConnectionError, requests.Timeout) as e:
                 if attempt == self.retries:
-                    raise
+                    raise ServiceUnreachable(
+                        f"no answer from the placement service at {self.url} after "
+                        f"{self.retries + 1} tries: {type(e).__name__}") from None
                 time.sleep(0.2 * 2**attempt)
                 continue
             if r.status_code in RETRY_STATUSES and attempt < self.retries:
@@ -131,7 +141,7 @@ class PlacementClient:
     def healthy(self) -> bool:
         try:
             return self.session.get(self.url + "/healthz", timeout=self.timeout_s).ok
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             return False
 
 

@@ -18,11 +18,17 @@ from typing import Any
 from smartsched.forecast.baselines import DAY_STEPS_5MIN, baselines
 from smartsched.forecast.data import Series, Split, load_google2011, load_long, split_by_series
 from smartsched.forecast.windows import make_windows
+from smartsched.model.errors import ValidationError
 
 
 def load_any(path: str | Path) -> list[Series]:
     path = Path(path)
-    head = path.open().readline() if path.suffix != ".parquet" and path.is_file() else ""
+    try:
+        head = (path.open(encoding="utf-8").readline()
+                if path.suffix != ".parquet" and path.is_file() else "")
+    except UnicodeDecodeError as e:
+        raise ValidationError("data", f"{path} is not UTF-8 text (CSV) or Parquet: "
+                              f"{e.reason} at byte {e.start}") from None
     if "vm_file" in head and "cpu_util_pct" in head:
         return load_google2011(path)
     return load_long(path)
