@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from smartsched.bench.quality import _g, run_jobs
+from smartsched.bench.quality import Job, _g, run_jobs
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,8 @@ def run_heldout(schedulers: Sequence[str], seeds: Sequence[int], *, cluster: str
     if len(seeds) < 2:
         raise ValidationError("seeds", "need at least 2 held-out seeds (5 or more to judge)")
     scheds = list(dict.fromkeys([baseline, *schedulers]))
-    jobs = [(workload, cluster, s, seed, hours, warmup_hours) for s in scheds for seed in seeds]
+    jobs: list[Job] = [(workload, cluster, s, seed, hours, warmup_hours, {})
+                       for s in scheds for seed in seeds]
     runs = run_jobs(jobs, workers)
     by: dict[str, dict[int, dict[str, Any]]] = {s: {} for s in scheds}
     for r in runs:

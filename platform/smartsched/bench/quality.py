@@ -25,14 +25,12 @@ def _mode(workload: str) -> str:
     return "fill" if workload.startswith("openb:") else "replay"
 
 
-Job = tuple[str, str, str, int, float, float] | tuple[str, str, str, int, float, float,
-                                                     dict[str, Any]]
+# (workload, cluster, scheduler, seed, hours, warm-up, twin settings: {} for defaults)
+Job = tuple[str, str, str, int, float, float, dict[str, Any]]
 
 
 def _one(job: Job) -> dict[str, Any]:
-    """(workload, cluster, scheduler, seed, hours, warm-up[, engine overrides])."""
-    workload, cluster, scheduler, seed, hours, warmup = job[:6]
-    engine = job[6] if len(job) > 6 else None  # type: ignore[misc]
+    workload, cluster, scheduler, seed, hours, warmup, engine = job
     from smartsched.bench.simulate import simulate
 
     mode = _mode(workload)
@@ -88,8 +86,8 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 
 
 def run_jobs(jobs: Sequence[Job], workers: int | None = None) -> list[dict[str, Any]]:
-    """Run (workload, cluster, scheduler, seed, hours, warm-up[, engine]) jobs, each in its own
-    process from a pool sized to the machine's cores (one in this process if 1)."""
+    """Run ``Job``s, each in its own process from a pool sized to the machine's cores
+    (one in this process if 1)."""
     from smartsched.bench.pool import map_jobs
 
     return map_jobs(_one, jobs, workers)

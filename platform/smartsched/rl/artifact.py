@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from smartsched.model.errors import ValidationError
+from smartsched.rl.config import MAX_WIDTH
 
 SPEC_FILE = "module_spec.json"
 WEIGHTS_FILE = "module_weights.pt"
@@ -100,10 +101,10 @@ def load_module(folder: Path) -> Any:
 
 
 # What a policy SmartSched trains can declare: far above any real one (a 100,000-node
-# cluster, 4,096 hidden units), far below what would exhaust memory while the module is
-# built, before its weights are even read (a spec is data: it must not size allocations).
+# cluster; layers as wide as a training config allows, rl.config.MAX_WIDTH), far below
+# what would exhaust memory while the module is built, before its weights are even read
+# (a spec is data: it must not size allocations).
 MAX_OBS_VALUES = 20_000_000
-MAX_HIDDEN = 4096
 MAX_ACTIONS = 1_000_001
 
 
@@ -122,7 +123,7 @@ def _check_sizes(spec: dict[str, Any], folder: Path) -> None:
     n = spec["action_space"]["n"]
     widths = [spec["model_config"].get(k, 32) for k in ("hidden", "topology_dim")]
     if total > MAX_OBS_VALUES or not (isinstance(n, int) and 0 < n <= MAX_ACTIONS) or not all(
-            isinstance(w, int) and not isinstance(w, bool) and 0 < w <= MAX_HIDDEN
+            isinstance(w, int) and not isinstance(w, bool) and 0 < w <= MAX_WIDTH
             for w in widths):
         raise ValidationError("scheduler", f"{folder}: the module spec declares sizes no "
                               f"SmartSched policy has (observation values {total:.3g}, "

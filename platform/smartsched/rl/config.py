@@ -37,13 +37,17 @@ class Training(BaseModel):
     grad_clip: float | None = Field(0.5, gt=0)
 
 
+# The widest layer a policy may declare (training configs and exported specs alike).
+MAX_WIDTH = 4096
+
+
 class Model(BaseModel):
     """``NodeScorerModule``'s settings (``rl.module``): widths and switches."""
 
     model_config = ConfigDict(extra="forbid")
-    hidden: int = Field(64, ge=1, le=4096)
+    hidden: int = Field(64, ge=1, le=MAX_WIDTH)
     topology: bool = True
-    topology_dim: int = Field(32, ge=1, le=4096)
+    topology_dim: int = Field(32, ge=1, le=MAX_WIDTH)
     heuristic_prior: bool = False
     prior_scale: float = Field(10.0, gt=0, le=1e6, allow_inf_nan=False)
     vf_share_layers: bool = False
