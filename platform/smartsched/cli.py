@@ -1038,12 +1038,19 @@ def bench_gate(incumbent: str, trials: int, seeds: int, cluster: str, hours: flo
 @bench.command("rl")
 @click.option("--policy", default=None, help="Exported policy (default: an untrained module).")
 @click.option("--skip-sampling", is_flag=True, help="Skip the RLlib sampling measurement.")
+@click.option("--envs-per-runner", default="1,8,32", show_default=True,
+              help="Twins each of the 2 env runners steps (comma list: one measurement each).")
+@click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Sampling rounds of 1,000 steps per runner, per measurement.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def bench_rl(policy: str | None, skip_sampling: bool, json_path: str | None) -> None:
+def bench_rl(policy: str | None, skip_sampling: bool, envs_per_runner: str, rounds: int,
+             json_path: str | None) -> None:
     """Policy sampling throughput (twin vs model time) and inference latency at 1.5k/5k nodes."""
     from smartsched.bench.rl import run_rl_bench
 
-    _write_json(json_path, run_rl_bench(policy, echo=click.echo, skip_sampling=skip_sampling))
+    envs = _int_list(envs_per_runner, "--envs-per-runner", 1, 256)
+    _write_json(json_path, run_rl_bench(policy, echo=click.echo, skip_sampling=skip_sampling,
+                                        envs_per_runner=envs, rounds=rounds))
 
 
 @bench.command("audit")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smartsched.bench.rl import env_and_model_split, inference_latency
+import pytest
+
+from smartsched.bench.rl import env_and_model_split, inference_latency, rllib_sampling
 
 
 def test_env_and_model_split() -> None:
@@ -16,3 +18,23 @@ def test_env_and_model_split() -> None:
 def test_inference_latency_untrained(data_dir: Path) -> None:
     r = inference_latency(None, nodes=1600, decisions=20)
     assert r["decisions"] == 19 and r["p99_ms"] >= r["p50_ms"] > 0
+
+
+def test_bench_rl_refuses_bad_sampling_options_naming_them() -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    for args, name in ((["--envs-per-runner", "0"], "--envs-per-runner"),
+                       (["--envs-per-runner", "8,x"], "--envs-per-runner"),
+                       (["--rounds", "0"], "--rounds")):
+        r = CliRunner().invoke(main, ["bench", "rl", "--skip-sampling", *args])
+        assert r.exit_code == 2 and name in r.output, r.output
+
+
+@pytest.mark.slow
+def test_rllib_sampling_reports_each_round(ray_session) -> None:
+    r = rllib_sampling(rounds=2, num_envs_per_env_runner=2)
+    assert r["steps"] >= 2 * 2 * 1000 and r["steps_per_second"] > 0
+    assert len(r["rounds_steps_per_second"]) == 2
+    assert all(x > 0 for x in r["rounds_steps_per_second"])

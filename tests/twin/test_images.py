@@ -76,6 +76,27 @@ def test_the_cache_never_exceeds_its_disk(ops, disk) -> None:
         for node in (0, 1):
             in_use = {j for nd, p in held if nd == node for j in p}
             assert in_use <= set(c._lru[node])  # nothing in use was evicted
+        _assert_presence_matches_layers(c)
+
+
+def _assert_presence_matches_layers(c: ImageCaches) -> None:
+    """``present`` (kept incrementally) is what the cached layers say, image by image."""
+    for n in range(c.num_nodes):
+        for k, layers in enumerate(c.image_layers):
+            assert c.present[n, k] == all(c.cached[n, j] for j in layers), (n, k)
+
+
+def test_an_image_made_of_cached_layers_is_present_after_the_next_pull_there() -> None:
+    c = _caches()
+    web = c.image_id("web", [BASE, ("web/app", 300)])
+    c.pull(0, web, 0.0)
+    # Registered later, made only of layers node 0 already keeps: its next pull there
+    # fetches nothing, and still records the image as present.
+    slim = c.image_id("slim", [BASE])
+    assert not c.present[0, slim]
+    _, mib, _ = c.pull(0, slim, 100.0)
+    assert mib == 0 and c.present[0, slim] and not c.present[1, slim]
+    _assert_presence_matches_layers(c)
 
 
 def test_pods_start_after_their_pull() -> None:

@@ -94,6 +94,12 @@ class CarbonSeries:
         """Intensity at simulation time(s) ``t`` (seconds), wrapping around the series."""
         return self._read(self.values, t)
 
+    def held_until(self, t: float) -> float:
+        """A time up to which the value read at ``t`` holds: a millisecond short of the
+        series' next step, so a reader that caches it never crosses a step (float rounding
+        at the boundary costs only a re-read)."""
+        return ((t + self.offset_s) // self.step_s + 1) * self.step_s - self.offset_s - 1e-3
+
     def _read(self, values: np.ndarray, t: float | np.ndarray) -> np.ndarray | float:
         """``values`` (one per step) at simulation time(s) ``t``, wrapping around."""
         if isinstance(t, (float, int)) and math.isfinite(t):  # per event: no array trip

@@ -43,6 +43,7 @@ DEFAULT_WEIGHTS: Final = {"utilization": 1.0, "qos": 0.5, "cost": 0.2, "energy":
 QOS_CLASS_WEIGHTS: Final = {"online": 2.0, "ai-infer": 2.0, "edge-rt": 2.0,
                             "ai-train": 1.0, "batch": 0.5}
 REFERENCE_CARBON_G_PER_KWH: Final = 400.0  # roughly the world grid average
+_QOS_KEYS: Final = tuple((f"pending_s.{c}", q) for c, q in QOS_CLASS_WEIGHTS.items())
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ class StepReward:
             util = d["gpu_alloc_frac"]
         else:
             util = (d["alloc_cpu_frac_s"] + d["alloc_gpu_frac_s"]) / 2 / 3600
-        waiting = sum(q * d[f"pending_s.{c}"] for c, q in QOS_CLASS_WEIGHTS.items())
+        waiting = sum(q * d[k] for k, q in _QOS_KEYS)
         idle_kwh_per_h = self.idle_watts / 1000.0
         return {
             "utilization": util,

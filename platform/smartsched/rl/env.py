@@ -24,7 +24,8 @@ from smartsched.rl.observation import POD_FEATURES, Observer, node_columns
 from smartsched.scheduling.base import TwinNeeds
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD
-from smartsched.scheduling.registry import load_profile
+from smartsched.scheduling.profile_doc import parse_profile
+from smartsched.scheduling.registry import build_profile, read_profile_doc
 from smartsched.scheduling.run import build_run, cached_forecaster, cached_projection
 from smartsched.twin.decision import Decision, DecisionRequest, can_defer
 from smartsched.twin.engine import Engine
@@ -61,6 +62,8 @@ class EnvConfig:
             policy trained with it carries the same forecaster at inference.
         engine: other twin settings for every episode (``EngineConfig`` fields, e.g.
             ``{node_mtbf_hours: 3, repair_s: 1200}`` to train with node failures).
+            ``report_metrics`` is false unless set here: the reward needs none of the
+            run report's figures.
         telemetry: a telemetry projection folder (``smartsched telemetry reduce``); the
             twin synthesizes each node's wide telemetry at every tick and the projection's
             k components become k more node-feature columns (carried by the export too).
@@ -130,6 +133,9 @@ class SchedulingEnv(gym.Env):
 
             raise ValidationError("env.weight_sampling", "must be none or scenarios")
         self.scenarios = load_scenarios()
+        # The filters profile's document, read and validated once: each episode builds fresh
+        # plugins from it (reading the YAML at every reset took a third of a reset).
+        self._filters_doc = parse_profile(*read_profile_doc(self.cfg.filters_profile))
         self.base_weights = self.weights
         self.weights_log: list[dict[str, Any]] = []
         # Hooks the twin carries in every episode (loaded once here: errors surface now).
@@ -166,10 +172,12 @@ class SchedulingEnv(gym.Env):
         if len(self.clusters) > 1:  # one cluster per episode, drawn like the weights
             self.spec_cluster = self.clusters[int(self.np_random.integers(len(self.clusters)))]
         # The filters profile gives the action mask and binder, and places warm-up pods.
-        self.filters = ProfileScheduler(load_profile(cfg.filters_profile), ep_seed)
+        self.filters = ProfileScheduler(build_profile(self._filters_doc), ep_seed)
         self.run = build_run(self.spec_cluster, cfg.workload, self.filters, mode=cfg.mode,
                              seed=ep_seed, hours=cfg.hours, warmup_hours=cfg.warmup_hours,
-                             inflate=cfg.inflate, engine_overrides=cfg.engine,
+                             inflate=cfg.inflate,
+                             # The reward reads only the snapshot: skip the report's figures.
+                             engine_overrides={"report_metrics": False, **cfg.engine},
                              needs=self.needs)
         self.engine = self.run.engine
         fgd = None

@@ -128,21 +128,41 @@ class FeatureBuilder:
         # Divisors of the usage columns (the GPU's at least 1: nodes without GPUs read 0).
         self.scale = np.stack([cap[:, CPU], cap[:, MEM], np.maximum(cap[:, GPU], 1.0)], axis=1)
         n_alloc = ALLOC_COLS.stop - ALLOC_COLS.start
+        self._cap32 = cap
+        # The allocation block's capacity columns (cap_cpu, cap_mem, gpu_count), clipped.
+        static = np.stack([cap[:, CPU] / CPU_SCALE, cap[:, MEM] / MEM_SCALE,
+                           state.gpu_count / DEVICE_SLOTS], axis=1).astype(np.float32)
+        assert NODE_COL["free_cpu"] == 3 and ALLOC_COLS.start == 0
+        assert NODE_COL["free_mem"] == NODE_COL["free_cpu"] + 1 and MEM == CPU + 1
+        self._alloc_static = np.clip(static, -CLIP, CLIP)
         self._alloc = np.zeros((n, n_alloc), dtype=np.float32)
         # Stamps of the state's nodes when their rows were computed; none matches yet.
         self._alloc_version = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
         self.prev_usage = state.usage.copy()
         self.trend = np.zeros_like(state.usage, dtype=np.float32)
         self.prev_usage_time = -1.0
+        # Every column that never changes for a node (the static block, and what a node's
+        # site gives it), filled once; each call starts from a copy of it. Column-major, so
+        # each later column write is one contiguous write.
+        c = NODE_COL
+        base = np.zeros((self.width, n), dtype=np.float32).T
+        base[:, c["edge_site"]] = self.site_edge[state.site_id]
+        base[:, c["pue"]] = self.site_pue[state.site_id] - 1.0
+        base[:, c["price"]] = self.site_price[state.site_id] * 10.0
+        base[:, ZONE_COL:NODE_FEATURES] = self.static
+        np.clip(base, -CLIP, CLIP, out=base)
+        self._base = base
+        self._carbon_at: tuple[float, float, np.ndarray] | None = None  # (from, until, column)
 
     def nodes(self, ctx: CycleContext, feasible: np.ndarray, now: float) -> np.ndarray:
         """[N, self.width] float32."""
         st, req = self.state, ctx.request
         c = NODE_COL
         n = st.num_nodes
-        # Filled column by column: a column-major buffer makes each column one contiguous
-        # write (row-major, every column write touched every row's cache line).
-        f = np.zeros((self.width, n), dtype=np.float32).T
+        # Filled column by column over a copy of the static columns: a column-major buffer
+        # makes each column one contiguous write (row-major, every column write touched
+        # every row's cache line).
+        f = self._base.copy(order="F")
         f[:, ALLOC_COLS] = self._allocation()
         scale = self.scale
         f[:, c["use_cpu"] : c["use_gpu"] + 1] = st.usage / scale
@@ -155,17 +175,13 @@ class FeatureBuilder:
         f[:, c["booting"]] = st.power == POWER_BOOTING
         f[:, c["best_effort_slack_cpu"]] = (
             (st.be_allocatable[:, 0] - st.be_allocated[:, 0]) / self.cap_cpu)
-        f[:, c["edge_site"]] = self.site_edge[st.site_id]
         pod = req.pod
         if pod.origin_site is not None and pod.origin_site in self._site_index:
             lat = self.latency[self._site_index[pod.origin_site]][st.site_id]
             f[:, c["client_latency"]] = lat / 20.0
             if pod.latency_slo_ms is not None:
                 f[:, c["over_latency_slo"]] = lat > pod.latency_slo_ms
-        ci = np.array([s.carbon.at(now) for s in self.sites], dtype=np.float32)
-        f[:, c["carbon"]] = ci[st.site_id] / 500.0
-        f[:, c["pue"]] = self.site_pue[st.site_id] - 1.0
-        f[:, c["price"]] = self.site_price[st.site_id] * 10.0
+        f[:, c["carbon"]] = self._carbon(now)
         if pod.app and pod.app in st.app_pods:
             on_node = st.app_pods[pod.app]
             total = max(int(on_node.sum()), 1)
@@ -179,7 +195,6 @@ class FeatureBuilder:
             if self.fgd is not None and self.fgd.target is not None:
                 f[:, c["score_fgd"]] = _as_array(self.fgd.score(ctx, feasible), n) / 100.0
         f[:, c["gpu_model_ok"]] = 1.0 if req.models_ok is None else req.models_ok[st.gpu_model]
-        f[:, ZONE_COL:NODE_FEATURES] = self.static
         if self.forecast:
             pred = st.predicted_usage
             base = st.usage[:, :2] if pred is None else pred[:, :2]
@@ -188,6 +203,15 @@ class FeatureBuilder:
             f[:, self.width - self.telemetry_k:] = st.telemetry_features
         np.clip(f, -CLIP, CLIP, out=f)
         return f
+
+    def _carbon(self, now: float) -> np.ndarray:
+        """The carbon column at ``now`` (each node's site's grid intensity / 500), kept
+        while every site's series holds the value read."""
+        if self._carbon_at is None or not self._carbon_at[0] <= now < self._carbon_at[1]:
+            ci = np.array([s.carbon.at(now) for s in self.sites], dtype=np.float32)
+            until = min(s.carbon.held_until(now) for s in self.sites)
+            self._carbon_at = (now, until, ci[self.state.site_id] / 500.0)
+        return self._carbon_at[2]
 
     def _allocation(self) -> np.ndarray:
         """[N, ALLOC_COLS] clipped: the rows of nodes stamped since the last call
@@ -204,25 +228,24 @@ class FeatureBuilder:
     def _allocation_rows(self, rows: np.ndarray | slice) -> np.ndarray:
         st = self.state
         c = NODE_COL
-        cap = st.capacity[rows].astype(np.float32)
+        cap = self._cap32[rows]
         gpu_count = st.gpu_count[rows]
         gpu_free = st.gpu_free[rows]
-        out = np.zeros((cap.shape[0], ALLOC_COLS.stop - ALLOC_COLS.start), dtype=np.float32)
-        out[:, c["cap_cpu"]] = cap[:, CPU] / CPU_SCALE
-        out[:, c["cap_mem"]] = cap[:, MEM] / MEM_SCALE
-        out[:, c["gpu_count"]] = gpu_count / DEVICE_SLOTS
-        out[:, c["free_cpu"]] = st.free_res[rows, CPU] / cap[:, CPU]
-        out[:, c["free_mem"]] = st.free_res[rows, MEM] / cap[:, MEM]
+        free = st.free_res[rows]
+        out = np.empty((cap.shape[0], ALLOC_COLS.stop - ALLOC_COLS.start), dtype=np.float32)
+        out[:, : c["free_cpu"]] = self._alloc_static[rows]  # capacity: never changes
+        out[:, c["free_cpu"]:c["free_mem"] + 1] = free[:, CPU:MEM + 1] / cap[:, CPU:MEM + 1]
         # The state keeps its GPU column equal to the devices' sum (as the GPU plugins read it).
-        out[:, c["free_gpu"]] = np.where(gpu_count > 0, st.free_res[rows, GPU]
+        out[:, c["free_gpu"]] = np.where(gpu_count > 0, free[:, GPU]
                                          / np.maximum(cap[:, GPU], 1.0), 0.0)
         out[:, c["gpu_max_free"]] = st.gpu_max_free[rows] / MILLI_PER_DEVICE
         out[:, c["gpu_full_devices"]] = st.gpu_full[rows] / DEVICE_SLOTS
         # Devices most free first; nodes without GPUs have none (all zero).
         slots = min(DEVICE_SLOTS, gpu_free.shape[1])
         d0 = c["device_free_0"]
+        out[:, d0 + slots:] = 0.0
         out[:, d0 : d0 + slots] = -np.sort(-gpu_free, axis=1)[:, :slots] / MILLI_PER_DEVICE
-        np.clip(out, -CLIP, CLIP, out=out)
+        np.clip(out[:, c["free_cpu"]:], -CLIP, CLIP, out=out[:, c["free_cpu"]:])
         return out
 
     @staticmethod
@@ -296,4 +319,9 @@ class Observer:
 
 
 def _as_array(x: np.ndarray | float, n: int) -> np.ndarray:
-    return np.broadcast_to(np.asarray(x, dtype=np.float32), (n,))
+    """A score (per node, or one for all) as float32, for a column of ``n`` rows (a column
+    assignment broadcasts a single value itself)."""
+    a = np.asarray(x, dtype=np.float32)
+    if a.ndim and a.shape != (n,):
+        raise ValueError(f"a score has {a.shape[0]} values for {n} nodes")
+    return a

@@ -54,6 +54,11 @@ class EngineConfig:
             locality_stretch``). 0, the default, leaves run times as the workload gives
             them (every figure measured before this setting existed assumes 0); data-
             parallel training over PCIe spends roughly 0.2-0.4 of a step on all-reduce.
+        report_metrics: keep everything the run report needs (the default). False keeps
+            only what the RL step reward reads (``MetricsRecorder.snapshot``): no per-tick
+            time series, GPU fragmentation, cross-zone traffic, per-pod carbon or set of
+            contended pods, and ``run_report`` refuses. Training env runners use it: those
+            figures cost a quarter of a twin's time per decision and no reward reads them.
     """
 
     mode: str = "replay"
@@ -76,6 +81,7 @@ class EngineConfig:
     best_effort_threshold: float = 0.9
     container_start_s: float = 2.0
     gpu_comm_share: float = 0.0
+    report_metrics: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -90,6 +96,9 @@ class EngineConfig:
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise ValidationError(name, f"must be a finite number, got {v!r}")
+        if not isinstance(self.report_metrics, bool):
+            raise ValidationError("report_metrics",
+                                  f"must be true or false, got {self.report_metrics!r}")
         if self.mode not in MODES:
             raise ValidationError("mode", f"{self.mode!r} is not one of {MODES}")
         for name in ("tick_s", "flush_s", "idle_power_down_s", "repair_s", "fill_frag_every_pct"):

@@ -150,6 +150,7 @@ class Engine:
         self.metrics = MetricsRecorder(
             spec, self.state, self.table, target, config.seed,
             measure_from=config.warmup_s if config.mode == "replay" else 0.0,
+            full=config.report_metrics,
         )
         self.now = 0.0
         self.events = EventHeap()

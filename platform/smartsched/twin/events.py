@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 # Event kinds; the integer also orders simultaneous events.
 EV_RECOVER: Final = 0
@@ -26,12 +25,15 @@ EV_ARRIVE: Final = 9
 EV_TICK: Final = 10
 
 
-@dataclass(order=True)
-class Event:
+class Event(NamedTuple):
+    """Ordered as a tuple: (time, kind, seq); ``seq`` is unique, so the payload is never
+    compared. A tuple compares in C; a dataclass's generated ``__lt__`` runs in Python,
+    dozens of times per decision."""
+
     time: float
     kind: int
     seq: int
-    payload: Any = field(compare=False)
+    payload: Any
 
 
 class EventHeap:

@@ -55,6 +55,9 @@ class ImageCaches:
         self.image_mib: list[int] = []
         self.cached = np.zeros((n, 8), dtype=bool)
         self.present = np.zeros((n, 4), dtype=bool)
+        # [images, layers] 0/1: which layers each image has (rebuilt when images are added).
+        self._incidence = np.zeros((0, 0), dtype=np.int64)
+        self._refreshed_images = np.full(n, -1, dtype=np.int64)  # images known at refresh
 
     # ------------------------------------------------------------ vocabulary
     def image_id(self, name: str, layers: Sequence[tuple[str, int]]) -> int:
@@ -117,7 +120,9 @@ class ImageCaches:
                     pins[j] = pins.get(j, 0) + 1
                     pinned.append(j)
                 # else: pulled and used but not kept (no room on the disk)
-        self._refresh(node)
+        # Whole-image presence changes only with the node's layers or the images known.
+        if fetch or self._refreshed_images[node] != len(self.image_layers):
+            self._refresh(node)
         return done, mib, tuple(pinned)
 
     def release(self, node: int, pinned: tuple[int, ...]) -> None:
@@ -156,9 +161,18 @@ class ImageCaches:
         return bool(self.used_mib[node] + mib <= cap)
 
     def _refresh(self, node: int) -> None:
-        row = self.cached[node]
-        for k, layers in enumerate(self.image_layers):
-            self.present[node, k] = bool(row[list(layers)].all())
+        """``present[node]`` from ``cached[node]``: an image is present when none of its
+        layers is missing (one product with the image-layer incidence matrix)."""
+        k = len(self.image_layers)
+        if self._incidence.shape[0] != k:
+            inc = np.zeros((k, len(self.layer_mib)), dtype=np.int64)
+            for i, layers in enumerate(self.image_layers):
+                inc[i, list(layers)] = 1
+            self._incidence = inc
+        inc = self._incidence
+        missing = inc @ ~self.cached[node, : inc.shape[1]]
+        self.present[node, :k] = missing == 0
+        self._refreshed_images[node] = k
 
     # -------------------------------------------------------------- queries
     def missing_mib(self, image: int) -> np.ndarray:
@@ -175,6 +189,7 @@ class ImageCaches:
         other.__dict__.update(self.__dict__)
         other.used_mib = self.used_mib.copy()
         other.free_at = self.free_at.copy()
+        other._refreshed_images = self._refreshed_images.copy()
         other._lru = list(self._lru)
         other._pins = list(self._pins)
         other._ready = list(self._ready)

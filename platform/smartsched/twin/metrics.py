@@ -62,6 +62,7 @@ import numpy as np
 
 from smartsched.carbon.greenscore import green_score
 from smartsched.model.cluster import ClusterSpec
+from smartsched.model.errors import ValidationError
 from smartsched.model.pod import POD_CLASS_IDS, POD_CLASSES, PodClass
 from smartsched.model.resources import CPU, DEVICE_MODELS, GPU, GPU_MODEL_NAMES, MEM
 from smartsched.twin.decision import Rejection
@@ -75,6 +76,9 @@ USAGE_RES = (CPU, MEM, GPU)
 _ONLINE = POD_CLASSES.index(PodClass.ONLINE)
 
 
+_PENDING_KEYS = tuple(f"pending_s.{c}" for c in POD_CLASS_IDS)  # snapshot's per-class keys
+
+
 class MetricsRecorder:
     """Accumulates the twin's metrics as the engine advances."""
 
@@ -86,8 +90,11 @@ class MetricsRecorder:
         target: TargetWorkload,
         seed: int,
         measure_from: float = 0.0,
+        full: bool = True,
     ) -> None:
         self.measure_from = measure_from
+        # False: keep only what ``snapshot`` (the RL step reward) reads; ``report`` refuses.
+        self.full = full
         self.state = state
         self.table = table
         self.target = target
@@ -108,11 +115,21 @@ class MetricsRecorder:
         )
         # Sums over powered-on (or booting) nodes, kept current by power_changed().
         on = state.power != POWER_OFF
-        self.on_capacity = state.capacity[on].sum(axis=0).astype(np.float64)
+        # What ``advance`` integrates over time, as views into one vector so that one
+        # multiply-add integrates them all (element by element the same arithmetic as one
+        # per array); every update of these must stay in place (``+=``, ``[...] =``).
+        r = state.capacity.shape[1]
+        self._live = np.zeros(3 * r + 2)
+        self._integrals = np.zeros_like(self._live)
+        self.on_capacity = self._live[0:r]
+        self.on_capacity[:] = state.capacity[on].sum(axis=0)
         self.on_nodes = int(on.sum())
         self.on_idle_w_site = np.bincount(state.site_id[on], self.node_idle_w[on], n_sites)
         self.on_price_h = float(self.node_price_h[on].sum())
         self.dyn_w_site = np.zeros(n_sites)
+        # ``advance``'s rates and the time they hold until (``_energy_rates``).
+        self._rates: tuple[float, float, float, float, float, float] = (0.0,) * 6
+        self._rates_until = -np.inf
         # Work done in full-load watts (use * max watts of powered-on nodes), per site, and
         # the integrals behind the report's "green" (see the module docstring).
         self.work_w_site = np.zeros(n_sites)
@@ -120,21 +137,22 @@ class MetricsRecorder:
         self.work_j = 0.0
         self.renewable_j = 0.0
         self.green_j = 0.0
-        self.alloc_total = np.zeros(state.capacity.shape[1], dtype=np.float64)
-        self.be_alloc_total = np.zeros(2, dtype=np.float64)  # best-effort cpu, mem requests
-        self.int_be_alloc = np.zeros(2)
+        self.alloc_total = self._live[r:2 * r]
+        self.be_alloc_total = self._live[3 * r:]  # best-effort cpu, mem requests
+        self.int_be_alloc = self._integrals[3 * r:]
         self.be_demand_cpu_s = 0.0  # cpu-milli-seconds best-effort pods wanted
         self.be_throttled_cpu_s = 0.0  # ... and did not get (throttled for other pods)
         self.tenant_alloc = np.zeros((len(table.tenants), state.capacity.shape[1]))
         self.tenant_seen = np.zeros(len(table.tenants), dtype=bool)
-        self.capacity_total = state.capacity.sum(axis=0).astype(np.float64)
+        self.capacity_total = self._live[2 * r:3 * r]
+        self.capacity_total[:] = state.capacity.sum(axis=0)
 
         # Integrals.
         self.t_start: float | None = None
         self.t_last = 0.0
-        self.int_alloc = np.zeros_like(self.alloc_total)
-        self.int_on_cap = np.zeros_like(self.alloc_total)
-        self.int_cap = np.zeros_like(self.alloc_total)
+        self.int_on_cap = self._integrals[0:r]
+        self.int_alloc = self._integrals[r:2 * r]
+        self.int_cap = self._integrals[2 * r:3 * r]
         self.int_on_nodes = 0.0
         self.pending = 0  # pods waiting in the queue now
         self.int_pending_s = 0.0
@@ -195,26 +213,43 @@ class MetricsRecorder:
         self.t_last = t1
         if dt <= 0:
             return
-        self.int_alloc += self.alloc_total * dt
-        self.int_be_alloc += self.be_alloc_total * dt
-        self.int_on_cap += self.on_capacity * dt
-        self.int_cap += self.capacity_total * dt
+        # int_on_cap, int_alloc, int_cap, int_be_alloc += their live value * dt
+        self._integrals += self._live * dt
         self.int_on_nodes += self.on_nodes * dt
         self.int_pending_s += self.pending * dt
         self.int_pending_gpu_s += self.pending_gpu * dt
         self.int_pending_cls_s += self.pending_cls * dt
+        rates = self._rates if t0 < self._rates_until else self._energy_rates(t0)
+        energy_w, carbon_w, it_w, work_w, renewable_w, green_w = rates
+        self.energy_j += energy_w * dt
+        self.carbon_g += carbon_w * dt / 3.6e6  # W*s -> kWh, * g/kWh
+        self.it_j += it_w * dt
+        self.work_j += work_w * dt
+        self.renewable_j += renewable_w * dt
+        self.green_j += green_w * dt
+        self.cost_usd += self.on_price_h * dt / 3600.0
+
+    def _energy_rates(self, t: float) -> tuple[float, float, float, float, float, float]:
+        """The per-second rates ``advance`` integrates, at ``t``: facility watts, watts x
+        grid intensity, IT watts, work watts, renewable watts, GreenScore-weighted watts.
+
+        They change only when the watts do (``tick``, ``power_changed``, which void the
+        cache) or a site's carbon series steps (``CarbonSeries.held_until``), so an advance
+        between events is a few multiplications (the same floats as computing them every
+        time: the sums are the same expressions, evaluated once)."""
         it = self.on_idle_w_site + self.dyn_w_site
         watts = it * self.site_pue
-        self.energy_j += float(watts.sum()) * dt
-        ci = np.array([c.at(t0) for c in self.site_carbon])
-        self.carbon_g += float((watts * ci).sum()) * dt / 3.6e6  # W*s -> kWh, * g/kWh
-        ren = np.array([c.renewable_at(t0) for c in self.site_carbon])
+        ci = np.array([c.at(t) for c in self.site_carbon])
+        ren = np.array([c.renewable_at(t) for c in self.site_carbon])
         eff = np.divide(self.work_w_site, it, out=np.zeros_like(it), where=it > 0)
-        self.it_j += float(it.sum()) * dt
-        self.work_j += float(self.work_w_site.sum()) * dt
-        self.renewable_j += float((watts * ren).sum()) * dt
-        self.green_j += float((watts * green_score(self.site_pue_share, ren, eff)).sum()) * dt
-        self.cost_usd += self.on_price_h * dt / 3600.0
+        self._rates = (float(watts.sum()), float((watts * ci).sum()), float(it.sum()),
+                       float(self.work_w_site.sum()), float((watts * ren).sum()),
+                       float((watts * green_score(self.site_pue_share, ren, eff)).sum()))
+        self._rates_until = min((c.held_until(t) for c in self.site_carbon), default=np.inf)
+        return self._rates
+
+    def _void_rates(self) -> None:
+        self._rates_until = -np.inf
 
     def bound(self, pod: int) -> None:
         tb = self.table
@@ -318,8 +353,7 @@ class MetricsRecorder:
             "cpu_alloc_frac": float(self.alloc_total[CPU] / cap[CPU]),
             "pending_s": self.int_pending_s,
             "pending_gpu_frac_s": float(self.int_pending_gpu_s / cap[GPU]),
-            **{f"pending_s.{c}": float(v)
-               for c, v in zip(POD_CLASS_IDS, self.int_pending_cls_s, strict=True)},
+            **dict(zip(_PENDING_KEYS, self.int_pending_cls_s.tolist(), strict=True)),
             "contended_s": self.online_contended_pod_s,
             "energy_j": self.energy_j,
             "cost_usd": self.cost_usd,
@@ -336,6 +370,7 @@ class MetricsRecorder:
         self.on_nodes += int(sign)
         self.on_idle_w_site[self.state.site_id[node]] += sign * self.node_idle_w[node]
         self.on_price_h += sign * self.node_price_h[node]
+        self._void_rates()
 
     def rejected(self, rejections: Sequence[Rejection]) -> None:
         """Count a rejection under each of its reasons (and each plugin that gave one)."""
@@ -362,10 +397,12 @@ class MetricsRecorder:
         node_use = np.divide(dyn, dyn_max, out=np.zeros_like(dyn), where=dyn_max > 0)
         self.work_w_site = np.bincount(st.site_id, node_use * pm.max_w,
                                        minlength=self.work_w_site.size)
+        self._void_rates()
         usage_sum = st.usage.sum(axis=0)
         if t < self.measure_from or dt <= 0:
             return  # warm-up (or the instant at the horizon): keep power current only
-        self._pod_carbon(use, cpu_util, gpu_util, t, dt)
+        if self.full:
+            self._pod_carbon(use, cpu_util, gpu_util, t, dt)
         self.int_usage += usage_sum * dt
         self.int_usage_time += dt
         self.be_demand_cpu_s += float(be_demand[:, 0].sum()) * dt
@@ -377,7 +414,8 @@ class MetricsRecorder:
         self.online_pod_s += online.size * dt
         hit = online[over[tb.node[online]]]
         self.online_contended_pod_s += hit.size * dt
-        self.contended_pods.update(hit.tolist())
+        if self.full:
+            self.contended_pods.update(hit.tolist())
 
         # Fairness: Jain's index over tenants' dominant shares.
         seen = self.tenant_seen
@@ -385,6 +423,8 @@ class MetricsRecorder:
             share = (self.tenant_alloc[seen] / np.maximum(self.capacity_total, 1)).max(axis=1)
             sq = float((share**2).sum())
             self.fairness.append(float(share.sum() ** 2 / (seen.sum() * sq)) if sq > 0 else 1.0)
+        if not self.full:
+            return  # what follows is the report's alone
 
         # Cross-zone traffic between pods of one app.
         cz = 0.0
@@ -431,6 +471,9 @@ class MetricsRecorder:
     # ----------------------------------------------------------------- report
     def report(self, mode: str, fill_curve: list[tuple[float, float]]) -> dict[str, Any]:
         """All metrics as a JSON-ready dict (percentages in 0..100)."""
+        if not self.full:
+            raise ValidationError("report_metrics", "this run kept only the step reward's "
+                                  "metrics (report_metrics: false); it has no report")
         tb, st = self.table, self.state
         span = max(self.t_last - (self.t_start or 0.0), 0.0)
 

@@ -60,13 +60,17 @@ def running_use(table: PodTable, capacity: np.ndarray, now: float, seed: int) ->
     )
     be = tb.best_effort[run]
     hp = np.zeros((n, 3))
-    for j, r in enumerate((CPU, MEM, GPU)):
-        hp[:, j] = np.bincount(nodes[~be], tb.requests[run[~be], r] * f[~be], minlength=n)
     be_demand = np.zeros((n, 2))
     if be.any():
+        keep = ~be
+        hp_nodes, hp_req, hp_f = nodes[keep], tb.requests[run[keep]], f[keep]
+        be_nodes, be_req, be_f = nodes[be], tb.requests[run[be]], f[be]
         for j in (0, 1):
-            be_demand[:, j] = np.bincount(nodes[be], tb.requests[run[be], j] * f[be],
-                                          minlength=n)
+            be_demand[:, j] = np.bincount(be_nodes, be_req[:, j] * be_f, minlength=n)
+    else:  # (the common case: no selection to make)
+        hp_nodes, hp_req, hp_f = nodes, tb.requests[run], f
+    for j, r in enumerate((CPU, MEM, GPU)):
+        hp[:, j] = np.bincount(hp_nodes, hp_req[:, r] * hp_f, minlength=n)
     be_got = np.minimum(be_demand, np.maximum(capacity[:, [CPU, MEM]] - hp[:, :2], 0.0))
     usage = hp.copy()
     usage[:, :2] += be_got

@@ -99,16 +99,22 @@ def assign_images(pods: Sequence[Pod], images: Mapping[PodClass, ClassImages],
     their gang's image. Classes without images keep none."""
     rng = np.random.default_rng([seed, 0x1A6E])
     u = rng.random(len(pods))  # one draw per pod, mapped through its class's popularity
-    cum = {c: np.cumsum(ci.popularity) for c, ci in images.items()}
-    out: list[Pod] = []
     gang_draw: dict[str, float] = {}
-    for p, x in zip(pods, u.tolist(), strict=True):
+    for i, p in enumerate(pods):  # gang members take their gang's first draw
+        if p.gang_id is not None:
+            u[i] = gang_draw.setdefault(p.gang_id, float(u[i]))
+    cls = [p.pod_class for p in pods]
+    pick = np.full(len(pods), -1, dtype=np.int64)
+    for c, ci in images.items():  # one search per class, over all its pods at once
+        rows = np.flatnonzero([x == c for x in cls])
+        if rows.size:
+            k = np.searchsorted(np.cumsum(ci.popularity), u[rows], side="right")
+            pick[rows] = np.minimum(k, len(ci.names) - 1)
+    out: list[Pod] = []
+    for p, k in zip(pods, pick.tolist(), strict=True):
         ci = images.get(p.pod_class)
-        if ci is None:
+        if ci is None or k < 0:
             out.append(p)
             continue
-        if p.gang_id is not None:
-            x = gang_draw.setdefault(p.gang_id, x)
-        k = min(int(np.searchsorted(cum[p.pod_class], x, side="right")), len(ci.names) - 1)
         out.append(dataclasses.replace(p, image=ci.names[k], image_layers=ci.layers[k]))
     return out
