@@ -76,6 +76,10 @@ HEURISTIC_COLS: Final = tuple(NODE_COL[n] for n in HEURISTIC_NAMES)
 # ``FeatureBuilder`` keeps these per node and recomputes only the nodes stamped since.
 ALLOC_COLS: Final = slice(NODE_COL["cap_cpu"], NODE_COL["device_free_0"] + DEVICE_SLOTS)
 
+# The columns ``FeatureBuilder.nodes`` writes at each call (a few static ones between them).
+_DYNAMIC_COLS: Final = slice(NODE_COL["use_cpu"], NODE_COL["gpu_model_ok"] + 1)
+assert ALLOC_COLS.stop <= _DYNAMIC_COLS.start and _DYNAMIC_COLS.stop <= ZONE_COL
+
 POD_COLUMNS: Final[tuple[str, ...]] = (
     "cpu", "mem", "num_gpu", "gpu_milli",
     *(f"class_{c.value}" for c in POD_CLASSES),
@@ -201,7 +205,10 @@ class FeatureBuilder:
             f[:, NODE_FEATURES:NODE_FEATURES + FORECAST_COLS] = base / scale[:, :2]
         if self.telemetry_k and st.telemetry_features is not None:
             f[:, self.width - self.telemetry_k:] = st.telemetry_features
-        np.clip(f, -CLIP, CLIP, out=f)
+        # Clip what was written here: the static and allocation columns are clipped already.
+        np.clip(f[:, _DYNAMIC_COLS], -CLIP, CLIP, out=f[:, _DYNAMIC_COLS])
+        if self.width > NODE_FEATURES:
+            np.clip(f[:, NODE_FEATURES:], -CLIP, CLIP, out=f[:, NODE_FEATURES:])
         return f
 
     def _carbon(self, now: float) -> np.ndarray:
