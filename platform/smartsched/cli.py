@@ -1038,7 +1038,7 @@ def bench_gate(incumbent: str, trials: int, seeds: int, cluster: str, hours: flo
 @bench.command("rl")
 @click.option("--policy", default=None, help="Exported policy (default: an untrained module).")
 @click.option("--skip-sampling", is_flag=True, help="Skip the RLlib sampling measurement.")
-@click.option("--envs-per-runner", default="1,8,32", show_default=True,
+@click.option("--envs-per-runner", default="1,8,32,64", show_default=True,
               help="Twins each of the 2 env runners steps (comma list: one measurement each).")
 @click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Sampling rounds of 1,000 steps per runner, per measurement.")

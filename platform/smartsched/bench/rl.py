@@ -150,7 +150,7 @@ class _UntrainedScheduler:
 
 def run_rl_bench(policy: str | None, echo: Callable[[str], Any] = print,
                  skip_sampling: bool = False,
-                 envs_per_runner: tuple[int, ...] = (1, 8, 32),
+                 envs_per_runner: tuple[int, ...] = (1, 8, 32, 64),
                  rounds: int = 5) -> dict[str, Any]:
     res: dict[str, Any] = {"policy": policy or "untrained module (same architecture)"}
     split = env_and_model_split(policy)
