@@ -79,6 +79,9 @@ ALLOC_COLS: Final = slice(NODE_COL["cap_cpu"], NODE_COL["device_free_0"] + DEVIC
 # The columns ``FeatureBuilder.nodes`` writes at each call (a few static ones between them).
 _DYNAMIC_COLS: Final = slice(NODE_COL["use_cpu"], NODE_COL["gpu_model_ok"] + 1)
 assert ALLOC_COLS.stop <= _DYNAMIC_COLS.start and _DYNAMIC_COLS.stop <= ZONE_COL
+# ``_allocation_rows`` writes the capacity columns as one block and free cpu, memory as one.
+assert ALLOC_COLS.start == 0 and NODE_COL["free_cpu"] == 3 == NODE_COL["free_mem"] - 1
+assert MEM == CPU + 1
 
 POD_COLUMNS: Final[tuple[str, ...]] = (
     "cpu", "mem", "num_gpu", "gpu_milli",
@@ -136,8 +139,6 @@ class FeatureBuilder:
         # The allocation block's capacity columns (cap_cpu, cap_mem, gpu_count), clipped.
         static = np.stack([cap[:, CPU] / CPU_SCALE, cap[:, MEM] / MEM_SCALE,
                            state.gpu_count / DEVICE_SLOTS], axis=1).astype(np.float32)
-        assert NODE_COL["free_cpu"] == 3 and ALLOC_COLS.start == 0
-        assert NODE_COL["free_mem"] == NODE_COL["free_cpu"] + 1 and MEM == CPU + 1
         self._alloc_static = np.clip(static, -CLIP, CLIP)
         self._alloc = np.zeros((n, n_alloc), dtype=np.float32)
         # Stamps of the state's nodes when their rows were computed; none matches yet.

@@ -57,8 +57,8 @@ class EngineConfig:
         report_metrics: keep everything the run report needs (the default). False keeps
             only what the RL step reward reads (``MetricsRecorder.snapshot``): no per-tick
             time series, GPU fragmentation, cross-zone traffic, per-pod carbon or set of
-            contended pods, and ``run_report`` refuses. Training env runners use it: those
-            figures cost a quarter of a twin's time per decision and no reward reads them.
+            contended pods, and ``run_report`` refuses. Training env runners use it: no
+            reward reads those figures, and they took several percent of each decision.
     """
 
     mode: str = "replay"
