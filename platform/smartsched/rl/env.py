@@ -21,6 +21,7 @@ import numpy as np
 
 from smartsched.objectives.reward import COMPONENTS, RewardWeights, StepReward
 from smartsched.rl.observation import POD_FEATURES, Observer, node_columns
+from smartsched.rl.shortlist import Shortlist
 from smartsched.scheduling.base import TwinNeeds
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD
@@ -31,6 +32,7 @@ from smartsched.twin.decision import Decision, DecisionRequest, can_defer
 from smartsched.twin.engine import Engine
 
 OBS_LOW, OBS_HIGH = -10.0, 10.0
+SHORTLIST_FIELDS = ("env.base", "env.shortlist_k", "env.shortlist_classes")
 
 
 @dataclass
@@ -67,6 +69,15 @@ class EnvConfig:
         telemetry: a telemetry projection folder (``smartsched telemetry reduce``); the
             twin synthesizes each node's wide telemetry at every tick and the projection's
             k components become k more node-feature columns (carried by the export too).
+        base: train within a heuristic's shortlist (issue 17): this profile (a split
+            such as ``composite`` too) runs the twin -- warm-up, routes, filters,
+            preemption, gang reservations, descheduling -- and wherever it places a pod
+            the policy picks among its ``shortlist_k`` best-scored nodes (the action mask;
+            the base's own choice always in it); rejections, deferrals and preemptions
+            stay the base's and are not steps. ``filters_profile`` is then unused.
+        shortlist_k: nodes in the shortlist (with ``base``).
+        shortlist_classes: pod classes the policy steers (None: all; others the base
+            places alone).
     """
 
     cluster: str | list[str] = "small"
@@ -86,6 +97,9 @@ class EnvConfig:
     forecaster: str | None = None
     telemetry: str | None = None
     engine: dict[str, Any] = field(default_factory=dict)
+    base: str | None = None
+    shortlist_k: int = 3
+    shortlist_classes: list[str] | None = None
 
     @staticmethod
     def from_dict(d: dict[str, Any] | None) -> EnvConfig:
@@ -133,6 +147,10 @@ class SchedulingEnv(gym.Env):
 
             raise ValidationError("env.weight_sampling", "must be none or scenarios")
         self.scenarios = load_scenarios()
+        if self.cfg.base is not None:  # checked now: every env runner would fail later
+            Shortlist.build(self.cfg.base, self.cfg.shortlist_k, self.cfg.shortlist_classes,
+                            0, False, SHORTLIST_FIELDS)
+        self.shortlist: Shortlist | None = None
         # The filters profile's document, read and validated once: each episode builds fresh
         # plugins from it (reading the YAML at every reset took a third of a reset).
         self._filters_doc = parse_profile(*read_profile_doc(self.cfg.filters_profile))
@@ -173,7 +191,12 @@ class SchedulingEnv(gym.Env):
             self.spec_cluster = self.clusters[int(self.np_random.integers(len(self.clusters)))]
         # The filters profile gives the action mask and binder, and places warm-up pods.
         self.filters = ProfileScheduler(build_profile(self._filters_doc), ep_seed)
-        self.run = build_run(self.spec_cluster, cfg.workload, self.filters, mode=cfg.mode,
+        runner: Any = self.filters
+        if cfg.base is not None:  # the base profile runs the twin; the policy steers within
+            self.shortlist = Shortlist.build(cfg.base, cfg.shortlist_k, cfg.shortlist_classes,
+                                             ep_seed, False, SHORTLIST_FIELDS)
+            runner = self.shortlist.base
+        self.run = build_run(self.spec_cluster, cfg.workload, runner, mode=cfg.mode,
                              seed=ep_seed, hours=cfg.hours, warmup_hours=cfg.warmup_hours,
                              inflate=cfg.inflate,
                              # The reward reads only the snapshot: skip the report's figures.
@@ -211,6 +234,8 @@ class SchedulingEnv(gym.Env):
             self._last_rule_eval = -np.inf
         self._advance_warmup()
         self._rejected: list[dict[str, Any]] = []
+        self._base_decision: Decision | None = None
+        self._binder: Any = None
         obs = self._next_observation()
         self.reward_fn(self.engine.metrics.snapshot())  # baseline for the first step
         return obs, {"seed": ep_seed}
@@ -221,12 +246,15 @@ class SchedulingEnv(gym.Env):
         assert self.engine is not None and self._req is not None, "call reset() first"
         a = int(action)
         penalty = 0.0
+        binder = self._binder
         if a == self.defer_action and self._mask[-1]:
             decision = Decision(None, defer=True)
+        elif self._base_decision is not None and a == self._base_decision.node:
+            decision = self._base_decision  # the base's own choice, its devices too
         elif 0 <= a < self.engine.state.num_nodes and self._mask[a]:
             devices = None
-            if self.filters.profile.binder is not None:
-                devices = self.filters.profile.binder.devices(self._ctx, a)
+            if binder is not None:
+                devices = binder.devices(self._ctx, a)
             decision = Decision(a, devices)
         else:  # a masked action: refuse it and teach the policy so
             decision = Decision.reject("policy chose an infeasible node")
@@ -278,14 +306,43 @@ class SchedulingEnv(gym.Env):
             if req is None:
                 self._req = None
                 return self._terminal_observation()
+            if self.shortlist is not None:
+                obs = self._shortlist_observation(req)
+                if obs is None:
+                    continue
+                return obs
             ok, ctx = self.filters.feasible(e.state, req.request)
             deferrable = e.config.mode == "replay" and can_defer(req.pod, req.time)
             if ok.any() or deferrable:
                 self._req, self._ctx = req, ctx
+                self._binder, self._base_decision = self.filters.profile.binder, None
                 return self._observation(req, ok, deferrable)
             d = self.filters.rejection(ctx)
             self._rejected.append({"pod": req.pod.id, "plugins": list(d.rejected_by())})
             e.apply(d)
+
+    def _shortlist_observation(self, req: DecisionRequest) -> dict[str, np.ndarray] | None:
+        """The base profile decides ``req``; where it places the pod on a node with rivals,
+        the observation offering its shortlist (None: the base's decision was applied)."""
+        e, sl = self.engine, self.shortlist
+        assert e is not None and sl is not None
+        route = sl.route(req.request)
+        ok, ctx = route.feasible(e.state, req.request)
+        d = route.decide_feasible(ctx, ok)
+        choices = sl.choices(route, ok, d) if sl.steers(req.request) else None
+        if choices is None:
+            if d.node is None and not d.defer:
+                self._rejected.append({"pod": req.pod.id, "plugins": list(d.rejected_by())})
+            e.apply(d)
+            return None
+        self._req, self._ctx = req, ctx
+        self._binder, self._base_decision = route.profile.binder, d
+        obs = self.observer.observe(ctx, ok, False, e.now, e.metrics.pending,
+                                    self.weights.vector())
+        mask = np.zeros_like(obs["action_mask"])
+        mask[: choices.size] = choices
+        obs["action_mask"] = self._mask = mask
+        return obs
 
     def _observation(
         self, req: DecisionRequest, ok: np.ndarray, deferrable: bool

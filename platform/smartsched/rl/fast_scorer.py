@@ -216,8 +216,10 @@ class FastScorer:
             out += np.maximum(np.log(mask), FLOAT_MIN)
         return out
 
-    def best(self, obs: dict[str, np.ndarray]) -> int:
-        """``argmax(logits(obs))`` (N = defer) without scoring every node.
+    def best(self, obs: dict[str, np.ndarray], choices: np.ndarray | None = None) -> int:
+        """``argmax(logits(obs))`` (N = defer) without scoring every node; with
+        ``choices`` ([N] bool), the argmax over those feasible nodes only (and defer): the
+        context still averages every feasible node, as the policy observed it in training.
 
         Between decisions the context term ``c`` of the score layer moves a little (one
         node's embedding in the mean changed); every node logit is ``w . relu(a_n + c)``
@@ -232,6 +234,8 @@ class FastScorer:
         n = rows.nodes.shape[0]
         self.decisions += 1
         feasible = obs["action_mask"][:n] > 0
+        if choices is not None:
+            feasible &= choices
         c = (self.w_c @ ctx + self.b1).astype(np.float32, copy=False)
         defer = -np.inf
         if obs["action_mask"][n] > 0:  # float32, as ``logits`` stores it

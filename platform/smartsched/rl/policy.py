@@ -17,6 +17,17 @@ masks the defer action: deadline pods are placed as soon as they fit.
 than the one it was trained with (a packaged name or a YAML file): hard
 constraints added at deployment -- a latency-SLO filter, compliance -- narrow
 what it may choose; its scores and post-filters are not used.
+
+``base=<profile>&k=<n>`` lets the policy choose within another profile's shortlist
+instead (issue 17's "policy over a heuristic's top-k"): the base profile (a packaged
+name, a YAML file or a split such as ``composite``) runs as it would alone -- its routes,
+filters, post-filters (preemption, gang reservations), deferrers, descheduling pass,
+queue order -- and wherever it places a pod, the policy picks among the base's ``k``
+best-scored feasible nodes (the base's own choice first). ``k=1`` is the base exactly;
+``classes=batch,ai-train`` (or ``classes=batch&classes=ai-train``) steers only those pod
+classes (the base decides the rest).
+The policy observes the decision as it did in training: every node the base's filters
+pass is in its context, only the shortlist is in its reach.
 """
 
 from __future__ import annotations
@@ -34,11 +45,12 @@ from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.objectives.reward import COMPONENTS, RewardWeights
 from smartsched.rl.artifact import SPEC_FILE, read_module
 from smartsched.rl.observation import POD_COLUMNS, Observer, node_columns
-from smartsched.scheduling.base import TwinNeeds
+from smartsched.rl.shortlist import Shortlist
+from smartsched.scheduling.base import TwinNeeds, WorkloadAware
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD, FgdArgs
 from smartsched.scheduling.registry import load_profile
-from smartsched.twin.decision import Decision, can_defer
+from smartsched.twin.decision import Decision, Migration, can_defer
 from smartsched.twin.state import ClusterState, PodRequest
 
 log = logging.getLogger(__name__)
@@ -62,7 +74,8 @@ class RLScheduler:
 
     def __init__(self, path: str | Path, seed: int = 0, weights: str | None = None,
                  dynamic: bool = False, defer: bool | None = None,
-                 filters: str | None = None) -> None:
+                 filters: str | None = None, base: str | None = None, k: int | None = None,
+                 classes: Sequence[str] | None = None) -> None:
         import torch
 
         self.dir = resolve_policy_dir(path)
@@ -102,6 +115,18 @@ class RLScheduler:
         self.scorer = FastScorer(self.module)
         self.filters = ProfileScheduler(
             load_profile(filters or env.get("filters_profile", "k8s-default")), seed)
+        # A policy trained within a shortlist (env.base) decides within one by default.
+        self.trained_on_shortlist = env.get("base") is not None
+        if base is None and self.trained_on_shortlist:
+            base = str(env["base"])
+            k = int(env.get("shortlist_k", 3)) if k is None else k
+            classes = env.get("shortlist_classes") if classes is None else classes
+        if base is None and (k is not None or classes is not None):
+            raise ValidationError("scheduler.k" if k is not None else "scheduler.classes",
+                                  "needs base=<profile> (the shortlist's source)")
+        self.shortlist = (None if base is None
+                          else Shortlist.build(base, 3 if k is None else k, classes, seed,
+                                               filters is not None))
         self.weights = self._initial_weights(env, weights).vector()
         self._dynamic = self._dynamic_rules(weights) if dynamic else None
         # The export may set inference defaults (e.g. a policy shipped with defer off).
@@ -179,15 +204,41 @@ class RLScheduler:
         self.weights_log = list(self._dynamic.log)
 
     def twin_needs(self) -> TwinNeeds:
-        """The forecaster and telemetry projection the policy was trained to observe."""
-        return TwinNeeds(forecaster=self.forecaster, telemetry=self.telemetry)
+        """The forecaster and telemetry projection the policy was trained to observe (and
+        what a shortlist's base profile needs)."""
+        own = TwinNeeds(forecaster=self.forecaster, telemetry=self.telemetry)
+        if self.shortlist is not None:
+            own = own.merge(self.shortlist.twin_needs(), "scheduler.base")
+        return own
 
     def prepare(self, pods: Sequence[Pod]) -> None:
         if self.heuristics:
             self.fgd = FGD(FgdArgs(warm=True))
             self.fgd.prepare(pods)
+        if self.shortlist is not None and isinstance(self.shortlist.base, WorkloadAware):
+            self.shortlist.base.prepare(pods)
+
+    # A shortlist's base profile runs the twin as it would alone: its queue order, how long
+    # pods tolerate a failed node, and its descheduling pass.
+    @property
+    def queue_sort(self) -> str:
+        return "priority" if self.shortlist is None else self.shortlist.queue_sort
+
+    @property
+    def failure_toleration_s(self) -> float | None:
+        return None if self.shortlist is None else self.shortlist.failure_toleration_s
+
+    @property
+    def deschedule_interval_s(self) -> float | None:
+        return None if self.shortlist is None else self.shortlist.deschedule_interval_s
+
+    def deschedule(self, state: ClusterState,
+                   waiting: Sequence[PodRequest]) -> tuple[Migration, ...]:
+        return () if self.shortlist is None else self.shortlist.deschedule(state, waiting)
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
+        if self.shortlist is not None:
+            return self._decide_in_shortlist(state, request)
         if self._dynamic is not None:
             self._update_weights(state, request)
         ok, ctx = self.filters.feasible(state, request)
@@ -204,6 +255,33 @@ class RLScheduler:
         if self.filters.profile.binder is not None:
             devices = self.filters.profile.binder.devices(ctx, a)
         return Decision(a, devices)
+
+    def _decide_in_shortlist(self, state: ClusterState, request: PodRequest) -> Decision:
+        """The base profile's decision, with the node swapped for the policy's pick among
+        the base's ``k`` best where the base places the pod (see the module docstring)."""
+        sl = self.shortlist
+        assert sl is not None
+        route = sl.route(request)
+        ok, ctx = route.feasible(state, request)
+        base = route.decide_feasible(ctx, ok)
+        choices = sl.choices(route, ok, base) if sl.steers(request) else None
+        if choices is None:
+            return base  # rejected, deferred, reserving, preempting, or no rival node
+        if self._dynamic is not None:
+            self._update_weights(state, request)
+        obs = self._observe(state, ctx, ok, False)
+        if self.trained_on_shortlist:  # as in training: the shortlist is the action mask
+            mask = np.zeros_like(obs["action_mask"])
+            mask[: choices.size] = choices
+            a = self.scorer.best({**obs, "action_mask": mask})
+        else:  # every feasible node in the policy's context, the shortlist in its reach
+            a = self.scorer.best(obs, choices)
+        sl.decisions += 1
+        if a == base.node:
+            return base
+        sl.changed += 1
+        binder = route.profile.binder
+        return Decision(a, binder.devices(ctx, a) if binder is not None else None)
 
     def _observe(self, state: ClusterState, ctx: Any, ok: np.ndarray,
                  deferrable: bool) -> dict[str, np.ndarray]:
@@ -245,10 +323,11 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
 
     path, _, query = spec.partition("?")
     opts = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
-    unknown = set(opts) - {"weights", "dynamic", "defer", "filters"}
+    known = ("weights", "dynamic", "defer", "filters", "base", "k", "classes")
+    unknown = set(opts) - set(known)
     if unknown:
         raise ValidationError(f"scheduler.{sorted(unknown)[0]}",
-                              "unknown rl: option (known: weights, dynamic, defer, filters)")
+                              f"unknown rl: option (known: {', '.join(known)})")
 
     def flag(name: str, default: str) -> bool:
         v = opts.get(name, [default])[-1].lower()
@@ -260,6 +339,20 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     filters = opts["filters"][-1] if "filters" in opts else None
     if filters is not None and not filters:
         raise ValidationError("scheduler.filters", "must name a profile")
+    base = opts["base"][-1] if "base" in opts else None
+    if base is not None and not base:
+        raise ValidationError("scheduler.base", "must name a profile")
+    k = None
+    if "k" in opts:
+        raw = opts["k"][-1]
+        if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+            raise ValidationError("scheduler.k", f"must be an integer in 1..1000, got {raw!r}")
+        k = int(raw)
+    # Repeated or comma-separated (``classes=batch&classes=ai-train`` fits in a
+    # comma-separated list of schedulers).
+    classes = ([c for v in opts["classes"] for c in v.split(",") if c] if "classes" in opts
+               else None)
     return RLScheduler(path, seed, weights=weights, dynamic=flag("dynamic", "false"),
                        defer=flag("defer", "true") if "defer" in opts else None,
-                       filters=filters)
+                       filters=filters, base=base, k=k, classes=classes)
+

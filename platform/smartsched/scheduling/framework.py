@@ -245,6 +245,14 @@ class ProfileScheduler:
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         ok, ctx = self.feasible(state, request)
+        return self.decide_feasible(ctx, ok)
+
+    def decide_feasible(self, ctx: CycleContext, ok: np.ndarray) -> Decision:
+        """``decide`` after the filters ran (``feasible``'s mask and cycle): post-filters
+        when no node passes, else deferrers, scores (kept in ``last_scores``), selection
+        and binder. Split out so a caller that needs the cycle too (a policy choosing
+        within this profile's shortlist) filters once."""
+        state, request = ctx.state, ctx.request
         idx = np.flatnonzero(ok)
         if idx.size == 0:
             reserve = None
