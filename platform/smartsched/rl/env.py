@@ -189,7 +189,8 @@ class SchedulingEnv(gym.Env):
         self.weights = self.base_weights
         if len(self.clusters) > 1:  # one cluster per episode, drawn like the weights
             self.spec_cluster = self.clusters[int(self.np_random.integers(len(self.clusters)))]
-        # The filters profile gives the action mask and binder, and places warm-up pods.
+        # The filters profile gives the action mask and binder, and places warm-up pods;
+        # with a shortlist's base, the base does all three.
         self.filters = ProfileScheduler(build_profile(self._filters_doc), ep_seed)
         runner: Any = self.filters
         if cfg.base is not None:  # the base profile runs the twin; the policy steers within
