@@ -91,6 +91,8 @@ def test_the_base_profiles_twin_hooks_come_along() -> None:
 @pytest.mark.parametrize(("query", "field"), [
     ("base=composite&k=0", "scheduler.k"),
     ("base=composite&k=two", "scheduler.k"),
+    ("base=composite&k=" + "9" * 5000, "scheduler.k"),
+    ("base=composite&k=\u0663", "scheduler.k"),
     ("k=3", "scheduler.k"),
     ("classes=batch", "scheduler.classes"),
     ("base=composite&classes=gaming", "scheduler.classes"),

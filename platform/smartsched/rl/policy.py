@@ -25,9 +25,11 @@ filters, post-filters (preemption, gang reservations), deferrers, descheduling p
 queue order -- and wherever it places a pod, the policy picks among the base's ``k``
 best-scored feasible nodes (the base's own choice first). ``k=1`` is the base exactly;
 ``classes=batch,ai-train`` (or ``classes=batch&classes=ai-train``) steers only those pod
-classes (the base decides the rest).
-The policy observes the decision as it did in training: every node the base's filters
-pass is in its context, only the shortlist is in its reach.
+classes (the base decides the rest). A policy trained without a shortlist observes
+the decision as in its training (every node the base's filters pass in its context,
+only the shortlist in its reach); one trained within a shortlist (the env's ``base:``)
+has the shortlist as its action mask, as in its training, and deploys within the base
+its export records with no option.
 """
 
 from __future__ import annotations
@@ -345,7 +347,7 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     k = None
     if "k" in opts:
         raw = opts["k"][-1]
-        if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 4) or not 1 <= int(raw) <= 1000:
             raise ValidationError("scheduler.k", f"must be an integer in 1..1000, got {raw!r}")
         k = int(raw)
     # Repeated or comma-separated (``classes=batch&classes=ai-train`` fits in a
