@@ -340,9 +340,7 @@ class SchedulingEnv(gym.Env):
         self._binder, self._base_decision = route.profile.binder, d
         obs = self.observer.observe(ctx, ok, False, e.now, e.metrics.pending,
                                     self.weights.vector())
-        mask = np.zeros_like(obs["action_mask"])
-        mask[: choices.size] = choices
-        obs["action_mask"] = self._mask = mask
+        obs["action_mask"] = self._mask = Shortlist.action_mask(choices, obs["action_mask"])
         return obs
 
     def _observation(

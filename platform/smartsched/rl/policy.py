@@ -48,7 +48,7 @@ from smartsched.objectives.reward import COMPONENTS, RewardWeights
 from smartsched.rl.artifact import SPEC_FILE, read_module
 from smartsched.rl.observation import POD_COLUMNS, Observer, node_columns
 from smartsched.rl.shortlist import Shortlist
-from smartsched.scheduling.base import TwinNeeds, WorkloadAware
+from smartsched.scheduling.base import TwinNeeds
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD, FgdArgs
 from smartsched.scheduling.registry import load_profile
@@ -210,33 +210,33 @@ class RLScheduler:
         what a shortlist's base profile needs)."""
         own = TwinNeeds(forecaster=self.forecaster, telemetry=self.telemetry)
         if self.shortlist is not None:
-            own = own.merge(self.shortlist.twin_needs(), "scheduler.base")
+            own = own.merge(self.shortlist.base.twin_needs(), "scheduler.base")
         return own
 
     def prepare(self, pods: Sequence[Pod]) -> None:
         if self.heuristics:
             self.fgd = FGD(FgdArgs(warm=True))
             self.fgd.prepare(pods)
-        if self.shortlist is not None and isinstance(self.shortlist.base, WorkloadAware):
+        if self.shortlist is not None:
             self.shortlist.base.prepare(pods)
 
     # A shortlist's base profile runs the twin as it would alone: its queue order, how long
     # pods tolerate a failed node, and its descheduling pass.
     @property
     def queue_sort(self) -> str:
-        return "priority" if self.shortlist is None else self.shortlist.queue_sort
+        return "priority" if self.shortlist is None else self.shortlist.base.queue_sort
 
     @property
     def failure_toleration_s(self) -> float | None:
-        return None if self.shortlist is None else self.shortlist.failure_toleration_s
+        return None if self.shortlist is None else self.shortlist.base.failure_toleration_s
 
     @property
     def deschedule_interval_s(self) -> float | None:
-        return None if self.shortlist is None else self.shortlist.deschedule_interval_s
+        return None if self.shortlist is None else self.shortlist.base.deschedule_interval_s
 
     def deschedule(self, state: ClusterState,
                    waiting: Sequence[PodRequest]) -> tuple[Migration, ...]:
-        return () if self.shortlist is None else self.shortlist.deschedule(state, waiting)
+        return () if self.shortlist is None else self.shortlist.base.deschedule(state, waiting)
 
     def decide(self, state: ClusterState, request: PodRequest) -> Decision:
         if self.shortlist is not None:
@@ -273,8 +273,7 @@ class RLScheduler:
             self._update_weights(state, request)
         obs = self._observe(state, ctx, ok, False)
         if self.trained_on_shortlist:  # as in training: the shortlist is the action mask
-            mask = np.zeros_like(obs["action_mask"])
-            mask[: choices.size] = choices
+            mask = Shortlist.action_mask(choices, obs["action_mask"])
             a = self.scorer.best({**obs, "action_mask": mask})
         else:  # every feasible node in the policy's context, the shortlist in its reach
             a = self.scorer.best(obs, choices)

@@ -19,20 +19,17 @@ import numpy as np
 
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import POD_CLASSES
-from smartsched.scheduling.base import (
-    Deschedules,
-    SplitScheduler,
-    TwinNeeds,
-    make_scheduler,
-)
+from smartsched.scheduling.base import SplitScheduler, make_scheduler
 from smartsched.scheduling.framework import ProfileScheduler
-from smartsched.twin.decision import Decision, Migration
-from smartsched.twin.state import ClusterState, PodRequest
+from smartsched.twin.decision import Decision
+from smartsched.twin.state import PodRequest
 
 
 class Shortlist:
-    """The base profile a policy chooses within: its routes, twin hooks, and how many of
-    its best nodes the policy may pick from."""
+    """The base profile a policy chooses within, its routes, and how many of its best
+    nodes the policy may pick from. ``base`` (a profile or a split) also carries the
+    run's hooks -- queue order, failure toleration, descheduling, twin needs -- which
+    whoever runs the twin reads from it directly."""
 
     def __init__(self, base: ProfileScheduler | SplitScheduler, k: int,
                  classes: frozenset[str] | None) -> None:
@@ -96,23 +93,11 @@ class Shortlist:
         out[base.node] = True
         return out
 
-    def twin_needs(self) -> TwinNeeds:
-        return self.base.twin_needs()
-
-    @property
-    def queue_sort(self) -> str:
-        return self.base.queue_sort
-
-    @property
-    def failure_toleration_s(self) -> float | None:
-        return self.base.failure_toleration_s
-
-    @property
-    def deschedule_interval_s(self) -> float | None:
-        b = self.base
-        return b.deschedule_interval_s if isinstance(b, Deschedules) else None
-
-    def deschedule(self, state: ClusterState,
-                   waiting: Sequence[PodRequest]) -> tuple[Migration, ...]:
-        b = self.base
-        return b.deschedule(state, waiting) if isinstance(b, Deschedules) else ()
+    @staticmethod
+    def action_mask(choices: np.ndarray, like: np.ndarray) -> np.ndarray:
+        """The observation's action mask (shaped ``like``: padded nodes, then defer) that
+        offers exactly ``choices``: what a policy trained within a shortlist sees, in
+        training and at inference alike."""
+        mask = np.zeros_like(like)
+        mask[: choices.size] = choices
+        return mask
