@@ -1258,16 +1258,19 @@ def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
 @click.option("--batches", default=4, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--state-dir", default="runs/bench_serve", show_default=True)
+@click.option("--journal/--no-journal", default=True, show_default=True,
+              help="Sites journal reservations (fsynced), as `smartsched serve` runs them.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, batches: int,
-                batch_size: int, state_dir: str, json_path: str | None) -> None:
+                batch_size: int, state_dir: str, journal: bool, json_path: str | None) -> None:
     """The placement service on loopback beside a bare echo deployment (bounded load)."""
     from smartsched.bench.serve import format_serve_bench, run_serve_bench
 
     res = run_serve_bench(nodes_per_region=nodes_per_region,
                           profiles=tuple(p for p in profiles.split(",") if p),
                           requests_per_kind=requests_per_kind, batches=batches,
-                          batch_size=batch_size, state_dir=state_dir, echo=click.echo)
+                          batch_size=batch_size, state_dir=state_dir, journal=journal,
+                          echo=click.echo)
     click.echo(format_serve_bench(res))
     _write_json(json_path, res)
 

@@ -16,12 +16,17 @@ placement service on a ``regional`` cluster, and in the same run sends:
 * batches on ``/v1/placements:batch`` for placements per second;
 * in process, the edge tier's decision compute per pod (no HTTP, no Ray).
 
+Every site journals its reservations (fsynced before each answer), as ``smartsched
+serve`` runs it; ``journal=False`` measures without (what the first versions of this
+benchmark did).
+
 Every request count is fixed, so the run stops by itself. Reservations are
 taken with a short TTL and the pods are small, so the cluster never fills.
 """
 
 from __future__ import annotations
 
+import shutil
 import socket
 import time
 import uuid
@@ -110,7 +115,7 @@ def _edge_compute(nodes_per_edge: int, n: int) -> dict[str, float]:
 
 def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] = (
         "k8s-default",), requests_per_kind: int = 200, batches: int = 4, batch_size: int = 500,
-        state_dir: str | Path = "runs/bench_serve",
+        state_dir: str | Path = "runs/bench_serve", journal: bool = True,
         echo: Callable[[str], Any] = print) -> dict[str, Any]:
     import ray
     import requests
@@ -135,7 +140,8 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
     s = requests.Session()
     auth = {"Authorization": f"Bearer {TOKEN}"}
     serve.run(_echo_app(), name="echo", route_prefix="/bench-echo")
-    results: dict[str, Any] = {"nodes_per_region": nodes_per_region, "profiles": {}}
+    results: dict[str, Any] = {"nodes_per_region": nodes_per_region, "journal": journal,
+                               "profiles": {}}
     try:
         for profile in profiles:
             echo(f"deploying the service ({profile}, {nodes_per_region} nodes per region) ...")
@@ -143,6 +149,8 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
             args = {"cluster": str(cluster_file), "region_profile": profile,
                     "edge_profile": profile, "auth": {"token_file": str(state / "token")},
                     "edge_entry": {"ports": {"mec-0": entry_port}}}
+            if journal:  # a fresh one per deployment: nothing replayed from the last
+                args["journal_dir"] = str(state / "journal" / uuid.uuid4().hex[:12])
             serve.run(build_app(args), name="placement", route_prefix="/")
             entry = f"http://127.0.0.1:{entry_port}"
             _wait(s, entry)
@@ -199,12 +207,14 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
         results["edge_compute"] = _edge_compute(8, 2000)
     finally:
         serve.shutdown()
+        shutil.rmtree(state / "journal", ignore_errors=True)  # bench reservations only
     return results
 
 
 def format_serve_bench(res: dict[str, Any]) -> str:
+    journal = "journaled" if res.get("journal", True) else "no journal"
     lines = [f"placement service, {res['nodes_per_region']} nodes per region (2 regions, "
-             "2 MEC sites), sequential requests on loopback",
+             f"2 MEC sites; {journal}), sequential requests on loopback",
              "| profile | path | p50 ms | p99 ms | p50 / echo | p99 / echo |",
              "|---|---|---:|---:|---:|---:|"]
     for prof, row in res["profiles"].items():

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -210,6 +211,15 @@ class SitePlacer:
         if request_id is not None and request_id in self.answers:
             self.answers.move_to_end(request_id)
             return self.answers[request_id]
+        with self._journal_group():  # one fsync for the request, before it is answered
+            return self._place(pods, ttl_s, request_id, validate)
+
+    def _journal_group(self) -> AbstractContextManager[None]:
+        """The journal's group for one request or sweep (a no-op without a journal)."""
+        return self.journal.group() if self.journal is not None else nullcontext()
+
+    def _place(self, pods: Sequence[Pod], ttl_s: float, request_id: str | None,
+               validate: bool) -> list[SiteResult]:
         self.expire()
         now = self.clock()
         self.state.now = now - self.t0
@@ -487,6 +497,10 @@ class SitePlacer:
         Runs before every request, so it pops a heap of expiry times instead of
         scanning every live reservation; released or confirmed ones are skipped.
         """
+        with self._journal_group():
+            return self._expire()
+
+    def _expire(self) -> int:
         now = self.clock()
         for gang in [g for g, t in self._holds.items() if t <= now]:
             self.state.reservations.remove(gang)  # the gang did not come back for it
