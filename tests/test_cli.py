@@ -38,6 +38,25 @@ def test_simulate_mixed_replay_writes_report(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "r.json").read_text())["metrics"] == m
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        # an output folder that cannot be made: the OS's reason and the path, one line
+        (["simulate", "--no-plots", "--no-progress", "--hours", "0.05", "--out",
+          "/proc/nope"], "/proc/nope"),
+        # a seed range is checked before it is expanded (this one would not fit in memory)
+        (["bench", "quality", "--hours", "0.05", "--seeds", "0-99999999999"], "seed"),
+        (["bench", "fgd", "--seeds", "1", "--schedulers", "random", "--workers", "-1"],
+         "--workers"),
+        (["bench", "heldout", "--seeds", "5-3"], "seed"),
+    ],
+)
+def test_bad_paths_seeds_and_workers_are_one_line_errors(args: list[str], needle: str) -> None:
+    r = smartsched(*args)
+    assert r.returncode == 2, r.stderr[-500:]
+    assert "Traceback" not in r.stderr and needle in r.stderr
+
+
 @pytest.mark.slow
 def test_simulate_openb_fill(data_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "fill"

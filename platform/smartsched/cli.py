@@ -31,6 +31,10 @@ class _Group(click.Group):
         except SmartSchedError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except OSError as e:  # a path the user gave that cannot be read or written
+            where = f": {e.filename}" if e.filename else ""
+            click.echo(f"error: {e.strerror or type(e).__name__}{where}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
 
 
 @click.group(cls=_Group)
@@ -73,9 +77,10 @@ def _write_json(path: str | None, doc: Any) -> None:
 @click.option("--compliance", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Compliance policy (YAML: residency, dedicated pools, isolation) that "
               "binds every decision.")
-@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, max=1e6, min_open=True),
+              default=None,
               help="Inject node failures: mean time between failures per node.")
-@click.option("--repair-hours", type=click.FloatRange(min=0, min_open=True), default=1.0,
+@click.option("--repair-hours", type=click.FloatRange(min=0, max=1e6, min_open=True), default=1.0,
               show_default=True, help="How long a failed node stays down.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar (default: when stderr is a terminal).")
@@ -874,20 +879,29 @@ def _int_list(text: str, param: str, low: int, high: int) -> list[int]:
     return out
 
 
+MAX_SEEDS = 10_000  # runs one benchmark may ask for (each is a whole simulation)
+MAX_SEED = 2**32 - 1  # numpy's seed range
+
+
 def _seeds(text: str) -> list[int]:
-    """"42-51" or "42,43" -> a list of seeds."""
+    """"42-51" or "42,43" -> a list of seeds (at most MAX_SEEDS, each within 0..MAX_SEED;
+    a range is checked before it is expanded)."""
     out: list[int] = []
+    hint = f"not a seed list: {text[:80]!r} (use 42-51 or 1,2,3)"
     try:
         for part in text.split(","):
             if "-" in part:
-                lo, hi = part.split("-", 1)
-                out.extend(range(int(lo), int(hi) + 1))
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if not 0 <= lo <= hi <= MAX_SEED or hi - lo + 1 + len(out) > MAX_SEEDS:
+                    raise click.BadParameter(f"{hint}: a range must run upwards within "
+                                             f"0..{MAX_SEED}, {MAX_SEEDS:,} seeds at most")
+                out.extend(range(lo, hi + 1))
             elif part.strip():
                 out.append(int(part))
     except ValueError:
-        raise click.BadParameter(f"not a seed list: {text!r} (use 42-51 or 1,2,3)") from None
-    if not out or any(s < 0 for s in out):
-        raise click.BadParameter(f"not a seed list: {text!r}")
+        raise click.BadParameter(hint) from None
+    if not out or any(not 0 <= s <= MAX_SEED for s in out) or len(out) > MAX_SEEDS:
+        raise click.BadParameter(f"{hint}: each within 0..{MAX_SEED}, {MAX_SEEDS:,} at most")
     return out
 
 
@@ -898,7 +912,8 @@ def _seeds(text: str) -> list[int]:
               "k8s-default", show_default=True)
 @click.option("--seeds", default="42-51", show_default=True)
 @click.option("--inflate", type=float, default=1.3, show_default=True)
-@click.option("--workers", type=int, default=None, help="Parallel runs (default: cores).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Parallel runs (default: cores).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_fgd(variants: str, schedulers: str, seeds: str, inflate: float, workers: int | None,
               json_path: str | None) -> None:
@@ -924,7 +939,7 @@ def bench_fgd(variants: str, schedulers: str, seeds: str, inflate: float, worker
               help="Share of a multi-GPU pod's run spent moving data between its GPUs: "
                    "devices spanning NUMA sockets without need stretch it (0: run times "
                    "as the workload gives them).")
-@click.option("--workers", type=int, default=None)
+@click.option("--workers", type=click.IntRange(min=1), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
 def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: str,
                   hours: float, warmup_hours: float, gpu_comm_share: float,
@@ -1072,10 +1087,10 @@ def bench_audit(records: int, proofs: int, no_fsync: bool, work_dir: str | None,
 @bench.command("finance")
 @click.option("--seeds", default="0-4", show_default=True)
 @click.option("--nights", type=click.IntRange(min=1, max=60), default=3, show_default=True)
-@click.option("--mtbf-hours", type=click.FloatRange(min=0, min_open=True), default=720.0,
+@click.option("--mtbf-hours", type=click.FloatRange(min=0, max=1e6, min_open=True), default=720.0,
               show_default=True, help="Mean time between failures per node.")
 @click.option("--no-failures", is_flag=True, help="Run without node failures.")
-@click.option("--repair-hours", type=click.FloatRange(min=0, min_open=True), default=1.0,
+@click.option("--repair-hours", type=click.FloatRange(min=0, max=1e6, min_open=True), default=1.0,
               show_default=True)
 @click.option("--variants", default=None,
               help="Comma-separated subset of k8s-default,k8s-default+10s,composite,finance "

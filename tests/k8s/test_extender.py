@@ -188,6 +188,67 @@ def test_json_nested_too_deeply_is_a_400(server: str) -> None:
     assert r.status_code == 400 and "nested too deeply" in r.json()["Error"]
 
 
+def test_a_number_too_long_to_read_is_a_400(server: str) -> None:
+    """Python refuses integers of more than 4,300 digits (a ValueError, not a JSON one)."""
+    body = '{"Pod": {}, "NodeNames": [], "X": ' + "1" * 5000 + "}"
+    for path in ("/filter", "/prioritize"):
+        r = requests.post(f"{server}{path}", data=body, timeout=10)
+        assert r.status_code == 400 and "number too long" in r.json()["Error"]
+
+
+@pytest.mark.parametrize("where", ["names", "items", "annotation"])
+def test_a_lone_surrogate_anywhere_is_a_400_not_a_500(server: str, fixtures: dict,
+                                                       where: str) -> None:
+    """Answers echo node names (and filter's items): a lone surrogate cannot be written
+    back as UTF-8, so it is refused on the way in, whichever endpoint and field."""
+    import json as _json
+
+    pod = fixtures["pods"]["gpu-pod-00"]
+    if where == "names":
+        args: dict = {"Pod": pod, "NodeNames": ["\ud800"]}
+    else:
+        node = copy.deepcopy(fixtures["nodes"][0])
+        if where == "items":
+            node["metadata"]["name"] = "\ud800"
+        else:
+            node["metadata"].setdefault("annotations", {})["x"] = "\ud800"
+        args = {"Pod": pod, "Nodes": {"items": [node]}}
+    body = _json.dumps(args)  # ensure_ascii: the surrogate travels as an escape
+    for path in ("/filter", "/prioritize"):
+        r = requests.post(f"{server}{path}", data=body, timeout=10)
+        assert r.status_code == 400 and "surrogate" in r.json()["Error"], r.text[:200]
+    # A valid pair (an emoji) is not a lone surrogate: answered.
+    ok = {"Pod": pod, "NodeNames": ["\U0001F600"]}
+    assert requests.post(f"{server}/filter", data=_json.dumps(ok), timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    (lambda pod: pod.__setitem__("spec", None), "spec"),
+    (lambda pod: pod["spec"].__setitem__("nodeSelector", ["a"]), "spec.nodeSelector"),
+    (lambda pod: pod["spec"].__setitem__("tolerations", "x"), "spec.tolerations"),
+    (lambda pod: pod["spec"].__setitem__("affinity", {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "k", "operator": "Bogus", "values": ["v"]}]}]}}}),
+     "operator"),
+    (lambda pod: pod["spec"].__setitem__("affinity", {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["x"]}]}]}}}),
+     "integer"),
+])
+def test_a_pod_the_api_server_would_refuse_is_a_clear_400(server: str, fixtures: dict,
+                                                          change: Any, needle: str) -> None:
+    """Not read as a pod asking nothing (a null spec) or answered with Python's own words:
+    a 400 whose message names the field."""
+    pod = copy.deepcopy(fixtures["pods"]["gpu-pod-00"])
+    change(pod)
+    for path in ("/filter", "/prioritize"):
+        r = requests.post(f"{server}{path}", json={"Pod": pod,
+                                                   "NodeNames": ["openb-node-0227"]},
+                          timeout=10)
+        assert r.status_code == 400 and needle in r.json()["Error"], r.text[:300]
+        assert "(AttributeError)" not in r.text and "sequence element" not in r.text
+
+
 def test_a_workload_aware_profile_answers_prioritize(fixtures: dict) -> None:
     # FGD plans on the workload it expects; the extender gives it the pods it has seen.
     ext = Extender("fgd")

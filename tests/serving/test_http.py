@@ -400,6 +400,13 @@ def test_a_reload_reads_files_only_from_the_models_dir(service: str, operator: d
         assert r.status_code == 422, (bad, r.text)
         assert r.json()["detail"][0]["loc"] == ["profile"] and str(tmp_path) not in r.text
     models = Path(serve_args["models_dir"])
+    # Inside the models dir but not loadable: a 4xx naming the field, in the operator's
+    # words (never the server's directory), whatever the loader raised.
+    for bad in ("rl:" + "a" * 1021, "nosuch", "rl:", "rl:nosuch", "profiles/x.yaml"):
+        r = requests.put(url, json={"profile": bad}, headers=operator, timeout=30)
+        assert r.status_code in (404, 422), (bad, r.status_code, r.text[:300])
+        assert r.json()["detail"][0]["loc"] == ["profile"], r.text[:300]
+        assert str(models.resolve()) not in r.text, r.text[:300]
     shutil.copytree(outside, models / "ppo")
     r = requests.put(url, json={"profile": "rl:ppo"}, headers=operator, timeout=120)
     assert r.status_code == 200, r.text
@@ -436,6 +443,13 @@ def test_a_chunked_body_over_the_limit_is_a_413(service: str, auth: dict) -> Non
        "unschedulable": "no"}], "unschedulable"),
     ([{"name": "t-0", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024,
        "usage": {"cpu": True, "memory": 0.1}}], "usage"),
+    # names and labels as Kubernetes has them (a DNS-1123 subdomain; label key/value rules)
+    *[([{"name": bad, "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024}], "name")
+      for bad in (" ", "../x", "\u202e", "Node_1", "a" * 254)],
+    ([{"name": "t-0", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024,
+       "labels": {"": ""}}], "labels"),
+    ([{"name": "t-0", "site": "mec-0", "cpu_milli": 1000, "memory_mib": 1024,
+       "labels": {"pool": "two words"}}], "labels"),
 ])
 def test_bad_node_updates_name_the_field_and_change_nothing(service: str, operator: dict,
                                                             nodes: list, field: str) -> None:

@@ -139,6 +139,28 @@ def test_a_request_id_reused_with_another_body_is_a_conflict(medium: Hierarchy) 
     assert sum(len(s.placer.reservations) for s in sites.values()) == 1
 
 
+def test_concurrent_requests_with_one_key_and_different_bodies_place_once(
+        medium: Hierarchy) -> None:
+    """The key binds its body before the first await: requests in flight together with
+    one key and different bodies get one placement and 409s, not one booking each; the
+    refusal names the id as the client sent it, not the service's derived key."""
+    from smartsched.serving.tiers import IdempotencyConflict
+
+    cloud, sites = _cloud(medium)
+
+    async def race() -> list:
+        return await asyncio.gather(*(cloud.place([_pod(f"d{i}", cpu=100 + i)], 60, "*:k1",
+                                                  shown_id="k1") for i in range(12)),
+                                    return_exceptions=True)
+
+    out = asyncio.run(race())
+    placed = [o for o in out if not isinstance(o, BaseException)]
+    refused = [o for o in out if isinstance(o, IdempotencyConflict)]
+    assert len(placed) == 1 and len(refused) == 11
+    assert "'k1'" in str(refused[0]) and "*:" not in str(refused[0])
+    assert sum(len(s.placer.reservations) for s in sites.values()) == 1
+
+
 def test_journal_recovers_reservations_after_restart(medium: Hierarchy, tmp_path) -> None:
     from smartsched.serving.journal import Journal
 

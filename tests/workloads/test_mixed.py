@@ -117,6 +117,23 @@ def test_profile_numbers_out_of_range_name_the_field(section: str, key: str, val
     assert e.value.field == field, str(e.value)
 
 
+def test_an_unknown_top_level_key_is_named_not_ignored(tmp_path) -> None:
+    """A typo (``onlin:``) or a stray key used to leave its section at the defaults, or
+    the whole workload empty, without a word."""
+    from smartsched.workloads.mixed import load_profile
+
+    for doc, field in (("foo: 1\n", "workload.foo"),
+                       ("extends: mixed\nonlin: {}\n", "workload.onlin")):
+        f = tmp_path / "p.yaml"
+        f.write_text(doc)
+        with pytest.raises(ValidationError) as e:
+            generate_mixed(load_cluster("small"), hours=1.0, seed=0, profile=load_profile(f))
+        assert e.value.field == field, str(e.value)
+    for name in ("mixed", "iiot"):  # the packaged profiles pass
+        assert generate_mixed(load_cluster("small"), hours=0.5, seed=0,
+                              profile=load_profile(name))
+
+
 def test_a_profile_implying_more_pods_than_a_run_can_hold_is_refused() -> None:
     import copy
 

@@ -19,6 +19,7 @@ candidates get 0). A malformed payload is a ``BadRequest`` with a message.
 from __future__ import annotations
 
 import json
+import re
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -37,6 +38,7 @@ MAX_EXTENDER_PRIORITY = 10
 # kube-scheduler sends whole NodeLists with nodeCacheCapable: false (~10 KiB a node), so the
 # default admits ~6,000 nodes; anything larger is refused before it is parsed.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+_SURROGATE = re.compile("[\ud800-\udfff]")
 REPREPARE_EVERY = 200  # pods between refreshes of a workload-aware profile's view (FGD)
 
 
@@ -184,6 +186,23 @@ class TooLarge(SmartSchedError):
     """The body is over the limit (answered with HTTP 413, before it is parsed)."""
 
 
+def _has_lone_surrogate(value: Any) -> bool:
+    """Whether any string (key or value) inside parsed JSON holds a lone surrogate (json
+    joins valid pairs into one character, so any surrogate left is unpaired)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
+
+
 def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Any:
     """The HTTP server kube-scheduler calls (``urlPrefix`` + ``/filter``, ``/prioritize``).
     Bodies over ``max_body_bytes`` (declared or, chunked, as they arrive) get 413; errors
@@ -200,8 +219,9 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
             if size > max_body_bytes:
                 raise TooLarge(f"request body over {max_body_bytes} bytes")
             chunks.append(chunk)
+        raw = b"".join(chunks)
         try:
-            return json.loads(b"".join(chunks))
+            args = json.loads(raw)
         except json.JSONDecodeError as e:
             raise BadRequest(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
                              ) from None
@@ -209,6 +229,13 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
             raise BadRequest("not valid JSON: not UTF-8") from None
         except RecursionError:
             raise BadRequest("not valid JSON: nested too deeply") from None
+        except ValueError:  # e.g. an integer of more than 4,300 digits
+            raise BadRequest("not valid JSON: a number too long to read") from None
+        # A lone UTF-16 surrogate (an unpaired \ud800 escape) cannot be written back as
+        # UTF-8: answers echo node names, so refuse it here, not in the response.
+        if b"\\u" in raw and _has_lone_surrogate(args):
+            raise BadRequest("not valid JSON: a string holds a lone UTF-16 surrogate")
+        return args
 
     @app.exception_handler(BadRequest)
     async def _bad(_: Request, e: BadRequest) -> JSONResponse:

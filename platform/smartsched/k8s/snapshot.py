@@ -178,7 +178,7 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
     region = next((labels[k] for k in REGION_LABELS if k in labels), "default-region")
     spec = obj.get("spec") or {}
     taints = []
-    for t in spec.get("taints") or []:
+    for t in _list_of_mappings(spec, "taints", "spec.taints"):
         if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key"):
             taints.append(f"{t['key']}={t.get('value', '')}:{t['effect']}"
                           if t.get("value") else f"{t['key']}:{t['effect']}")
@@ -220,6 +220,30 @@ def pod_model(obj: Mapping[str, Any], arrival: float = 0.0,
         raise ValueError(f"pod: malformed object ({type(e).__name__})") from None
 
 
+_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+def _check_expression(e: Mapping[str, Any]) -> None:
+    """A node selector requirement as the API server accepts it (ValueError otherwise)."""
+    where = "nodeAffinity.matchExpressions"
+    op, key, values = e.get("operator"), e.get("key"), e.get("values")
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"{where}.key: missing or not a string")
+    if op not in _OPERATORS:
+        raise ValueError(f"{where}.operator: must be one of {', '.join(_OPERATORS)}")
+    if values is not None and (not isinstance(values, list)
+                               or not all(isinstance(v, str) for v in values)):
+        raise ValueError(f"{where}.values: must be a list of strings")
+    n = len(values or [])
+    if op in ("In", "NotIn") and n == 0:
+        raise ValueError(f"{where}.values: {op} needs at least one value")
+    if op in ("Exists", "DoesNotExist") and n:
+        raise ValueError(f"{where}.values: {op} takes no values")
+    if op in ("Gt", "Lt") and (n != 1 or not (values[0].isascii()
+                                              and values[0].lstrip("-").isdigit())):
+        raise ValueError(f"{where}.values: {op} needs one integer")
+
+
 def _pod_model(obj: Mapping[str, Any], arrival: float,
                gang_sizes: Mapping[str, int] | None) -> Pod:
     meta = _mapping(obj, "metadata", "metadata")
@@ -232,6 +256,8 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     ann = {str(k): str(v) for k, v in _mapping(meta, "annotations",
                                                "metadata.annotations").items()}
     labels = {str(k): str(v) for k, v in _mapping(meta, "labels", "metadata.labels").items()}
+    if not isinstance(obj.get("spec"), Mapping):  # a Pod always has one (its containers)
+        raise ValueError("spec: missing or not an object")
     spec = _mapping(obj, "spec", "spec")
     req = _requests(spec)
     cpu = int(req.get("cpu", Decimal(0)) * 1000)
@@ -244,10 +270,17 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
             raise ValueError(f"annotations.alibabacloud.com/gpu-milli: {gpu_milli} > 1000")
     elif req.get("nvidia.com/gpu"):
         num_gpu, gpu_milli = int(req["nvidia.com/gpu"]), MILLI_PER_DEVICE
-    selector = dict(spec.get("nodeSelector") or {})
-    aff = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = aff.get("nodeSelectorTerms") or []
+    selector = dict(_mapping(spec, "nodeSelector", "spec.nodeSelector"))
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items()):
+        raise ValueError("spec.nodeSelector: keys and values must be strings")
+    aff = _mapping(_mapping(_mapping(spec, "affinity", "spec.affinity"), "nodeAffinity",
+                            "spec.affinity.nodeAffinity"),
+                   "requiredDuringSchedulingIgnoredDuringExecution",
+                   "spec.affinity.nodeAffinity.required")
+    terms = _list_of_mappings(aff, "nodeSelectorTerms", "nodeAffinity.nodeSelectorTerms")
+    for term in terms:  # the API server's checks: a known operator, values as it needs
+        for e in _list_of_mappings(term, "matchExpressions", "nodeSelectorTerms.matchExpressions"):
+            _check_expression(e)
     if len(terms) == 1:  # ORed terms would need more than a selector: keep the single-term case
         for e in terms[0].get("matchExpressions") or []:
             if e.get("operator") == "In" and len(e.get("values") or []) == 1:
@@ -261,7 +294,7 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     for k in REGION_LABELS:
         selector.pop(k, None)
     tolerations = []  # in the twin's form (twin.state.taint_tolerated)
-    for t in spec.get("tolerations") or []:
+    for t in _list_of_mappings(spec, "tolerations", "spec.tolerations"):
         key, eff, val = t.get("key"), t.get("effect"), t.get("value")
         if t.get("operator") == "Exists":
             tolerations.append(key or "*")  # any value (and, here, any effect) of the key

@@ -721,7 +721,7 @@ class Ingress(Authorizer):
         # Idempotency keys per tenant ('*' for the shared tokens: not a tenant name's
         # character), so one tenant's request id never answers another's.
         key = f"{who.tenant or '*'}:{rid}" if rid else None
-        results = await self.cloud.place(pods, ttl_s, key, validate)
+        results = await self.cloud.place(pods, ttl_s, key, validate, shown_id=rid)
         self.metrics.observe_placements(results)
         self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})
         return PlacementResponse(request_id=rid, placements=results)

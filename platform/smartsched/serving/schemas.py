@@ -23,6 +23,9 @@ from smartsched.model.resources import (
 
 Tier = Literal["cloud", "region", "edge"]
 MAX_BATCH = 1000
+# A reservation shorter than this expires before any client could confirm it (1e-320 s
+# used to be placed, and gone at once).
+MIN_TTL_S = 0.001
 
 # Control characters (NUL, newlines, escapes) and lone surrogates have no place in a name,
 # label or path, and break what they reach (file paths, logs, JSON answers, Kubernetes).
@@ -36,6 +39,40 @@ def _text(v: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_text)]
+
+# Kubernetes' own rules for what the node API registers: a node name is a DNS-1123
+# subdomain (lowercase alphanumerics, '-' and '.'); a label key an optional DNS
+# subdomain prefix and '/' then a name of at most 63 characters; a value the same
+# characters, possibly empty. (Names like " ", "../x" or an RTL override would otherwise
+# be stored, journaled and shown to every client.)
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
+
+
+def _node_name(v: str) -> str:
+    if len(v) > 253 or not _DNS_SUBDOMAIN.fullmatch(v):
+        raise ValueError("must be a DNS-1123 subdomain (lowercase letters, digits, '-' and "
+                         "'.', starting and ending with a letter or digit), as Kubernetes "
+                         "names nodes")
+    return v
+
+
+def _labels(v: dict[str, str] | None) -> dict[str, str] | None:
+    for key, value in (v or {}).items():
+        prefix, _, name = key.rpartition("/")
+        if (not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name)
+                or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)))
+                or (not prefix and "/" in key)):
+            raise ValueError("label keys are [prefix/]name: name 1-63 characters of "
+                             "letters, digits, '-', '_' and '.', starting and ending with a "
+                             "letter or digit; prefix a DNS subdomain")
+        if len(value) > 63 or not _LABEL_NAME.fullmatch(value):
+            raise ValueError("label values are at most 63 characters of letters, digits, "
+                             "'-', '_' and '.', starting and ending with a letter or digit")
+    return v
+
+
+NodeName = Annotated[str, AfterValidator(_node_name)]
 # Numbers and flags as JSON has them: ``true`` is not 1 and ``"100"`` not 100 (lax
 # coercion would place a pod asking ``"cpu_milli": true`` with one millicore: a client
 # bug answered with a silent wrong placement instead of a 422 naming the field). An
@@ -90,7 +127,7 @@ class PlacementRequest(BaseModel):
     request_id: Text | None = Field(None, min_length=1, max_length=128,
                                    description="Idempotency key: a retry returns the same answer")
     pod: PodSpec
-    ttl_s: Num = Field(60.0, gt=0, le=86_400, description="Reservation lifetime")
+    ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400, description="Reservation lifetime")
     validate_: Flag = Field(False, alias="validate", description=(
         "Validate the placement in the twin's sandbox before it is made (the site's "
         "sandbox policy may validate it anyway)"))
@@ -100,7 +137,7 @@ class BatchPlacementRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     request_id: Text | None = Field(None, min_length=1, max_length=128)
     pods: list[PodSpec] = Field(min_length=1, max_length=MAX_BATCH)
-    ttl_s: Num = Field(60.0, gt=0, le=86_400)
+    ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400)
     validate_: Flag = Field(False, alias="validate", description=(
         "Validate the whole batch in the twin's sandbox before it is made"))
 
@@ -198,7 +235,7 @@ class NodeUpdate(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
-    name: Text = Field(min_length=1, max_length=253)
+    name: NodeName = Field(min_length=1, max_length=253)
     site: Text = Field(min_length=1, max_length=253)
     zone: Text | None = Field(None, min_length=1, max_length=253)
     rack: Text | None = Field(None, min_length=1, max_length=253)
@@ -209,7 +246,8 @@ class NodeUpdate(BaseModel):
     num_fpga: Int | None = Field(None, ge=0, le=MAX_DEVICES_PER_NODE)
     fpga_model: Text | None = Field(None, max_length=64)
     sockets: Int | None = Field(None, ge=1, le=16)
-    labels: dict[Text, Text] | None = Field(None, max_length=128)
+    labels: Annotated[dict[Text, Text] | None, AfterValidator(_labels)] = Field(
+        None, max_length=128)
     taints: list[Text] | None = Field(None, max_length=64)
     unschedulable: Flag | None = None
     idle_watts: Num | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)

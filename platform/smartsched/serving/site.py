@@ -64,6 +64,22 @@ class Reservation:
     request_id: str | None = None
 
 
+def _as_shown(e: Exception, profile: str, label: str) -> ValidationError:
+    """``e`` (loading ``profile``, the resolved form of ``label``) as an error that names
+    ``label`` only: its message with the resolved path replaced by the label's, the same
+    class for a ValidationError, else a ValidationError of ``profile`` without the message
+    (an OSError's or a library's text carries paths)."""
+    if not isinstance(e, ValidationError):
+        return ValidationError("profile", f"cannot load {label[:200]!r} "
+                                          f"({type(e).__name__})")
+    _, _, resolved = profile.rpartition(":") if ":" in profile else ("", "", profile)
+    _, _, given = label.rpartition(":") if ":" in label else ("", "", label)
+    message = e.message.replace(profile, label)
+    if resolved:
+        message = message.replace(resolved, given or ".")
+    return type(e)("profile", message)
+
+
 def _owned_by(r: Reservation, tenant: str | None) -> bool:
     """Whether ``tenant`` (None: any caller) may act on reservation ``r``."""
     return tenant is None or all(b.pod.tenant == tenant for b in r.bookings)
@@ -157,8 +173,16 @@ class SitePlacer:
     def set_profile(self, profile: str, seed: int = 0, label: str | None = None) -> None:
         """Swap the scheduling profile; state and reservations are untouched. ``label`` is
         the name answers and metrics show (default: ``profile``), e.g. a policy's path as
-        the operator gave it rather than where the server keeps it."""
-        sched = make_scheduler(profile, seed)  # fails before anything changes
+        the operator gave it rather than where the server keeps it: an error then names
+        what the operator gave, never the server's paths, and any failure to load (a name
+        too long for the file system, an unreadable file) is a ValidationError of
+        ``profile``."""
+        try:
+            sched = make_scheduler(profile, seed)  # fails before anything changes
+        except Exception as e:
+            if label is None or label == profile:
+                raise
+            raise _as_shown(e, profile, label) from None
         if self._recent and isinstance(sched, WorkloadAware):
             sched.prepare(list(self._recent))
         self.scheduler, self.profile = sched, label or profile

@@ -437,19 +437,33 @@ class CloudTier:
         self.t0 = clock()
         # request id -> (fingerprint of the request's body, the answer)
         self.answers: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
+        # request key -> the fingerprint of the first body sent with it, bound before the
+        # first await: concurrent requests with one key and different bodies get a 409
+        # instead of each placing (an answer is stored only when its request is done).
+        self._bodies: OrderedDict[str, str] = OrderedDict()
 
     async def place(self, pods: Sequence[Pod], ttl_s: float,
-                    request_id: str | None, validate: bool = False) -> list[dict[str, Any]]:
+                    request_id: str | None, validate: bool = False,
+                    shown_id: str | None = None) -> list[dict[str, Any]]:
         """Place ``pods``; a retry with the same ``request_id`` and the same body gets the
         first answer again, the same ``request_id`` with another body is refused
         (``IdempotencyConflict``: the key binds the request's content, as in the IETF
-        Idempotency-Key draft)."""
+        Idempotency-Key draft), also while the first is still in flight. ``shown_id``:
+        the id as the client sent it, for the refusal (``request_id`` may be a key
+        derived from it)."""
         body = request_fingerprint(pods, ttl_s, validate) if request_id is not None else ""
+        if request_id is not None:
+            first = self._bodies.setdefault(request_id, body)
+            self._bodies.move_to_end(request_id)
+            while len(self._bodies) > IDEMPOTENCY_KEEP:
+                self._bodies.popitem(last=False)
+            if first != body:
+                raise IdempotencyConflict.of(shown_id if shown_id is not None else request_id)
         if request_id is not None and request_id in self.answers:
             self.answers.move_to_end(request_id)
             first, answer = self.answers[request_id]
             if first != body:
-                raise IdempotencyConflict.of(request_id)
+                raise IdempotencyConflict.of(shown_id if shown_id is not None else request_id)
             return answer
         groups: dict[str, list[Pod]] = {}
         for p in pods:

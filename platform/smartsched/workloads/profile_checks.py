@@ -114,8 +114,19 @@ def _fields(doc: Mapping[str, Any], checks: Mapping[str, Callable[[Any, str], No
             check(doc[key], f"{prefix}.{key}")
 
 
+# Every top-level key a mixed profile may have (``extends`` is resolved before checks).
+TOP_LEVEL = (*SECTIONS, "name", "description", "day", "tenants", "images",
+             "priority_classes")
+
+
 def check_profile(profile: Mapping[str, Any]) -> None:
-    """Raise ValidationError naming the first field of ``profile`` out of its range."""
+    """Raise ValidationError naming the first field of ``profile`` out of its range, or
+    the first key it does not know (a typo would otherwise leave its section at the
+    defaults, or the whole workload empty, without a word)."""
+    for key in profile:
+        if key not in TOP_LEVEL:
+            raise ValidationError(f"workload.{str(key)[:64]}", "unknown section (known: "
+                                  f"{', '.join(TOP_LEVEL)})")
     day = profile.get("day")
     if day is not None:
         if not isinstance(day, Mapping):
