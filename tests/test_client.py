@@ -47,6 +47,8 @@ def test_a_bad_file_names_pod_file(text: str, message: str, row: int | None,
     ({"id": "p", "bogus": 1}, "bogus"),
     ({"cpu_milli": 1}, "id"),
     ({"id": "p", "class": "vip"}, "class"),
+    # a gang comes whole in one request, and a batch holds at most 1,000 pods
+    ({"id": "p", "cpu_milli": 1, "gang_id": "g", "gang_size": 1001}, "gang_size"),
 ])
 def test_an_invalid_pod_names_its_field(pod: dict, field: str) -> None:
     with pytest.raises(ValidationError) as e:
@@ -111,6 +113,51 @@ def test_the_client_retries_unavailable_but_not_server_faults() -> None:
         server.shutdown()
 
 
+def test_a_retried_release_a_list_error_and_a_page_are_answers_not_crashes() -> None:
+    """A release retried after a 503 that finds nothing (404) was released by the first
+    try; an error body that is JSON but not an object, and a 2xx that is not JSON (a
+    proxy's page), are PlacementErrors, not AttributeError / JSONDecodeError."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from smartsched.client import PlacementClient, PlacementError
+
+    script: list[tuple[int, bytes]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            status, body = script.pop(0)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_DELETE = do_POST = _answer
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = PlacementClient(f"http://127.0.0.1:{server.server_port}", "t")
+        script[:] = [(503, b"{}"), (404, b'{"detail": "unknown"}')]
+        assert client.release("region-a~r1")["released"] is True
+        script[:] = [(404, b'{"detail": [{"loc": ["reservation"], "msg": "unknown"}]}')]
+        with pytest.raises(PlacementError) as e:  # a first try's 404 is a real one
+            client.release("region-a~r1")
+        assert e.value.status == 404
+        script[:] = [(400, b'["not", "an", "object"]')]
+        with pytest.raises(PlacementError) as e:
+            client.confirm("region-a~r1")
+        assert e.value.status == 400
+        script[:] = [(200, b"<html>proxy</html>")]
+        with pytest.raises(PlacementError, match="not JSON"):
+            client.confirm("region-a~r1")
+    finally:
+        server.shutdown()
+
+
 @pytest.mark.parametrize(("url", "says"), [
     (None, "error: no answer from the placement service at"),  # nobody listens there
     ("notaurl", "error: url: not a service URL"),
@@ -125,3 +172,17 @@ def test_an_unreachable_or_malformed_service_url_is_one_line_not_a_traceback(
     r = CliRunner().invoke(main, ["place", "--url", url or f"http://127.0.0.1:{free_port()}",
                                   str(f)])
     assert r.exit_code == 2 and r.output.startswith(says), r.output
+
+
+def test_a_ttl_too_short_to_confirm_is_refused() -> None:
+    from pydantic import ValidationError as Invalid
+
+    from smartsched.serving.schemas import BatchPlacementRequest, PlacementRequest
+
+    pod = {"id": "p", "cpu_milli": 100}
+    for ttl in (1e-320, 0.0009):
+        with pytest.raises(Invalid, match="ttl_s"):
+            PlacementRequest.model_validate({"pod": pod, "ttl_s": ttl})
+        with pytest.raises(Invalid, match="ttl_s"):
+            BatchPlacementRequest.model_validate({"pods": [pod], "ttl_s": ttl})
+    assert PlacementRequest.model_validate({"pod": pod, "ttl_s": 0.001}).ttl_s == 0.001

@@ -61,7 +61,9 @@ class PlacementClient:
         self.session = requests.Session()
 
     def _call(self, method: str, path: str, body: Any = None, *,
-              operator: bool = False) -> Any:
+              operator: bool = False, gone_on_retry: Any = None) -> Any:
+        """``gone_on_retry``: the answer when a retried call finds nothing there (404),
+        because an earlier try whose answer was lost already did it (a release)."""
         token = self.operator_token if operator else self.token
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         for attempt in range(self.retries + 1):
@@ -81,13 +83,20 @@ class PlacementClient:
             if r.status_code in RETRY_STATUSES and attempt < self.retries:
                 time.sleep(0.2 * 2**attempt)
                 continue
+            if r.status_code == 404 and attempt > 0 and gone_on_retry is not None:
+                return gone_on_retry
             if r.status_code >= 400:
                 try:
-                    detail = r.json().get("detail")
+                    doc = r.json()
                 except ValueError:
-                    detail = r.text
+                    doc = None
+                detail = doc.get("detail") if isinstance(doc, dict) else r.text[:500]
                 raise PlacementError(r.status_code, detail)
-            return r.json()
+            try:
+                return r.json()
+            except ValueError:  # a proxy's page, say: not the service's answer
+                raise PlacementError(r.status_code, "the answer is not JSON: "
+                                     f"{r.text[:200]!r}") from None
         raise AssertionError("unreachable")
 
     def place(self, pod: PodSpec | Mapping[str, Any], *, request_id: str | None = None,
@@ -115,7 +124,11 @@ class PlacementClient:
         return self._call("POST", f"/v1/reservations/{reservation_id}:confirm")
 
     def release(self, reservation_id: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/v1/reservations/{reservation_id}")
+        """Release a reservation. Retried after a lost answer, a 404 means the first try
+        released it: answered as released, not raised."""
+        return self._call("DELETE", f"/v1/reservations/{reservation_id}",
+                          gone_on_retry={"reservation_id": reservation_id, "released": True,
+                                         "pods": []})
 
     def summary(self, region: str) -> RegionSummary:
         return RegionSummary.model_validate(self._call("GET", f"/v1/clusters/{region}/summary"))

@@ -95,3 +95,83 @@ def test_quantities_affinity_tolerations_and_gangs() -> None:
     assert (p.gang_id, p.gang_size, p.priority, p.app) == ("g1", 4, 7, "web")
     assert gpu_model("NVIDIA-A100-SXM4-40GB") == "A100"
     assert gpu_model("Tesla-V100-SXM2-32GB") == "V100M32" and gpu_model("MI300") is None
+
+
+def test_gpu_products_match_whole_names_and_unknown_ones_stay_a_selector() -> None:
+    """An L40S is not an L4 (substring matching said so); a product the catalogue lacks
+    keeps its label as a node selector, so the pod cannot land on just any GPU node."""
+    assert gpu_model("NVIDIA-L40S") is None and gpu_model("NVIDIA-A40") is None
+    assert gpu_model("NVIDIA-L4") == "L4" and gpu_model("NVIDIA-A10G") == "A10"
+    assert gpu_model("NVIDIA-H100-80GB-HBM3") == "H100"
+
+    def pod(product: str) -> dict:
+        return {"metadata": {"name": "p"}, "spec": {
+            "containers": [{"resources": {"limits": {"nvidia.com/gpu": 1}}}],
+            "nodeSelector": {"nvidia.com/gpu.product": product}}}
+
+    known = pod_model(pod("NVIDIA-A100-SXM4-40GB"))
+    assert known.gpu_models == ("A100",) and known.node_selector == ()
+    unknown = pod_model(pod("NVIDIA-L40S"))
+    assert unknown.gpu_models == () and unknown.node_selector == (
+        ("nvidia.com/gpu.product", "NVIDIA-L40S"),)
+
+
+def test_one_bad_bound_pod_or_an_empty_region_label_does_not_stop_a_snapshot(
+        data_dir: Path) -> None:
+    """A bound pod's device annotation that is not device numbers (or overflows int64) is
+    skipped with a reason, not raised out of the scheduler's pass; an empty region or
+    zone label (Kubernetes allows it) means none given."""
+    import copy
+
+    nodes, pods = _fgd(data_dir)
+    nodes = copy.deepcopy(nodes)
+    nodes[0]["metadata"]["labels"]["topology.kubernetes.io/region"] = ""
+    nodes[0]["metadata"]["labels"]["topology.kubernetes.io/zone"] = ""
+    bad = []
+    for i, index in enumerate(("x", "9" * 5000, "1" + "0" * 30)):
+        p = copy.deepcopy(pods[0])
+        p["metadata"]["name"] = f"bad-{i}"
+        p["metadata"].setdefault("annotations", {})["alibabacloud.com/gpu-index"] = index
+        p["spec"]["nodeName"] = nodes[0]["metadata"]["name"]
+        bad.append(p)
+    snap = build_snapshot(nodes, [*pods, *bad])
+    skipped = {name: why for kind, name, why in snap.skipped if kind == "Pod"}
+    assert {f"{bad[0]['metadata'].get('namespace') or 'default'}/bad-{i}"
+            for i in range(3)} <= set(skipped)
+    assert snap.spec.nodes[0].zone == "default-region/default-zone"
+
+
+def test_pod_priority_is_an_int32_as_the_api_server_has_it() -> None:
+    import pytest
+
+    def pod(priority: object) -> dict:
+        return {"metadata": {"name": "p"}, "spec": {"priority": priority, "containers": [
+            {"resources": {"requests": {"cpu": "100m"}}}]}}
+
+    assert pod_model(pod(7)).priority == 7 and pod_model(pod(None)).priority == 0
+    for bad in (1.9, True, "5", 2**31):
+        with pytest.raises(ValueError, match=r"spec\.priority"):
+            pod_model(pod(bad))
+
+
+def test_required_affinity_the_model_cannot_express_is_refused_where_we_bind() -> None:
+    """The extender leaves required affinity to kube-scheduler (which checks it before
+    asking); `smartsched k8s scheduler` binds, so a form it cannot enforce is refused
+    (FailedScheduling with the reason), never ignored."""
+    import pytest
+
+    def pod(*exprs: dict, terms: int = 1) -> dict:
+        term = {"matchExpressions": list(exprs)}
+        return {"metadata": {"name": "p"}, "spec": {
+            "containers": [{"resources": {"requests": {"cpu": "100m"}}}],
+            "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [term] * terms}}}}}
+
+    one = pod({"key": "disk", "operator": "In", "values": ["ssd"]})
+    assert pod_model(one, enforce_affinity=True).node_selector == (("disk", "ssd"),)
+    for bad in (pod({"key": "disk", "operator": "NotIn", "values": ["hdd"]}),
+                pod({"key": "disk", "operator": "In", "values": ["ssd", "nvme"]}),
+                pod({"key": "gpu", "operator": "Exists"}),
+                pod({"key": "disk", "operator": "In", "values": ["ssd"]}, terms=2)):
+        assert pod_model(bad).id == "default/p"  # the extender's reading: kube-scheduler checks
+        with pytest.raises(ValueError, match="nodeAffinity"):
+            pod_model(bad, enforce_affinity=True)

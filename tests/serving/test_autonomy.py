@@ -135,6 +135,7 @@ def test_a_cut_off_edge_keeps_deciding_queues_and_reconciles_once() -> None:
     view = sites["mec-0"].escalations()
     assert view["region_reachable"] and not view["queued"]
     assert [p["pod_id"] for p in view["reconciled"][0]["placements"]] == ["ex0", "ex1", "ex2"]
+    assert sites["mec-0"].escalations(limit=0)["reconciled"] == []  # none, not all ([-0:])
 
 
 def test_a_lost_reply_is_replayed_under_the_same_id_and_books_once() -> None:

@@ -139,6 +139,8 @@ def test_auth_first_and_bad_input_answered_4xx_naming_the_field(edge: dict) -> N
                                                                     "origin_site"]
     r = _post(url, {"pod": _pod(allowed_regions=["region-a"])})
     assert r.status_code == 422 and "allowed_regions" in r.json()["detail"][0]["loc"]
+    r = _post(url, {"pod": _pod(allowed_regions=["mec-0", "no-such-site"])})  # as the cloud
+    assert r.status_code == 404 and "allowed_regions" in r.json()["detail"][0]["loc"]
     r = _post(url, '{"pod": {"id": "x", "cpu_milli": NaN, "memory_mib": 1}}')
     assert r.status_code == 422 and "NaN" not in r.text
     assert _post(url, b"{\"pod\": ").status_code in (400, 422)  # malformed JSON

@@ -161,6 +161,21 @@ def test_concurrent_requests_with_one_key_and_different_bodies_place_once(
     assert sum(len(s.placer.reservations) for s in sites.values()) == 1
 
 
+def test_a_site_never_answers_another_body_with_an_old_booking(medium: Hierarchy) -> None:
+    """The sites keep their own answers (each sees part of the traffic, so they remember
+    a key longer than the cloud tier): a key the cloud has forgotten, reused with the same
+    pod ids and another body, is a new request there, not the old booking replayed."""
+    cloud, sites = _cloud(medium)
+    first = asyncio.run(cloud.place([_pod("z", cpu=1000)], 60, "*:k"))[0]
+    cloud.answers.clear()
+    cloud._bodies.clear()  # the cloud's window has rolled past the key
+    again = asyncio.run(cloud.place([_pod("z", cpu=3000)], 60, "*:k"))[0]
+    assert again["placed"] and again["reservation_id"] != first["reservation_id"]
+    booked = sorted(b.request.vector[0] for s in sites.values()
+                    for r in s.placer.reservations.values() for b in r.bookings)
+    assert booked == [1000, 3000]
+
+
 def test_journal_recovers_reservations_after_restart(medium: Hierarchy, tmp_path) -> None:
     from smartsched.serving.journal import Journal
 
@@ -387,6 +402,9 @@ def test_a_node_update_changes_only_what_it_names(medium: Hierarchy) -> None:
            ({"cpu_milli": 1000, "memory_mib": 1024, "num_fpga": 1, "fpga_model": "X"},
             "nodes.3.fpga_model"),
            ({"cpu_milli": 1000, "memory_mib": 1024, "idle_watts": 500.0, "max_watts": 100.0},
+            "nodes.3.idle_watts"),
+           # one given, the other implied (105 W for one core): power must rise with load
+           ({"cpu_milli": 1000, "memory_mib": 1024, "idle_watts": 100000.0},
             "nodes.3.idle_watts")]
     for changes, field in bad:
         with pytest.raises(ValidationError) as e:

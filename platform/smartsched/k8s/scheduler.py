@@ -191,7 +191,7 @@ class SchedulerLoop:
             for p in others if (p.get("metadata") or {}).get("deletionTimestamp")}
         self.metrics.queue.set(len(pods) - len(others))
         mine = sorted((p for p in pods if self._mine(p)), key=lambda p: (
-            -int((p.get("spec") or {}).get("priority") or 0),
+            -_priority_or_0((p.get("spec") or {}).get("priority")),
             str((p.get("metadata") or {}).get("creationTimestamp") or "")))
         snap = build_snapshot(nodes, others, time_origin=self._started)
         snap.state.compliance = self.compliance
@@ -210,7 +210,7 @@ class SchedulerLoop:
         for obj in mine:
             key = f"{obj['metadata'].get('namespace') or 'default'}/{obj['metadata']['name']}"
             try:
-                pod = pod_model(obj)
+                pod = pod_model(obj, enforce_affinity=True)  # it binds: nothing ignored
             except ValueError as e:
                 res.failed[key] = f"not understood: {e}"
                 self._event(obj, "FailedScheduling", res.failed[key])
@@ -535,3 +535,9 @@ class LeaseLock:
             if e.status == 409:  # changed since we read it: someone else won
                 return False
             raise
+
+
+def _priority_or_0(v: Any) -> int:
+    """A pod's priority for the queue order (what is not an int counts 0: ``pod_model``
+    then refuses the pod with a reason; the order must not stop the pass)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0

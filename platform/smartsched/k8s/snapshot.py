@@ -26,6 +26,7 @@ A malformed object is skipped and its reason recorded in ``Snapshot.skipped``
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -102,8 +103,13 @@ def gpu_model(raw: str | None) -> str | None:
     s = raw.upper().replace("_", "-")
     if "V100" in s:
         return "V100M32" if "32" in s else "V100M16"
+    # Whole tokens (a variant letter allowed: A10G is an A10), never substrings: an L40S
+    # is not an L4, an A40 not an A4-anything.
+    tokens = re.split(r"[-\s/]+", s)
     for name in sorted(GPU_MODEL_NAMES, key=len, reverse=True):
-        if name.upper() in s:
+        n = name.upper()
+        if any(t == n or (len(t) == len(n) + 1 and t.startswith(n) and t[-1].isalpha())
+               for t in tokens):
             return name
     return None
 
@@ -174,8 +180,9 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
             raise ValueError(f"metadata.labels: GPU model {raw!r} is not one the twin models "
                              f"({', '.join(GPU_MODEL_NAMES)})")
         model = mapped
-    zone = next((labels[k] for k in ZONE_LABELS if k in labels), "default-zone")
-    region = next((labels[k] for k in REGION_LABELS if k in labels), "default-region")
+    # An empty label value is allowed by Kubernetes and means no zone (or region) given.
+    zone = next((labels[k] for k in ZONE_LABELS if labels.get(k)), "default-zone")
+    region = next((labels[k] for k in REGION_LABELS if labels.get(k)), "default-region")
     spec = obj.get("spec") or {}
     taints = []
     for t in _list_of_mappings(spec, "taints", "spec.taints"):
@@ -206,13 +213,22 @@ def _requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
 
 
 def pod_model(obj: Mapping[str, Any], arrival: float = 0.0,
-              gang_sizes: Mapping[str, int] | None = None) -> Pod:
+              gang_sizes: Mapping[str, int] | None = None,
+              enforce_affinity: bool = False) -> Pod:
     """The model's Pod for a Pod object; raises ValueError naming the field (any object it
-    cannot read is a ValueError too, never another exception: callers answer 400 / skip)."""
+    cannot read is a ValueError too, never another exception: callers answer 400 / skip).
+
+    ``enforce_affinity``: the caller binds the pod itself (``smartsched k8s scheduler``),
+    so required node affinity the model cannot express (several terms, NotIn, Exists,
+    In with several values...) is refused rather than ignored: binding would break it.
+    The extender leaves it to kube-scheduler, which checks it before asking."""
     if not isinstance(obj, Mapping):
         raise ValueError(f"pod: must be an object, got {type(obj).__name__}")
     try:
-        return _pod_model(obj, arrival, gang_sizes)
+        pod = _pod_model(obj, arrival, gang_sizes)
+        if enforce_affinity:
+            _check_enforceable_affinity(obj)
+        return pod
     except ValueError:
         raise
     except (TypeError, AttributeError, KeyError, IndexError, ArithmeticError,
@@ -221,6 +237,7 @@ def pod_model(obj: Mapping[str, Any], arrival: float = 0.0,
 
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_GPU_INDEX = re.compile(r"[0-9]{1,2}(-[0-9]{1,2})*")  # device numbers, "0-3"
 
 
 def _check_expression(e: Mapping[str, Any]) -> None:
@@ -242,6 +259,32 @@ def _check_expression(e: Mapping[str, Any]) -> None:
     if op in ("Gt", "Lt") and (n != 1 or not (values[0].isascii()
                                               and values[0].lstrip("-").isdigit())):
         raise ValueError(f"{where}.values: {op} needs one integer")
+
+
+def _check_enforceable_affinity(obj: Mapping[str, Any]) -> None:
+    """ValueError unless the pod's required node affinity is none, or one term whose
+    expressions are all ``In`` with one value (what ``_pod_model`` turns into a selector)."""
+    spec = obj.get("spec") or {}
+    aff = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = aff.get("nodeSelectorTerms") or []
+    ok = not terms or (len(terms) == 1 and not terms[0].get("matchFields") and all(
+        e.get("operator") == "In" and len(e.get("values") or []) == 1
+        for e in terms[0].get("matchExpressions") or []))
+    if not ok:
+        raise ValueError("spec.affinity.nodeAffinity: this scheduler enforces required "
+                         "node affinity of one term with In and one value per key only; "
+                         "schedule this pod with kube-scheduler (and the extender)")
+
+
+def _priority(v: Any) -> int:
+    """``spec.priority`` as the API server has it: an int32 (absent: 0), never coerced
+    from 1.9, true or "5"."""
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or not -(2**31) <= v < 2**31:
+        raise ValueError(f"spec.priority: must be a 32-bit integer, got {str(v)[:32]!r}")
+    return v
 
 
 def _pod_model(obj: Mapping[str, Any], arrival: float,
@@ -288,8 +331,12 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     models: tuple[str, ...] = ()
     for key in GPU_MODEL_LABELS:
         if key in selector:
-            m = gpu_model(selector.pop(key))
-            models = (m,) if m else ()
+            m = gpu_model(selector[key])
+            if m:  # one the twin models: a device constraint instead of a label match
+                selector.pop(key)
+                models = (m,)
+            # else the raw label stays a selector: only nodes labelled so can match (a
+            # product the catalogue lacks must not let the pod land on any GPU node)
     regions = tuple(v for k, v in selector.items() if k in REGION_LABELS)
     for k in REGION_LABELS:
         selector.pop(k, None)
@@ -321,7 +368,7 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
         raise ValueError(f"metadata.labels.{CLASS_LABEL}: unknown class {cls!r}") from None
     return Pod(id=f"{ns}/{name}", cpu_milli=cpu, memory_mib=mem, num_gpu=num_gpu,
                gpu_milli=gpu_milli, pod_class=pod_class, tenant=ns,
-               priority=int(spec.get("priority") or 0), gpu_models=models,
+               priority=_priority(spec.get("priority")), gpu_models=models,
                node_selector=tuple(sorted(selector.items())), tolerations=tuple(tolerations),
                allowed_regions=regions, arrival=arrival, gang_id=group,
                gang_size=gang_size, app=labels.get("app"), duration=duration)
@@ -396,7 +443,12 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
         ann = meta.get("annotations") or {}
         devices: tuple[int, ...] | None = None
         if "alibabacloud.com/gpu-index" in ann:
-            devices = tuple(int(x) for x in str(ann["alibabacloud.com/gpu-index"]).split("-"))
+            raw_index = str(ann["alibabacloud.com/gpu-index"])
+            if not _GPU_INDEX.fullmatch(raw_index):  # one bad pod must not stop the pass
+                skipped.append(("Pod", key, "annotations.alibabacloud.com/gpu-index: not "
+                                f"device numbers like 0-3 (got {raw_index[:32]!r})"))
+                continue
+            devices = tuple(int(x) for x in raw_index.split("-"))
         until = float("inf")
         if time_origin is not None and pod.duration is not None:
             started = _epoch((obj.get("status") or {}).get("startTime")
@@ -406,7 +458,7 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
         try:
             state.allocate(i, req, devices if devices is not None else
                            state.pick_devices(i, req), until=until)
-        except (InfeasibleDecisionError, ValueError) as e:
+        except (InfeasibleDecisionError, ValueError, OverflowError) as e:
             skipped.append(("Pod", key, f"does not fit its node {node_name}: {e}"))
             continue
         bound[key] = node_name

@@ -144,9 +144,10 @@ class NodeSpec:
             if w is not None and (isinstance(w, bool) or not isinstance(w, int | float)
                                   or not 0 <= w <= 1e5):
                 raise ValidationError(f"{f}.{name}", f"must be watts in [0, 1e5], got {w!r}")
-        if self.idle_watts is not None and self.max_watts is not None \
-                and self.idle_watts > self.max_watts:
-            raise ValidationError(f"{f}.idle_watts", "exceeds max_watts")
+        if (self.idle_watts is not None or self.max_watts is not None) \
+                and self.host_idle_watts > self.host_max_watts:  # one given, the other implied
+            raise ValidationError(f"{f}.idle_watts", f"{self.host_idle_watts:g} W exceeds "
+                                  f"max_watts ({self.host_max_watts:g} W)")
         check_int(f"{f}.image_disk_mib", self.image_disk_mib, 0, 64 * 1024 * 1024)
         if isinstance(self.pull_mbps, bool) or not isinstance(self.pull_mbps, int | float) \
                 or not 0 < self.pull_mbps <= 1e6:

@@ -390,8 +390,8 @@ def _ingress() -> Any:
     from smartsched.serving.replica import current
 
     ing = current()
-    if ing is None:
-        raise SmartSchedError("the service is starting")
+    if ing is None:  # 503: clients retry (a 409 told them their request was wrong)
+        raise ServiceUnavailableError("the service is starting")
     return ing
 
 

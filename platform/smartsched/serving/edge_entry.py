@@ -37,7 +37,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from smartsched.model.errors import ValidationError
+from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.serving.app import (
     CLIENT_AUTH,
     Authorizer,
@@ -113,6 +113,11 @@ class EdgeEntry(Authorizer):
         if spec.allowed_regions and self.site not in spec.allowed_regions:
             raise ValidationError(f"pods.{i}.allowed_regions", f"does not allow "
                                   f"{self.site!r}; send it to the cloud ingress")
+        known = {s.name for s in self.tier.h.spec.sites}
+        for r in spec.allowed_regions:  # as the cloud checks them: a typo is not ignored
+            if r not in known:
+                raise UnknownReferenceError(f"pods.{i}.allowed_regions",
+                                            f"unknown site {r[:64]!r}")
         return spec.model_copy(update={"origin_site": self.site})
 
     async def aclose(self, timeout_s: float = 30.0) -> None:

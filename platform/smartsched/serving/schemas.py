@@ -102,7 +102,7 @@ class PodSpec(BaseModel):
     latency_slo_ms: Num | None = Field(None, gt=0, le=1e6)
     duration_s: Num | None = Field(None, gt=0, le=1e9)
     gang_id: Text | None = Field(None, min_length=1, max_length=253)
-    gang_size: Int = Field(1, ge=1, le=10_000)
+    gang_size: Int = Field(1, ge=1, le=MAX_BATCH)  # a gang comes whole in one request
     app: Text | None = Field(None, min_length=1, max_length=253)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -343,7 +343,8 @@ class SiteTier:
             "queued": [{"id": rid, "pods": [p.id for p in q.pods], "queued_at": q.queued_at,
                         "attempts": q.attempts} for rid, q in self.queued.items()],
             "reconciled": [{"id": rid, "placements": res}
-                           for rid, res in list(self.reconciled.items())[-limit:]],
+                           for rid, res in (list(self.reconciled.items())[-limit:]
+                                            if limit > 0 else [])],
         }
 
     # Reservations and views (the ingress routes by reservation id).
@@ -563,7 +564,10 @@ class CloudTier:
         pods = [p for plan in bucket for p in plan.members]
         rid = None
         if request_id is not None:  # the same pods at the same site give the same key
-            digest = hashlib.sha1("\0".join(p.id for p in pods).encode()).hexdigest()[:16]
+            # ... and only the same pods: the sites remember keys longer than this tier
+            # may (each sees part of the traffic), so the key carries the body's digest,
+            # or a reused id with another body would get the old booking there.
+            digest = request_fingerprint(pods, ttl_s, validate)[:16]
             rid = f"{request_id}#{site}#{digest}"
         for plan in bucket:
             why = plan.seq[plan.pos][2]
