@@ -485,6 +485,29 @@ def test_node_values_json_cannot_carry_are_a_422(service: str, operator: dict, r
     assert all("input" not in d for d in r.json()["detail"])
 
 
+def test_one_new_node_name_is_registered_at_one_site_even_when_asked_at_once(
+        service: str, operator: dict) -> None:
+    """Two operators registering the same new name at two sites at the same time: one is
+    applied, the other refused naming the field (the name is claimed before any await);
+    a site the ingress has not heard the name from cannot take it later either."""
+    name = f"race-{uuid.uuid4().hex[:8]}"
+
+    def put(site: str) -> requests.Response:
+        return requests.put(f"{service}/v1/nodes", headers=operator, timeout=60, json={
+            "nodes": [{"name": name, "site": site, "cpu_milli": 1000, "memory_mib": 1024,
+                       "unschedulable": True}]})
+
+    with ThreadPoolExecutor(2) as ex:
+        got = list(ex.map(put, ["region-a", "region-b"]))
+    codes = sorted(r.status_code for r in got)
+    assert codes == [200, 422], [r.text[:200] for r in got]
+    refused = next(r for r in got if r.status_code == 422)
+    assert refused.json()["detail"][0]["loc"] == ["nodes", "0", "name"]
+    owner = "region-a" if got[0].status_code == 200 else "region-b"
+    other = "region-b" if owner == "region-a" else "region-a"
+    assert put(other).status_code == 422 and put(owner).status_code == 200
+
+
 def test_usage_reports_and_resends_leave_a_known_node_as_it_is(service: str,
                                                                operator: dict) -> None:
     """A usage-only report and a resend of a preset node are no change (the node keeps its

@@ -194,6 +194,10 @@ class SiteDeployment:
     async def set_profile(self, profile: str, label: str | None = None) -> str:
         return self.tier.set_profile(profile, label)
 
+    async def node_names(self) -> list[str]:
+        """Every node this site holds, the ones registered through the API included."""
+        return list(self.tier.placer.state.names)
+
     async def apply_node_updates(self, updates: list, usage: dict,
                                  dry_run: bool = False) -> dict[str, Any]:
         return self.tier.apply_node_updates(updates, usage, dry_run)
@@ -482,6 +486,7 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
     if (denied := ing.authorize(request, OPERATOR)) is not None:
         return denied
     ing.trail.guard()
+    await ing.learn_node_sites()
     per_site: dict[str, tuple[list, dict]] = {}
     first: dict[str, int] = {}
     for i, n in enumerate(body.nodes):
@@ -500,14 +505,22 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
         updates.append((i, n.name, n.changes()))
         if n.usage is not None:
             usage[n.name] = (n.usage.cpu, n.usage.memory, n.usage.gpu)
-    if len(per_site) > 1:  # all sites check before any applies: no half-applied request
-        await asyncio.gather(*(ing.sites[site].apply_node_updates.remote(u, use, True)
-                               for site, (u, use) in per_site.items()))
-    out = []
-    for site, (updates, usage) in per_site.items():
-        out.append(await ing.sites[site].apply_node_updates.remote(updates, usage))
-        ing.node_site.update({name: site for _, name, _ in updates})
-        ing.trail.node_updates(request.state.principal, site, updates, usage)
+    # New names are claimed for their site before the first await: a concurrent request
+    # registering the same name at another site is then refused, not applied at both.
+    claimed = [n.name for n in body.nodes if n.name not in ing.node_site]
+    ing.node_site.update({n.name: n.site for n in body.nodes if n.name in claimed})
+    try:
+        if len(per_site) > 1:  # all sites check before any applies: no half-applied request
+            await asyncio.gather(*(ing.sites[site].apply_node_updates.remote(u, use, True)
+                                   for site, (u, use) in per_site.items()))
+        out = []
+        for site, (updates, usage) in per_site.items():
+            out.append(await ing.sites[site].apply_node_updates.remote(updates, usage))
+            claimed = [c for c in claimed if c not in {name for _, name, _ in updates}]
+            ing.trail.node_updates(request.state.principal, site, updates, usage)
+    finally:
+        for name in claimed:  # not applied (refused, or a later site failed): unclaimed
+            ing.node_site.pop(name, None)
     return {"sites": out}
 
 
@@ -691,6 +704,7 @@ class Ingress(Authorizer):
         self.site_names = frozenset(s.name for s in self.h.spec.sites)
         zone_site = self.h.spec.zone_site()
         self.node_site = {n.name: zone_site[n.zone] for n in self.h.spec.nodes}
+        self._node_sites_learned = False
         self.site_zones: dict[str, list[str]] = {}
         for z in self.h.spec.zones:
             self.site_zones.setdefault(z.site, []).append(z.name)
@@ -746,6 +760,19 @@ class Ingress(Authorizer):
             self._free = await self._fetch_free()
             self._refresher = asyncio.get_running_loop().create_task(self._refresh_free())
         return self._free
+
+    async def learn_node_sites(self) -> None:
+        """Once: which site holds each node registered through the API (the sites keep
+        them in their journals; this replica may be newer than they are), so a name
+        registered at one site is never registered again at another."""
+        if self._node_sites_learned:
+            return
+        names = list(self.sites)
+        got = await asyncio.gather(*(self.sites[n].node_names.remote() for n in names))
+        for site, nodes in zip(names, got, strict=True):
+            for node in nodes:
+                self.node_site.setdefault(node, site)
+        self._node_sites_learned = True
 
     def _check_refs(self, pod: Any, i: int) -> None:
         sites = self.site_names
