@@ -109,10 +109,20 @@ def two_node_cluster() -> Iterator[tuple[dict[str, str], str]]:
         env["SMARTSCHED_TEST_DASHBOARD"] = f"http://127.0.0.1:{dash_port}"
         yield env, root
     finally:
+        # The worker's command line does not name ``root`` (no --temp-dir of its own), so
+        # its `ray start --block` is stopped through its own process group as well.
+        for p in procs:
+            with contextlib.suppress(OSError):
+                os.killpg(p.pid, signal.SIGTERM)
         _stop(root)
-        for p in procs:  # reap them
-            with contextlib.suppress(subprocess.TimeoutExpired):
+        for p in procs:  # reap them; what ignored SIGTERM goes now
+            try:
                 p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(OSError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=5)
         for f in logs:
             f.close()
         shutil.rmtree(root, ignore_errors=True)
