@@ -53,8 +53,7 @@ from smartsched.serving.schemas import (
     PlacementRequest,
     PlacementResponse,
 )
-from smartsched.serving.site import IDEMPOTENCY_KEEP
-from smartsched.serving.tiers import IdempotencyConflict, request_fingerprint
+from smartsched.serving.tiers import bind_body, request_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +91,8 @@ class EdgeEntry(Authorizer):
         # request id used at both entries never answers one with the other's result.
         # '!' starts no tenant name, so no cloud key (``<tenant>:...``) can be one of these.
         key = f"!edge:{who.tenant or '*'}:{rid}" if rid else None
-        if key is not None:  # the key binds the request's content, as at the cloud
-            body = request_fingerprint(pods, ttl_s, validate)
-            first = self._bodies.setdefault(key, body)
-            self._bodies.move_to_end(key)
-            if first != body:
-                raise IdempotencyConflict.of(rid)
-            while len(self._bodies) > IDEMPOTENCY_KEEP:
-                self._bodies.popitem(last=False)
+        if key is not None and rid is not None:  # the key binds the content, as at the cloud
+            bind_body(self._bodies, key, request_fingerprint(pods, ttl_s, validate), rid)
         results = await self.tier.place(pods, ttl_s, key, validate)
         self.metrics.observe_placements(results)
         self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})

@@ -72,8 +72,7 @@ def _as_shown(e: Exception, profile: str, label: str) -> ValidationError:
     if not isinstance(e, ValidationError):
         return ValidationError("profile", f"cannot load {label[:200]!r} "
                                           f"({type(e).__name__})")
-    _, _, resolved = profile.rpartition(":") if ":" in profile else ("", "", profile)
-    _, _, given = label.rpartition(":") if ":" in label else ("", "", label)
+    resolved, given = profile.rpartition(":")[2], label.rpartition(":")[2]
     message = e.message.replace(profile, label)
     if resolved:
         message = message.replace(resolved, given or ".")

@@ -69,6 +69,19 @@ def request_fingerprint(pods: Sequence[Pod], ttl_s: float, validate: bool = Fals
                      default=str)
     return hashlib.sha256(doc.encode()).hexdigest()
 
+def bind_body(bodies: OrderedDict[str, str], key: str, body: str, shown_id: str) -> None:
+    """Bind ``key`` to the fingerprint ``body`` of the first request sent with it (kept for
+    the last IDEMPOTENCY_KEEP keys); IdempotencyConflict naming ``shown_id`` (the id as
+    the client sent it) when it was bound to another. Called before any await, so
+    requests in flight together are bound too."""
+    first = bodies.setdefault(key, body)
+    bodies.move_to_end(key)
+    while len(bodies) > IDEMPOTENCY_KEEP:
+        bodies.popitem(last=False)
+    if first != body:
+        raise IdempotencyConflict.of(shown_id)
+
+
 class SiteCaller(Protocol):
     def __call__(self, pods: list[Pod], ttl_s: float, request_id: str | None,
                  validate: bool = False) -> Awaitable[list[dict[str, Any]]]: ...
@@ -454,12 +467,8 @@ class CloudTier:
         derived from it)."""
         body = request_fingerprint(pods, ttl_s, validate) if request_id is not None else ""
         if request_id is not None:
-            first = self._bodies.setdefault(request_id, body)
-            self._bodies.move_to_end(request_id)
-            while len(self._bodies) > IDEMPOTENCY_KEEP:
-                self._bodies.popitem(last=False)
-            if first != body:
-                raise IdempotencyConflict.of(shown_id if shown_id is not None else request_id)
+            bind_body(self._bodies, request_id, body,
+                      shown_id if shown_id is not None else request_id)
         if request_id is not None and request_id in self.answers:
             self.answers.move_to_end(request_id)
             first, answer = self.answers[request_id]
@@ -484,7 +493,7 @@ class CloudTier:
             if not buckets:
                 break
             await asyncio.gather(*(self._call(kind, site, bucket, ttl_s, request_id, rnd,
-                                              validate)
+                                              validate, body)
                                    for (kind, site), bucket in buckets.items()))
         out: dict[str, dict[str, Any]] = {}
         for plan in plans:
@@ -560,14 +569,17 @@ class CloudTier:
         return _Plan(members, seq, final)
 
     async def _call(self, kind: str, site: str, bucket: list[_Plan], ttl_s: float,
-                    request_id: str | None, rnd: int, validate: bool = False) -> None:
+                    request_id: str | None, rnd: int, validate: bool = False,
+                    body: str = "") -> None:
+        """``body``: the request's fingerprint (with ``request_id``)."""
         pods = [p for plan in bucket for p in plan.members]
         rid = None
         if request_id is not None:  # the same pods at the same site give the same key
-            # ... and only the same pods: the sites remember keys longer than this tier
-            # may (each sees part of the traffic), so the key carries the body's digest,
-            # or a reused id with another body would get the old booking there.
-            digest = request_fingerprint(pods, ttl_s, validate)[:16]
+            # ... of the same request: the sites remember keys longer than this tier may
+            # (each sees part of the traffic), so the key carries the request's
+            # fingerprint, or a reused id with another body would get the old booking.
+            digest = hashlib.sha1("\0".join([body, *(p.id for p in pods)]).encode()
+                                  ).hexdigest()[:16]
             rid = f"{request_id}#{site}#{digest}"
         for plan in bucket:
             why = plan.seq[plan.pos][2]
