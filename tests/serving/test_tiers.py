@@ -413,6 +413,46 @@ def test_a_node_update_changes_only_what_it_names(medium: Hierarchy) -> None:
     assert "new-node" not in site.state.names
 
 
+def test_node_updates_cannot_grow_the_label_table_or_the_site_without_bound(
+        medium: Hierarchy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Labels and taints are node x vocabulary tables: nodes that each carry their own
+    labels grow them with the square of the node count. An update that would pass the
+    bound is refused naming the field, and the site keeps what it had; so is one that
+    would take a site past its node limit."""
+    from smartsched.model.errors import ValidationError
+    from smartsched.serving import site as site_mod
+    from smartsched.twin import state as state_mod
+
+    spec = site_subspec(medium.spec, ["mec-0"])
+    site = SitePlacer(spec, "k8s-default")
+    before = site.state
+    monkeypatch.setattr(state_mod, "MAX_TABLE_CELLS", 20_000)  # the same rule, smaller
+    n = len(spec.nodes)
+    ok = [(i, f"ok-{i}", {"cpu_milli": 1000, "memory_mib": 1024, "labels": {"pool": "a"}})
+          for i in range(10)]
+    assert site.apply_node_updates(ok)["changed"] == 10  # shared labels: a narrow table
+    unique = [(i, f"u-{i}", {"cpu_milli": 1000, "memory_mib": 1024,
+                             "labels": {f"k{j}": f"{i}" for j in range(40)}})
+              for i in range(60)]  # (n + 70) nodes x ~2,400 pairs: past 20,000 cells
+    with pytest.raises(ValidationError) as e:
+        site.apply_node_updates(unique)
+    assert e.value.field == "nodes.labels" and "distinct label pairs" in e.value.message
+    taints = [(0, "t-0", {"cpu_milli": 1000, "memory_mib": 1024,
+                          "taints": [f"k{j}=v:NoSchedule" for j in range(64)]})]
+    monkeypatch.setattr(state_mod, "MAX_TABLE_CELLS", (n + 11) * 63)
+    with pytest.raises(ValidationError) as e:
+        site.apply_node_updates(taints)
+    assert e.value.field == "nodes.taints"
+    assert site.state.num_nodes == n + 10 and "u-0" not in site.state.names
+    assert site.state is not before and site.spec.nodes[-1].name == "ok-9"
+    monkeypatch.setattr(site_mod, "MAX_SITE_NODES", n + 12)
+    with pytest.raises(ValidationError) as e:
+        site.apply_node_updates([(i, f"more-{i}", {"cpu_milli": 1000, "memory_mib": 1024})
+                                 for i in range(3)])
+    assert e.value.field == "nodes" and f"{n + 13:,} nodes" in e.value.message
+    assert site.apply_node_updates([(0, "more-0", {"cpu_milli": 1000, "memory_mib": 1024})])
+
+
 def test_a_dry_run_checks_the_rebooking_and_changes_nothing(medium: Hierarchy) -> None:
     from smartsched.model.errors import SmartSchedError
 

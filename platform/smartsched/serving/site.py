@@ -42,6 +42,9 @@ from smartsched.serving.journal import Journal, pod_from_dict, pod_to_dict
 from smartsched.twin.state import ClusterState, PodRequest
 
 IDEMPOTENCY_KEEP = 10_000  # answers remembered per site for retries
+# Nodes one site may hold (Kubernetes supports 5,000 per cluster): node updates add nodes
+# request by request, and every node costs each decision a row.
+MAX_SITE_NODES = 20_000
 REPREPARE_EVERY = 500  # pods between refreshes of the scheduler's view of the workload
 
 
@@ -575,6 +578,10 @@ class SitePlacer:
                                             f"unknown zone {n.zone!r} in this site")
         by_name = {n.name: n for n in self.spec.nodes}
         changed = [n for n in nodes if by_name.get(n.name) != n]
+        total = len(by_name) + len({n.name for n in changed} - by_name.keys())
+        if total > MAX_SITE_NODES:
+            raise ValidationError("nodes", f"the site would hold {total:,} nodes (at most "
+                                  f"{MAX_SITE_NODES:,} per site)")
         known = {n.name for n in self.spec.nodes} | {n.name for n in changed}
         for name in usage or {}:
             if name not in known:

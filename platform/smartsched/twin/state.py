@@ -19,7 +19,11 @@ from typing import Any, Final
 import numpy as np
 
 from smartsched.model.cluster import ClusterSpec
-from smartsched.model.errors import InfeasibleDecisionError, UnknownReferenceError
+from smartsched.model.errors import (
+    InfeasibleDecisionError,
+    UnknownReferenceError,
+    ValidationError,
+)
 from smartsched.model.pod import POD_CLASS_IDS, Pod
 from smartsched.model.resources import (
     CPU,
@@ -127,6 +131,22 @@ def taint_tolerated(taint: str, toleration: str) -> bool:
     return toleration == "*" or toleration in (taint, kv, key)
 
 
+# Labels and taints are kept as node x vocabulary tables (one filter is one column
+# test over every node). Their size is nodes x distinct pairs, which grows with the
+# square of a cluster whose nodes each carry unique labels: bounded, so a node list or an
+# update cannot make one state allocate gigabytes. 64 Mi cells (64 MiB) holds 8,000 nodes
+# each with its own hostname label, or 5,000 nodes with 13,000 distinct pairs.
+MAX_TABLE_CELLS: Final = 64 * 1024 * 1024
+
+
+def _check_table_size(nodes: int, distinct: int, name: str, what: str) -> None:
+    if nodes * distinct > MAX_TABLE_CELLS:
+        raise ValidationError(
+            f"nodes.{name}", f"{nodes:,} nodes with {distinct:,} {what} would need a "
+            f"{nodes * distinct:,}-cell table (at most {MAX_TABLE_CELLS:,}): use fewer "
+            f"distinct {name} or split the cluster into sites")
+
+
 class ClusterState:
     """Mutable cluster state; ``fork()`` copies the arrays for sandbox runs.
 
@@ -203,11 +223,13 @@ class ClusterState:
         for x in nodes:
             for k, v in x.labels.items():
                 self.label_vocab.setdefault(f"{k}={v}", len(self.label_vocab))
-        self.labels = np.zeros((n, max(1, len(self.label_vocab))), dtype=bool)
         self.taint_vocab: dict[str, int] = {}
         for x in nodes:
             for t in x.taints:
                 self.taint_vocab.setdefault(t, len(self.taint_vocab))
+        _check_table_size(n, len(self.label_vocab), "labels", "distinct label pairs")
+        _check_table_size(n, len(self.taint_vocab), "taints", "distinct taints")
+        self.labels = np.zeros((n, max(1, len(self.label_vocab))), dtype=bool)
         self.taints = np.zeros((n, max(1, len(self.taint_vocab))), dtype=bool)
         # Taint effect per vocabulary column; untyped taints ("key=value") mean NoSchedule.
         effects = [t.rsplit(":", 1)[1] if ":" in t else "NoSchedule" for t in self.taint_vocab]
