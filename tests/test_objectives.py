@@ -83,7 +83,8 @@ def _snap(**kw: float) -> dict[str, float]:
     base = {"time_s": 0.0, "alloc_cpu_frac_s": 0.0, "alloc_gpu_frac_s": 0.0,
             "gpu_alloc_frac": 0.0, "cpu_alloc_frac": 0.0, "pending_s": 0.0,
             "pending_gpu_frac_s": 0.0, "contended_s": 0.0, "energy_j": 0.0,
-            "cost_usd": 0.0, "carbon_g": 0.0, "jain": 1.0,
+            "cost_usd": 0.0, "carbon_g": 0.0, "jain": 1.0, "contended_share_s": 0.0,
+            "cross_zone_share_s": 0.0,
             **{f"pending_s.{c}": 0.0 for c in POD_CLASSES}}
     return {**base, **kw}
 
@@ -101,6 +102,8 @@ def test_component_formulas_on_constructed_metrics() -> None:
         **{"pending_s.online": 5 * 3600.0, "pending_s.batch": 4 * 3600.0},
         pending_s=9 * 3600.0, contended_s=3600.0, pending_gpu_frac_s=0.25 * 3600,
         cost_usd=25.0, energy_j=2000.0 * 3600 * 1.5, carbon_g=2.0 * 1.5 * 200.0, jain=0.8,
+        # a fifth of the online pods contended for the hour; 30 % of app traffic crossed
+        contended_share_s=0.2 * 3600, cross_zone_share_s=0.3 * 3600,
     ))
     assert c["utilization"] == pytest.approx(0.4)  # (0.6 + 0.2) / 2 for one hour
     # (2 x 5 online + 0.5 x 4 batch + 1 contended) / 10 nodes + 0.25 of the GPUs waited
@@ -109,6 +112,8 @@ def test_component_formulas_on_constructed_metrics() -> None:
     assert c["energy"] == pytest.approx(-1.5)  # 1.5 idle-cluster hours
     assert c["carbon"] == pytest.approx(-0.75)  # same energy on a 200 g/kWh grid, ref 400
     assert c["fairness"] == pytest.approx(-0.2)
+    assert c["contention"] == pytest.approx(-0.2)  # a share, not divided by nodes
+    assert c["traffic"] == pytest.approx(-0.3)
     # Fill mode: utilization is the change of GPU allocation, no time passes.
     f = StepReward(RewardWeights(), 10, 50.0, 2000.0, fill_mode=True)
     f.components(_snap(gpu_alloc_frac=0.5))

@@ -193,7 +193,7 @@ def test_mask_admits_only_feasible_nodes(constrained_files: Path, cluster: str, 
 
 def test_reward_is_the_weighted_twin_metrics() -> None:
     w = {"utilization": 1.0, "qos": 0.7, "cost": 0.3, "energy": 0.2, "fairness": 0.05,
-         "carbon": 0.4}
+         "carbon": 0.4, "contention": 2.0, "traffic": 0.5}
     env = SchedulingEnv({"cluster": "small", "hours": 2, "max_decisions": None,
                          "reward_weights": w})
     obs, _ = env.reset(seed=4)
@@ -222,6 +222,7 @@ def test_reward_is_the_weighted_twin_metrics() -> None:
             assert sums[k] == pytest.approx(expected[k], rel=1e-9, abs=1e-12)
     assert total == pytest.approx(sum(w[k] * sums[k] for k in COMPONENTS), rel=1e-9)
     assert sums["utilization"] > 0 and sums["cost"] < 0
+    assert sums["traffic"] < 0  # weighed, so the twin measured it
 
 
 def test_env_config_errors_name_the_field() -> None:
@@ -231,6 +232,26 @@ def test_env_config_errors_name_the_field() -> None:
     with pytest.raises(ValidationError) as e:
         SchedulingEnv({"reward_weights": {"speed": 1}})
     assert e.value.field == "reward_weights.speed"
+    for bad in ([], [1.0, -2.0], [float("nan")], "6", [True]):
+        with pytest.raises(ValidationError) as e:
+            SchedulingEnv({"warmup_hours": bad})
+        assert e.value.field == "env.warmup_hours"
+
+
+def test_episodes_draw_their_start_hour_from_the_list() -> None:
+    env = SchedulingEnv({"cluster": "small", "hours": 0.5, "warmup_hours": [1.0, 3.0],
+                         "max_decisions": 5})
+    starts = set()
+    for ep in range(12):
+        env.reset(seed=ep)
+        starts.add(env.engine.config.warmup_s)
+    assert starts == {3600.0, 3 * 3600.0}
+    # A weighed traffic component turns the twin's traffic measurement on; else it is off.
+    assert not env.engine.metrics.track_traffic
+    env = SchedulingEnv({"cluster": "small", "hours": 0.5, "max_decisions": 5,
+                         "reward_weights": {"traffic": 1.0}})
+    env.reset(seed=0)
+    assert env.engine.metrics.track_traffic and not env.engine.metrics.full
 
 
 def test_padding_masks_extra_nodes() -> None:

@@ -136,3 +136,24 @@ def test_filters_option_masks_the_policys_choices(tmp_path: Path) -> None:
     assert e.value.field == "scheduler.filters"
     with pytest.raises(ValidationError):
         make_scheduler(f"rl:{SHIPPED}?filters={tmp_path / 'missing.yaml'}", 0)
+
+
+def test_an_export_observes_the_reward_components_it_was_trained_with(tmp_path: Path) -> None:
+    """Components are only appended: the shipped policy (six components) observes six
+    weights; an export claiming components this version orders differently is refused."""
+    import json
+
+    from smartsched.objectives.reward import COMPONENTS
+
+    sched = make_scheduler(f"rl:{SHIPPED}", 0)
+    assert len(COMPONENTS) > 6 and sched.weights.shape == (6,)
+    assert list(sched.weights) == [1.0, 0.5, 0.2, 0.1, 0.1, 0.05]  # balanced's first six
+    folder = tmp_path / "policy"
+    shutil.copytree(SHIPPED, folder)
+    meta = json.loads((folder / "smartsched_policy.json").read_text())
+    for bad in (["qos", "utilization"], [], "utilization"):
+        meta["reward_components"] = bad
+        (folder / "smartsched_policy.json").write_text(json.dumps(meta))
+        with pytest.raises(ValidationError) as e:
+            make_scheduler(f"rl:{folder}", 0)
+        assert e.value.field == "scheduler" and "reward components" in e.value.message

@@ -16,9 +16,11 @@ from smartsched.twin.events import EV_ARRIVE, EventHeap
 from smartsched.twin.metrics import MetricsRecorder
 
 
-def _snapshots(report_metrics: bool, scheduler: str = "bestfit") -> list[dict[str, float]]:
+def _snapshots(report_metrics: bool, scheduler: str = "bestfit",
+               track_traffic: bool = False) -> list[dict[str, float]]:
     run = build_run("small", "mixed", scheduler, seed=7, hours=6, warmup_hours=1,
-                    engine_overrides={"report_metrics": report_metrics})
+                    engine_overrides={"report_metrics": report_metrics,
+                                      "track_traffic": track_traffic})
     out = []
     while (req := run.next_decision()) is not None:
         run.decide(req)
@@ -28,9 +30,34 @@ def _snapshots(report_metrics: bool, scheduler: str = "bestfit") -> list[dict[st
 
 
 def test_reward_only_metrics_leave_every_reward_snapshot_as_it_was() -> None:
-    full, lean = _snapshots(True), _snapshots(False)
+    full, lean = _snapshots(True), _snapshots(False, track_traffic=True)
     assert len(full) == len(lean) > 100
     assert full == lean  # exactly: the same floats at every decision
+    assert full[-1]["cross_zone_share_s"] > 0 and full[-1]["contended_share_s"] >= 0
+    # Without tracking, traffic is the one figure a lean run leaves at zero.
+    untracked = _snapshots(False)
+    assert all(u["cross_zone_share_s"] == 0.0 for u in untracked)
+    assert [{**f, "cross_zone_share_s": 0.0} for f in full] == untracked
+
+
+def test_cross_zone_share_on_a_hand_checked_app() -> None:
+    """App 0 has three pods, two in zone 0 and one in zone 1; app 1 has one pod (no peers,
+    no cross-zone traffic possible); one pod belongs to no app. Each of app 0's pods sends
+    10 Mb/s: the zone-0 pods have half their peers elsewhere, the zone-1 pod all of them,
+    so 20 of the 30 Mb/s between peers cross zones."""
+    from types import SimpleNamespace
+
+    table = SimpleNamespace(app=np.array([0, 0, 0, 1, -1]),
+                            node=np.array([0, 1, 2, 0, 2]),
+                            traffic_mbps=np.array([10.0, 10.0, 10.0, 50.0, 70.0]))
+    state = SimpleNamespace(zone_id=np.array([0, 0, 1]), zone_names=["a", "b"])
+    rec = SimpleNamespace(state=state, table=table, cross_zone_share_s=0.0)
+    gb_per_h = MetricsRecorder._cross_zone(rec, np.arange(5), 300.0)
+    assert gb_per_h == pytest.approx(20 * 3600 / 8 / 1000)
+    assert rec.cross_zone_share_s == pytest.approx(300.0 * 2 / 3)
+    # Nothing running with peers: no share accrues (and no division by zero).
+    assert MetricsRecorder._cross_zone(rec, np.array([3, 4]), 300.0) == 0.0
+    assert rec.cross_zone_share_s == pytest.approx(200.0)
 
 
 def test_a_reward_only_run_has_no_report_and_says_why() -> None:
@@ -43,6 +70,9 @@ def test_a_reward_only_run_has_no_report_and_says_why() -> None:
     with pytest.raises(ValidationError) as e:
         EngineConfig(report_metrics="no")  # type: ignore[arg-type]
     assert e.value.field == "report_metrics"
+    with pytest.raises(ValidationError) as e:
+        EngineConfig(track_traffic=1)  # type: ignore[arg-type]
+    assert e.value.field == "track_traffic"
 
 
 def test_cached_energy_rates_integrate_what_recomputing_every_event_does(monkeypatch) -> None:

@@ -22,9 +22,21 @@ of a whole cluster:
   carbon       -d carbon_g / (cluster idle kWh per hour * REFERENCE_CARBON_G_PER_KWH)
                (the same energy priced at each site's grid intensity at the time:
                a kWh on a 100 g/kWh grid costs a quarter of one at 400)
+  contention   -d contended_share_s / 3600
+               (the share of running online pods on over-used nodes, per hour: the
+               report's "online contended %" as a rate. qos counts the same pods per
+               node, which on a cluster of hundreds of nodes makes them nearly invisible
+               next to utilization; this one is of order one when every online pod
+               contends)
+  traffic      -d cross_zone_share_s / 3600
+               (the share of app traffic between pods in different zones, per hour: the
+               report's cross-zone GB/h over the apps' own traffic. Only measured when
+               weighed: the env asks the twin for it when the weights can be non-zero)
 
 Summed over an episode, utilization is the time-average allocated share
 (in hours), qos the average waiting or contended pods per node, and so on.
+The last two components came later: policies exported before them observe the
+first six weights (``COMPONENTS[:6]``), and both weigh 0 unless a profile sets them.
 """
 
 from __future__ import annotations
@@ -37,9 +49,11 @@ import numpy as np
 
 from smartsched.model.errors import ValidationError
 
-COMPONENTS: Final = ("utilization", "qos", "cost", "energy", "fairness", "carbon")
+COMPONENTS: Final = ("utilization", "qos", "cost", "energy", "fairness", "carbon",
+                      "contention", "traffic")
 DEFAULT_WEIGHTS: Final = {"utilization": 1.0, "qos": 0.5, "cost": 0.2, "energy": 0.1,
-                          "fairness": 0.1, "carbon": 0.0}
+                          "fairness": 0.1, "carbon": 0.0, "contention": 0.0,
+                          "traffic": 0.0}
 QOS_CLASS_WEIGHTS: Final = {"online": 2.0, "ai-infer": 2.0, "edge-rt": 2.0,
                             "ai-train": 1.0, "batch": 0.5}
 REFERENCE_CARBON_G_PER_KWH: Final = 400.0  # roughly the world grid average
@@ -56,6 +70,8 @@ class RewardWeights:
     energy: float = 0.1
     fairness: float = 0.1
     carbon: float = 0.0
+    contention: float = 0.0
+    traffic: float = 0.0
 
     def __post_init__(self) -> None:
         for name in COMPONENTS:
@@ -109,6 +125,8 @@ class StepReward:
             "energy": -d["energy_j"] / (3600 * self.idle_watts),
             "fairness": -(1.0 - snap["jain"]) * d["time_s"] / 3600,
             "carbon": -d["carbon_g"] / (idle_kwh_per_h * REFERENCE_CARBON_G_PER_KWH),
+            "contention": -d["contended_share_s"] / 3600,
+            "traffic": -d["cross_zone_share_s"] / 3600,
         }
 
     def __call__(self, snap: Mapping[str, float]) -> tuple[float, dict[str, float]]:

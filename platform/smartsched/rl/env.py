@@ -13,6 +13,7 @@ build the env in every env runner.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -45,7 +46,10 @@ class EnvConfig:
         workload: workload spec (``mixed``, ``openb:<variant>``, a file).
         mode: "replay" or "fill".
         hours: simulated hours per episode (replay).
-        warmup_hours: simulated before decisions count (placed by ``warmup_scheduler``).
+        warmup_hours: simulated before decisions count (placed by ``warmup_scheduler``),
+            or a list of them, one drawn per episode: the episode then starts at that hour
+            of the workload's day (a diurnal workload's evening peak is in some episodes,
+            the night in others).
         seed: base seed; episode k uses seed + k unless reset() gets a seed.
         max_nodes: observation size (padded); default the cluster's node count.
         max_decisions: truncate an episode after this many decisions.
@@ -84,7 +88,7 @@ class EnvConfig:
     workload: str = "mixed"
     mode: str = "replay"
     hours: float = 6.0
-    warmup_hours: float = 0.0
+    warmup_hours: float | list[float] = 0.0
     seed: int = 0
     max_nodes: int | None = None
     max_decisions: int | None = 2000
@@ -146,7 +150,21 @@ class SchedulingEnv(gym.Env):
             from smartsched.model.errors import ValidationError
 
             raise ValidationError("env.weight_sampling", "must be none or scenarios")
+        warm = self.cfg.warmup_hours
+        self._warmups = [warm] if not isinstance(warm, list) else list(warm)
+        if not self._warmups or not all(
+                isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+                and 0 <= x <= 24 * 14 for x in self._warmups):
+            from smartsched.model.errors import ValidationError
+
+            raise ValidationError("env.warmup_hours", "must be a number of hours in [0, 336] "
+                                  "or a non-empty list of them")
         self.scenarios = load_scenarios()
+        # Cross-zone traffic costs the twin a little per tick: measured only when weighed.
+        reachable = [self.weights]
+        if self.cfg.weight_sampling == "scenarios" or self.cfg.dynamic_weights:
+            reachable += list(self.scenarios.values())
+        self._track_traffic = any(w.traffic > 0 for w in reachable)
         if self.cfg.base is not None:  # checked now: every env runner would fail later
             Shortlist.build(self.cfg.base, self.cfg.shortlist_k, self.cfg.shortlist_classes,
                             0, False, SHORTLIST_FIELDS)
@@ -187,6 +205,9 @@ class SchedulingEnv(gym.Env):
             names = sorted(self.scenarios)
             self.base_weights = self.scenarios[names[int(self.np_random.integers(len(names)))]]
         self.weights = self.base_weights
+        warmup = self._warmups[0]
+        if len(self._warmups) > 1:  # one start hour per episode, drawn like the weights
+            warmup = self._warmups[int(self.np_random.integers(len(self._warmups)))]
         if len(self.clusters) > 1:  # one cluster per episode, drawn like the weights
             self.spec_cluster = self.clusters[int(self.np_random.integers(len(self.clusters)))]
         # The filters profile gives the action mask and binder, and places warm-up pods;
@@ -198,10 +219,12 @@ class SchedulingEnv(gym.Env):
                                              ep_seed, False, SHORTLIST_FIELDS)
             runner = self.shortlist.base
         self.run = build_run(self.spec_cluster, cfg.workload, runner, mode=cfg.mode,
-                             seed=ep_seed, hours=cfg.hours, warmup_hours=cfg.warmup_hours,
+                             seed=ep_seed, hours=cfg.hours, warmup_hours=float(warmup),
                              inflate=cfg.inflate,
                              # The reward reads only the snapshot: skip the report's figures.
-                             engine_overrides={"report_metrics": False, **cfg.engine},
+                             engine_overrides={"report_metrics": False,
+                                               "track_traffic": self._track_traffic,
+                                               **cfg.engine},
                              needs=self.needs)
         self.engine = self.run.engine
         fgd = None

@@ -91,13 +91,16 @@ class RLScheduler:
                                   f"description ({type(e).__name__})") from None
         if not isinstance(self.meta, dict) or not isinstance(self.meta.get("env", {}), dict):
             raise ValidationError("scheduler", f"{meta_path}: not a policy description")
-        # Exports before the carbon component carry no list and observe the first five.
+        # Exports before the carbon component carry no list and observe the first five;
+        # components are only ever appended, so an export observes a prefix of today's.
         legacy = list(COMPONENTS[:5]) if meta_path.exists() else list(COMPONENTS)
         trained = self.meta.get("reward_components", legacy)
-        if list(trained) != list(COMPONENTS):
+        if not isinstance(trained, list) or not trained or (
+                trained != list(COMPONENTS[:len(trained)])):
             raise ValidationError(
                 "scheduler", f"policy at {self.dir} observes reward components {trained}, "
                 f"this version has {list(COMPONENTS)}: retrain it with `smartsched train`")
+        self._n_weights = len(trained)
         env = self.meta.get("env", {})
         self.name = f"rl:{path}"
         try:
@@ -129,8 +132,9 @@ class RLScheduler:
         self.shortlist = (None if base is None
                           else Shortlist.build(base, 3 if k is None else k, classes, seed,
                                                filters is not None))
-        self.weights = self._initial_weights(env, weights).vector()
-        self._dynamic = self._dynamic_rules(weights) if dynamic else None
+        initial = self._initial_weights(env, weights)
+        self.weights = initial.vector()[:self._n_weights]  # what the policy observes
+        self._dynamic = self._dynamic_rules(weights, initial) if dynamic else None
         # The export may set inference defaults (e.g. a policy shipped with defer off).
         inference = self.meta.get("inference", {})
         self.allow_defer = bool(inference.get("defer", True)) if defer is None else defer
@@ -176,14 +180,13 @@ class RLScheduler:
         rw = env.get("reward_weights")
         return scenario(rw) if isinstance(rw, str) else RewardWeights.from_mapping(rw or None)
 
-    def _dynamic_rules(self, base: str | None) -> Any:
+    def _dynamic_rules(self, base: str | None, initial: RewardWeights) -> Any:
         from smartsched.objectives.dynamic import DynamicRules, DynamicWeights
         from smartsched.objectives.scenarios import load_scenarios
 
         profiles = load_scenarios()
         start = base or "custom"
-        profiles.setdefault(start, RewardWeights(**dict(zip(COMPONENTS, map(float, self.weights),
-                                                            strict=True))))
+        profiles.setdefault(start, initial)
         return DynamicWeights(DynamicRules(base=start), profiles)
 
     def _update_weights(self, state: ClusterState, request: PodRequest,
@@ -202,7 +205,7 @@ class RLScheduler:
         backlog = int(state.queue_by_class[POD_CLASS_IDS[PodClass.AI_TRAIN]])
         self._dynamic.update(ClusterCondition.from_arrivals(
             now, self._online_arrivals, backlog, state.num_nodes, self._dynamic.rules))
-        self.weights = self._dynamic.current.astype(np.float32)
+        self.weights = self._dynamic.current.astype(np.float32)[:self._n_weights]
         self.weights_log = list(self._dynamic.log)
 
     def twin_needs(self) -> TwinNeeds:

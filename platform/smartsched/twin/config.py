@@ -59,6 +59,9 @@ class EngineConfig:
             time series, GPU fragmentation, cross-zone traffic, per-pod carbon or set of
             contended pods, and ``run_report`` refuses. Training env runners use it: no
             reward reads those figures, and they took several percent of each decision.
+        track_traffic: with ``report_metrics`` false, still measure cross-zone traffic at
+            each tick (the ``traffic`` reward component reads its share); the training env
+            sets it when its weights can weigh traffic.
     """
 
     mode: str = "replay"
@@ -82,6 +85,7 @@ class EngineConfig:
     container_start_s: float = 2.0
     gpu_comm_share: float = 0.0
     report_metrics: bool = True
+    track_traffic: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
@@ -96,9 +100,10 @@ class EngineConfig:
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise ValidationError(name, f"must be a finite number, got {v!r}")
-        if not isinstance(self.report_metrics, bool):
-            raise ValidationError("report_metrics",
-                                  f"must be true or false, got {self.report_metrics!r}")
+        for name in ("report_metrics", "track_traffic"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValidationError(name,
+                                      f"must be true or false, got {getattr(self, name)!r}")
         if self.mode not in MODES:
             raise ValidationError("mode", f"{self.mode!r} is not one of {MODES}")
         for name in ("tick_s", "flush_s", "idle_power_down_s", "repair_s", "fill_frag_every_pct"):

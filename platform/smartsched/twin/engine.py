@@ -150,7 +150,7 @@ class Engine:
         self.metrics = MetricsRecorder(
             spec, self.state, self.table, target, config.seed,
             measure_from=config.warmup_s if config.mode == "replay" else 0.0,
-            full=config.report_metrics,
+            full=config.report_metrics, track_traffic=config.track_traffic,
         )
         self.now = 0.0
         self.events = EventHeap()

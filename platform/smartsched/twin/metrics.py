@@ -91,10 +91,14 @@ class MetricsRecorder:
         seed: int,
         measure_from: float = 0.0,
         full: bool = True,
+        track_traffic: bool = False,
     ) -> None:
         self.measure_from = measure_from
         # False: keep only what ``snapshot`` (the RL step reward) reads; ``report`` refuses.
         self.full = full
+        # Cross-zone traffic is a report figure; a reward that weighs it needs it per tick
+        # even when nothing else of the report is kept.
+        self.track_traffic = full or track_traffic
         self.state = state
         self.table = table
         self.target = target
@@ -167,6 +171,10 @@ class MetricsRecorder:
         self.cost_usd = 0.0
         self.online_pod_s = 0.0
         self.online_contended_pod_s = 0.0
+        # Seconds x share: of online pods in contention, of app traffic crossing zones (the
+        # per-hour shares the ``contention`` and ``traffic`` reward components integrate).
+        self.contended_share_s = 0.0
+        self.cross_zone_share_s = 0.0
         self.contended_pods: set[int] = set()
         self.fairness: list[float] = []
         self.cross_zone: list[float] = []
@@ -341,6 +349,8 @@ class MetricsRecorder:
 
         ``alloc_*_frac_s``: allocated share of capacity x seconds; ``pending_s`` and
         ``contended_s``: pod-seconds waiting / online pod-seconds in contention;
+        ``contended_share_s`` / ``cross_zone_share_s``: seconds x the share of online pods
+        in contention / of app traffic crossing zones (the latter only when tracked);
         ``pending_s.<class>``: pod-seconds waiting, per workload class;
         ``gpu_alloc_frac``: allocated share of GPU now (fill mode has no time).
         """
@@ -355,6 +365,8 @@ class MetricsRecorder:
             "pending_gpu_frac_s": float(self.int_pending_gpu_s / cap[GPU]),
             **dict(zip(_PENDING_KEYS, self.int_pending_cls_s.tolist(), strict=True)),
             "contended_s": self.online_contended_pod_s,
+            "contended_share_s": self.contended_share_s,
+            "cross_zone_share_s": self.cross_zone_share_s,
             "energy_j": self.energy_j,
             "cost_usd": self.cost_usd,
             "carbon_g": self.carbon_g,
@@ -414,6 +426,8 @@ class MetricsRecorder:
         self.online_pod_s += online.size * dt
         hit = online[over[tb.node[online]]]
         self.online_contended_pod_s += hit.size * dt
+        if online.size:
+            self.contended_share_s += hit.size / online.size * dt
         if self.full:
             self.contended_pods.update(hit.tolist())
 
@@ -423,22 +437,9 @@ class MetricsRecorder:
             share = (self.tenant_alloc[seen] / np.maximum(self.capacity_total, 1)).max(axis=1)
             sq = float((share**2).sum())
             self.fairness.append(float(share.sum() ** 2 / (seen.sum() * sq)) if sq > 0 else 1.0)
+        cz = self._cross_zone(run, dt) if self.track_traffic else 0.0
         if not self.full:
             return  # what follows is the report's alone
-
-        # Cross-zone traffic between pods of one app.
-        cz = 0.0
-        with_app = run[tb.app[run] >= 0]
-        if with_app.size:
-            apps, zones = tb.app[with_app], st.zone_id[tb.node[with_app]]
-            n_zone = len(st.zone_names)
-            key = apps * n_zone + zones
-            per_key = np.bincount(key, minlength=(apps.max() + 1) * n_zone)
-            per_app = np.bincount(apps)
-            peers = per_app[apps] - 1
-            other = per_app[apps] - per_key[key]
-            share = np.divide(other, peers, out=np.zeros(peers.size), where=peers > 0)
-            cz = float((tb.traffic_mbps[with_app] * share).sum()) * 3600 / 8 / 1000  # GB/h
         self.cross_zone.append(cz)
 
         frag_total, frag_idle = cluster_fragmentation(st, self.target)
@@ -467,6 +468,28 @@ class MetricsRecorder:
             **extra,
         }
         self.rows.append(row)
+
+    def _cross_zone(self, run: np.ndarray, dt: float) -> float:
+        """Cross-zone traffic between running pods of one app now (GB/h); integrates the
+        share of all such pods' traffic that crosses zones for the reward."""
+        st, tb = self.state, self.table
+        with_app = run[tb.app[run] >= 0]
+        if not with_app.size:
+            return 0.0
+        apps, zones = tb.app[with_app], st.zone_id[tb.node[with_app]]
+        n_zone = len(st.zone_names)
+        key = apps * n_zone + zones
+        per_key = np.bincount(key, minlength=(apps.max() + 1) * n_zone)
+        per_app = np.bincount(apps)
+        peers = per_app[apps] - 1
+        other = per_app[apps] - per_key[key]
+        share = np.divide(other, peers, out=np.zeros(peers.size), where=peers > 0)
+        traffic = tb.traffic_mbps[with_app]
+        crossing = float((traffic * share).sum())
+        with_peers = float(traffic[peers > 0].sum())
+        if with_peers > 0:
+            self.cross_zone_share_s += crossing / with_peers * dt
+        return crossing * 3600 / 8 / 1000  # Mb/s -> GB/h
 
     # ----------------------------------------------------------------- report
     def report(self, mode: str, fill_curve: list[tuple[float, float]]) -> dict[str, Any]:
