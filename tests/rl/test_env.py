@@ -236,6 +236,23 @@ def test_env_config_errors_name_the_field() -> None:
         with pytest.raises(ValidationError) as e:
             SchedulingEnv({"warmup_hours": bad})
         assert e.value.field == "env.warmup_hours"
+    for bad in (0, len(COMPONENTS) + 1, True, 2.5, "6"):
+        with pytest.raises(ValidationError) as e:
+            SchedulingEnv({"observed_components": bad})
+        assert e.value.field == "env.observed_components"
+
+
+def test_a_policy_from_before_the_last_components_observes_their_prefix() -> None:
+    """An export observing the first six weights is fine-tuned with six in its
+    observation; the reward still weighs the seventh and eighth."""
+    env = SchedulingEnv({"cluster": "small", "hours": 0.5, "max_decisions": 5,
+                         "observed_components": 6,
+                         "reward_weights": {"utilization": 1.0, "contention": 50.0}})
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space["weights"].shape == (6,)
+    assert obs["weights"].shape == (6,) and env.observation_space.contains(obs)
+    assert obs["weights"][0] == 1.0
+    assert env.reward_fn.w.contention == 50.0
 
 
 def test_episodes_draw_their_start_hour_from_the_list() -> None:

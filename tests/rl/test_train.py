@@ -280,6 +280,17 @@ def test_init_policy_starts_from_the_export_without_pickle(ray_session, tmp_path
         "env_runners": cfg.env_runners.model_copy(update={"num_env_runners": 0,
                                                           "num_envs_per_env_runner": 1})})
     shipped = load_module(root / "models" / "ppo_mixed_small").get_state()
+    # The shipped export observes the first six reward weights: fine-tuning keeps six.
+    from smartsched.objectives.reward import COMPONENTS
+    from smartsched.rl.train import observing_as_init
+
+    meta = json.loads((root / "models" / "ppo_mixed_small" / "smartsched_policy.json")
+                      .read_text())
+    n = len(meta["reward_components"])
+    assert n < len(COMPONENTS)
+    assert observing_as_init(cfg).env["observed_components"] == n
+    assert "observed_components" not in observing_as_init(
+        cfg.model_copy(update={"init_policy": None})).env
     algo = build_algo(cfg)
     try:
         for module in (algo.get_module(), algo.env_runner.module):

@@ -82,6 +82,11 @@ class EnvConfig:
         shortlist_k: nodes in the shortlist (with ``base``).
         shortlist_classes: pod classes the policy steers (None: all; others the base
             places alone).
+        observed_components: how many reward weights the observation carries (the first
+            n of ``objectives.reward.COMPONENTS``; None: all). Components are only ever
+            appended, so a policy exported before the last ones were added observes a
+            prefix; fine-tuning it sets this to its count (``rl.train``). The reward
+            still weighs every component.
     """
 
     cluster: str | list[str] = "small"
@@ -104,6 +109,7 @@ class EnvConfig:
     base: str | None = None
     shortlist_k: int = 3
     shortlist_classes: list[str] | None = None
+    observed_components: int | None = None
 
     @staticmethod
     def from_dict(d: dict[str, Any] | None) -> EnvConfig:
@@ -159,6 +165,14 @@ class SchedulingEnv(gym.Env):
 
             raise ValidationError("env.warmup_hours", "must be a number of hours in [0, 336] "
                                   "or a non-empty list of them")
+        n_obs = self.cfg.observed_components
+        if n_obs is not None and (isinstance(n_obs, bool) or not isinstance(n_obs, int)
+                                  or not 1 <= n_obs <= len(COMPONENTS)):
+            from smartsched.model.errors import ValidationError
+
+            raise ValidationError("env.observed_components",
+                                  f"must be an integer in [1, {len(COMPONENTS)}]")
+        self.n_observed = len(COMPONENTS) if n_obs is None else n_obs
         self.scenarios = load_scenarios()
         # Cross-zone traffic costs the twin a little per tick: measured only when weighed.
         reachable = [self.weights]
@@ -185,7 +199,7 @@ class SchedulingEnv(gym.Env):
                                     np.float32),
             "pod": gym.spaces.Box(OBS_LOW, OBS_HIGH, (POD_FEATURES,), np.float32),
             "action_mask": gym.spaces.Box(0.0, 1.0, (self.max_nodes + 1,), np.float32),
-            "weights": gym.spaces.Box(0.0, 100.0, (len(COMPONENTS),), np.float32),
+            "weights": gym.spaces.Box(0.0, 100.0, (self.n_observed,), np.float32),
         })
         self.action_space = gym.spaces.Discrete(self.max_nodes + 1)  # last = defer
         self.defer_action = self.max_nodes
@@ -362,7 +376,7 @@ class SchedulingEnv(gym.Env):
         self._req, self._ctx = req, ctx
         self._binder, self._base_decision = route.profile.binder, d
         obs = self.observer.observe(ctx, ok, False, e.now, e.metrics.pending,
-                                    self.weights.vector())
+                                    self._observed_weights())
         obs["action_mask"] = self._mask = Shortlist.action_mask(choices, obs["action_mask"])
         return obs
 
@@ -372,12 +386,15 @@ class SchedulingEnv(gym.Env):
         e = self.engine
         assert e is not None
         obs = self.observer.observe(self._ctx, ok, deferrable, e.now, e.metrics.pending,
-                                    self.weights.vector())
+                                    self._observed_weights())
         self._mask = obs["action_mask"]
         return obs
 
+    def _observed_weights(self) -> np.ndarray:
+        return self.weights.vector()[:self.n_observed]
+
     def _terminal_observation(self) -> dict[str, np.ndarray]:
-        obs = self.observer.terminal(self.weights.vector())
+        obs = self.observer.terminal(self._observed_weights())
         self._mask = obs["action_mask"]
         return obs
 

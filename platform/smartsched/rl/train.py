@@ -113,12 +113,43 @@ def build_ppo_config(cfg: TrainConfig) -> Any:
     )
 
 
+def observing_as_init(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the env observing as many reward weights as ``init_policy`` does.
+
+    Reward components are only ever appended; a policy exported before the last ones
+    observes a prefix of them, and its first layer is that wide. Fine-tuning it keeps
+    its observation (``env.observed_components``) so its weights load; the reward still
+    weighs every component. An explicit ``observed_components`` is left as set."""
+    if cfg.init_policy is None or cfg.env.get("observed_components") is not None:
+        return cfg
+    from smartsched.objectives.reward import COMPONENTS
+    from smartsched.rl.policy import resolve_policy_dir
+
+    meta_path = resolve_policy_dir(cfg.init_policy) / POLICY_META
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise ValidationError("init_policy", f"{meta_path}: not a readable policy "
+                              "description") from None
+    # Exports before the carbon component carry no list and observe the first five.
+    trained = meta.get("reward_components", list(COMPONENTS[:5])) if isinstance(
+        meta, dict) else None
+    if not isinstance(trained, list) or not trained or (
+            trained != list(COMPONENTS[:len(trained)])):
+        raise ValidationError("init_policy", f"{cfg.init_policy} observes reward "
+                              f"components {trained}, not a prefix of {list(COMPONENTS)}")
+    if len(trained) == len(COMPONENTS):
+        return cfg
+    return cfg.model_copy(update={"env": {**cfg.env, "observed_components": len(trained)}})
+
+
 def build_algo(cfg: TrainConfig) -> Any:
     """The PPO algorithm of ``cfg``, starting from ``init_policy``'s weights when set.
 
     The initial policy is read as every policy is (``rl.artifact.read_module``: JSON spec
     plus tensors, never pickle -- RLlib's own ``load_state_path`` would unpickle), then
     set on the learner, which syncs the env runners."""
+    cfg = observing_as_init(cfg)
     algo = build_ppo_config(cfg).build_algo()
     if cfg.init_policy is None:
         return algo
@@ -196,7 +227,8 @@ def export_policy(checkpoint: Path, out: Path, cfg: TrainConfig, iteration: int)
         k = TelemetryProjection.load(tmp / TELEMETRY_SUBDIR).k
     meta = {"env": env, "model": cfg.model, "iteration": iteration,
             "module_class": "smartsched.rl.module.NodeScorerModule",
-            "reward_components": list(COMPONENTS),
+            "reward_components": list(COMPONENTS[:env.get("observed_components")
+                                                  or len(COMPONENTS)]),
             # What each observation column means: a loader refuses a mismatch.
             "node_columns": list(node_columns(bool(env.get("forecaster")), k)),
             "pod_columns": list(POD_COLUMNS)}
@@ -228,6 +260,7 @@ def train(
     echo: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """Train PPO; return a summary (iterations run, last return, checkpoint and policy paths)."""
+    cfg = observing_as_init(cfg)  # the export then records what the policy observes
     out = Path(output_dir or cfg.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     _init_ray(out, cfg.num_cpus)

@@ -84,7 +84,7 @@ def _trial(config: dict[str, Any], sweep_doc: dict[str, Any], train_doc: dict[st
     from ray import tune
 
     from smartsched.rl.config import TrainConfig
-    from smartsched.rl.train import build_algo, export_policy
+    from smartsched.rl.train import build_algo, export_policy, observing_as_init
     from smartsched.tuning.pareto import relative
 
     torch.set_num_threads(1)  # trials share the machine's cores
@@ -95,7 +95,7 @@ def _trial(config: dict[str, Any], sweep_doc: dict[str, Any], train_doc: dict[st
                                          "dynamic_weights": False}})
     if sweep.init_policy:
         doc["init_policy"] = sweep.init_policy
-    cfg = TrainConfig.model_validate(doc)
+    cfg = observing_as_init(TrainConfig.model_validate(doc))  # the export records it too
     algo = build_algo(cfg)
     try:
         for _ in range(sweep.reports):
