@@ -71,6 +71,32 @@ def resolve_policy_dir(path: str | Path) -> Path:
         "training output folder or an RLlib checkpoint)")
 
 
+def read_policy_meta(policy_dir: Path, field: str) -> tuple[dict[str, Any], list[str]]:
+    """An export's description and the reward components its observation carries.
+
+    Exports before the carbon component carry no list and observe the first five; a
+    folder without a description (an RLlib checkpoint) observes today's. Components are
+    only ever appended, so anything else must be a prefix of today's. Errors name
+    ``field`` (``scheduler`` for a loader, ``init_policy`` for fine-tuning)."""
+    meta_path = policy_dir / POLICY_META
+    try:
+        meta: dict[str, Any] = (
+            json.loads(meta_path.read_text()) if meta_path.exists() else {"env": {}})
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValidationError(field, f"{meta_path}: not a readable policy "
+                              f"description ({type(e).__name__})") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("env", {}), dict):
+        raise ValidationError(field, f"{meta_path}: not a policy description")
+    legacy = list(COMPONENTS[:5]) if meta_path.exists() else list(COMPONENTS)
+    trained = meta.get("reward_components", legacy)
+    if not isinstance(trained, list) or not trained or (
+            trained != list(COMPONENTS[:len(trained)])):
+        raise ValidationError(
+            field, f"policy at {policy_dir} observes reward components {trained}, "
+            f"this version has {list(COMPONENTS)}: retrain it with `smartsched train`")
+    return meta, trained
+
+
 class RLScheduler:
     """Greedy decisions of a trained NodeScorerModule."""
 
@@ -81,25 +107,7 @@ class RLScheduler:
         import torch
 
         self.dir = resolve_policy_dir(path)
-        meta_path = self.dir / POLICY_META
-        try:
-            self.meta: dict[str, Any] = (
-                json.loads(meta_path.read_text()) if meta_path.exists() else {"env": {}}
-            )
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValidationError("scheduler", f"{meta_path}: not a readable policy "
-                                  f"description ({type(e).__name__})") from None
-        if not isinstance(self.meta, dict) or not isinstance(self.meta.get("env", {}), dict):
-            raise ValidationError("scheduler", f"{meta_path}: not a policy description")
-        # Exports before the carbon component carry no list and observe the first five;
-        # components are only ever appended, so an export observes a prefix of today's.
-        legacy = list(COMPONENTS[:5]) if meta_path.exists() else list(COMPONENTS)
-        trained = self.meta.get("reward_components", legacy)
-        if not isinstance(trained, list) or not trained or (
-                trained != list(COMPONENTS[:len(trained)])):
-            raise ValidationError(
-                "scheduler", f"policy at {self.dir} observes reward components {trained}, "
-                f"this version has {list(COMPONENTS)}: retrain it with `smartsched train`")
+        self.meta, trained = read_policy_meta(self.dir, "scheduler")
         self._n_weights = len(trained)
         env = self.meta.get("env", {})
         self.name = f"rl:{path}"

@@ -123,21 +123,9 @@ def observing_as_init(cfg: TrainConfig) -> TrainConfig:
     if cfg.init_policy is None or cfg.env.get("observed_components") is not None:
         return cfg
     from smartsched.objectives.reward import COMPONENTS
-    from smartsched.rl.policy import resolve_policy_dir
+    from smartsched.rl.policy import read_policy_meta, resolve_policy_dir
 
-    meta_path = resolve_policy_dir(cfg.init_policy) / POLICY_META
-    try:
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise ValidationError("init_policy", f"{meta_path}: not a readable policy "
-                              "description") from None
-    # Exports before the carbon component carry no list and observe the first five.
-    trained = meta.get("reward_components", list(COMPONENTS[:5])) if isinstance(
-        meta, dict) else None
-    if not isinstance(trained, list) or not trained or (
-            trained != list(COMPONENTS[:len(trained)])):
-        raise ValidationError("init_policy", f"{cfg.init_policy} observes reward "
-                              f"components {trained}, not a prefix of {list(COMPONENTS)}")
+    _, trained = read_policy_meta(resolve_policy_dir(cfg.init_policy), "init_policy")
     if len(trained) == len(COMPONENTS):
         return cfg
     return cfg.model_copy(update={"env": {**cfg.env, "observed_components": len(trained)}})
