@@ -141,3 +141,69 @@ def test_a_trace_with_no_pods_or_a_name_twice_is_refused(data_dir: Path, tmp_pat
     with pytest.raises(ValidationError) as e:
         load_workload(str(twice), spec, 24.0, 0)
     assert e.value.field == "name" and e.value.row == 2
+
+
+def test_absurd_numbers_and_unknown_qos_are_named_not_wrapped(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """A cell of 1e30 would wrap to a negative int64 in the cast; an unknown QoS class
+    would silently become batch. Both are refused naming the column and the row."""
+    src = data_dir / OPENB / "openb_pod_list_default.csv"
+
+    def cell(col: int, value: str):
+        def edit(lines: list[str]) -> list[str]:
+            cells = lines[4].split(",")
+            cells[col] = value
+            lines[4] = ",".join(cells)
+            return lines
+        return edit
+
+    with pytest.raises(ValidationError) as e:
+        load_openb_pods(_corrupt(src, tmp_path / "huge.csv", cell(1, "1e30")))
+    assert e.value.field == "cpu_milli" and e.value.row == 3 and "absurdly large" in str(e.value)
+    with pytest.raises(ValidationError) as e:
+        load_openb_pods(_corrupt(src, tmp_path / "qos.csv", cell(6, "Platinum")))
+    assert e.value.field == "qos" and e.value.row == 3 and "Platinum" in str(e.value)
+
+
+def test_an_openb_pod_list_in_parquet_reads_as_its_csv(data_dir: Path, tmp_path: Path) -> None:
+    """The CLI takes a .parquet pod file: one in the trace's own columns goes through the
+    openb loader (same pods as the CSV), with the same checks."""
+    import numpy as np
+    import pandas as pd
+
+    from smartsched.workloads.resolve import load_workload
+
+    src = data_dir / OPENB / "openb_pod_list_default.csv"
+    df = pd.read_csv(src, nrows=50)
+    spec = load_cluster("openb-gpu")
+    good = tmp_path / "pods.parquet"
+    df.to_parquet(good)
+    from_parquet = load_workload(str(good), spec, 24.0, 0)
+    head = tmp_path / "head.csv"
+    df.to_csv(head, index=False)
+    from_csv = load_workload(str(head), spec, 24.0, 0)
+    assert [(p.id, p.cpu_milli, p.num_gpu, p.pod_class) for p in from_parquet] == [
+        (p.id, p.cpu_milli, p.num_gpu, p.pod_class) for p in from_csv
+    ]
+    bad = df.copy()
+    bad["creation_time"] = pd.Timestamp("2020-01-01")
+    bad.to_parquet(tmp_path / "times.parquet")
+    with pytest.raises(ValidationError) as e:
+        load_workload(str(tmp_path / "times.parquet"), spec, 24.0, 0)
+    assert e.value.field == "creation_time" and "datetime" in e.value.message
+    bad = df.astype({"cpu_milli": np.float64})
+    bad.loc[7, "cpu_milli"] = np.inf
+    bad.to_parquet(tmp_path / "inf.parquet")
+    with pytest.raises(ValidationError) as e:
+        load_workload(str(tmp_path / "inf.parquet"), spec, 24.0, 0)
+    assert e.value.field == "cpu_milli" and e.value.row == 7 and "inf" in e.value.message
+
+
+def test_a_missing_shared_file_says_where_it_was_looked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SMARTSCHED_DATA_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(ValidationError) as e:
+        load_cluster("openb-gpu")
+    assert "SMARTSCHED_DATA_DIR" in str(e.value) and "nowhere" in str(e.value)

@@ -18,19 +18,36 @@ from smartsched.model.errors import ValidationError
 if TYPE_CHECKING:
     import pandas as pd
 
+# An integral column is cast to int64 after its checks; beyond 2**53 a float no longer
+# holds every integer, and past 2**63 the cast wraps to a negative number.
+MAX_INTEGRAL = float(2**53)
+
 
 def read_frame(path: Path) -> pd.DataFrame:
     """Read a CSV or Parquet file with every column as text (CSV) so checks see raw values."""
     import pandas as pd
 
     if not path.is_file():
-        raise ValidationError("path", f"no such file: {path}")
+        raise ValidationError("path", f"no such file: {path}{_data_dir_hint(path)}")
     try:
         if path.suffix == ".parquet":
             return pd.read_parquet(path)
         return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except (ValueError, OSError) as e:  # pandas' parser errors derive from ValueError
         raise ValidationError("file", f"cannot parse: {e}", source=str(path)) from None
+
+
+def _data_dir_hint(path: Path) -> str:
+    """Where a missing public trace was looked for, so a user outside the development
+    layout learns which setting moves it."""
+    from smartsched.paths import DATA_DIR_ENV, data_dir
+
+    root = data_dir()
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return ""
+    return f" (public traces are read from ${DATA_DIR_ENV}, now {str(root)!r})"
 
 
 def require_columns(df: pd.DataFrame, columns: Sequence[str], source: str) -> None:
@@ -53,6 +70,9 @@ def numeric_column(
     import pandas as pd
 
     raw = df[col]
+    if raw.dtype.kind in "mMb":  # Parquet: times and booleans would coerce to numbers
+        raise ValidationError(col, f"expected numbers, the column holds {raw.dtype}",
+                              source=source)
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values)
     if allow_empty:
@@ -61,7 +81,7 @@ def numeric_column(
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise ValidationError(
-            col, f"not a number: {raw.iloc[row]!r}", row=row, source=source
+            col, f"not a number: {_shown(raw.iloc[row])}", row=row, source=source
         )
     finite = np.isfinite(values)
     below = finite & (values < low)
@@ -71,6 +91,12 @@ def numeric_column(
             col, f"must be >= {low:g}, got {values[row]:g}", row=row, source=source
         )
     if integral:
+        huge = finite & (np.abs(values) > MAX_INTEGRAL)
+        if huge.any():
+            row = int(np.flatnonzero(huge)[0])
+            raise ValidationError(
+                col, f"is absurdly large ({values[row]:g})", row=row, source=source
+            )
         frac = finite & (np.mod(values, 1.0) != 0)
         if frac.any():
             row = int(np.flatnonzero(frac)[0])
@@ -78,6 +104,15 @@ def numeric_column(
                 col, f"must be an integer, got {values[row]:g}", row=row, source=source
             )
     return values
+
+
+def _shown(cell: object) -> str:
+    """A bad cell as a user would write it ('' for an empty CSV cell, inf, [1])."""
+    if isinstance(cell, str):
+        return repr(cell)
+    if isinstance(cell, np.ndarray):
+        return repr(cell.tolist())[:80]
+    return str(cell)[:80]
 
 
 def text_column(df: pd.DataFrame, col: str) -> np.ndarray:

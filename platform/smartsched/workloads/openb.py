@@ -37,6 +37,9 @@ FULL_COLUMNS = (
     "scheduled_time",
 )
 OPENB_DIR = "alibaba-openb-gpu-2023"
+# The trace's QoS classes (its README): LS is latency-sensitive (online here), the rest
+# batch; an empty cell is read as batch too.
+QOS_VALUES = ("LS", "BE", "Burstable", "Guaranteed", "")
 
 __all__ = ["NODE_COLUMNS", "load_openb_nodes", "load_openb_pods", "openb_pod_path"]
 
@@ -74,6 +77,14 @@ def load_openb_pods(path: str | Path) -> list[Pod]:
         deleted = numeric_column(df, "deletion_time", src, allow_empty=True)
         specs = text_column(df, "gpu_spec")
         qos = text_column(df, "qos")
+        unknown = ~np.isin(qos, QOS_VALUES)
+        if unknown.any():
+            row = int(np.flatnonzero(unknown)[0])
+            known = ", ".join(v for v in QOS_VALUES if v)
+            raise ValidationError(
+                "qos", f"unknown QoS class {qos[row]!r} (known: {known}, or empty)",
+                row=row, source=src,
+            )
         neg = np.isfinite(deleted) & (deleted < created)
         if neg.any():
             row = int(np.flatnonzero(neg)[0])

@@ -52,12 +52,29 @@ def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> l
     if path.suffix == ".parquet" and path.is_file():
         from smartsched.workloads.parquet_io import read_pods
 
+        if _is_openb_table(path):
+            from smartsched.workloads.openb import load_openb_pods
+
+            return _checked(load_openb_pods(path), path)
         return _checked(read_pods(path), path)
     raise ValidationError(
         "workload",
         f"{spec!r} is not openb:<variant>, mixed[:profile.yaml], finance[:profile.yaml], "
         "resample:<workload>, or an existing .csv/.parquet file",
     )
+
+
+def _is_openb_table(path: Path) -> bool:
+    """A Parquet pod list in the openb trace's columns (``name``, ...) rather than the
+    project's own pod schema (``id``, ...): each is read by its own loader."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        names = set(pq.read_schema(path).names)
+    except (OSError, pa.ArrowInvalid):
+        return False  # read_pods names the unreadable file
+    return "id" not in names and "name" in names
 
 
 def _checked(pods: list[Pod], path: Path) -> list[Pod]:
