@@ -49,6 +49,17 @@ def test_simulate_mixed_replay_writes_report(tmp_path: Path) -> None:
         (["bench", "fgd", "--seeds", "1", "--schedulers", "random", "--workers", "-1"],
          "--workers"),
         (["bench", "heldout", "--seeds", "5-3"], "seed"),
+        # each seed-list option is named, and checked before any part runs (the fill
+        # part's seeds used to fail a minute in, after the gap part)
+        (["bench", "anneal", "--fill-seeds", "abc"], "'--fill-seeds'"),
+        # a scheduler typo is refused before the baseline's runs, naming its option
+        (["bench", "heldout", "--schedulers", "bogus", "--seeds", "1"], "'--schedulers'"),
+        (["bench", "speed", "--profiles", "bogus", "--skip-large"], "'--profiles'"),
+        # an output file whose folder cannot be made fails before the work, not after
+        (["bench", "anneal", "--part", "gap", "--seeds", "0", "--nodes", "5", "--pods", "5",
+          "--json", "/proc/nope/r.json"], "'--json'"),
+        # a settings model's own check (NaN passes click's range) is one line too
+        (["bench", "gate", "--hours", "nan"], "hours"),
     ],
 )
 def test_bad_paths_seeds_and_workers_are_one_line_errors(args: list[str], needle: str) -> None:
@@ -86,6 +97,13 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def test_an_empty_compliance_file_is_refused_not_read_as_no_policy(tmp_path: Path) -> None:
+    f = tmp_path / "policy.yaml"
+    f.write_text("")
+    r = smartsched("simulate", "--compliance", str(f), "--hours", "0.1", "--no-plots")
+    assert r.returncode == 2 and "policy is empty" in r.stderr, r.stderr[-300:]
 
 
 def test_corrupt_trace_file_is_one_line(tmp_path: Path) -> None:

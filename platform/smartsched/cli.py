@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError as PydanticError
 
 from smartsched.bench.demo import SHIPPED_POLICY
 from smartsched.model.errors import SmartSchedError
@@ -31,6 +32,12 @@ class _Group(click.Group):
         except SmartSchedError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except PydanticError as e:  # a settings model built from options (e.g. NaN hours)
+            from smartsched.model.configfile import first_error
+
+            field, msg = first_error(e, "", ())
+            click.echo(f"error: {field}: {msg}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
         except OSError as e:  # a path the user gave that cannot be read or written
             where = f": {e.filename}" if e.filename else ""
             click.echo(f"error: {e.strerror or type(e).__name__}{where}", err=True)
@@ -47,6 +54,75 @@ def _write_json(path: str | None, doc: Any) -> None:
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+
+
+MAX_SEEDS = 10_000  # runs one benchmark may ask for (each is a whole simulation)
+MAX_SEED = 2**32 - 1  # numpy's seed range
+
+
+def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None
+               ) -> list[int] | None:
+    """A seed-list option parsed as the command line is read: a bad list is an error
+    naming its option before any part of a benchmark runs."""
+    return None if value is None else _seeds(value)
+
+
+def _scheduler_names(_ctx: click.Context, param: click.Parameter, value: str | None
+                     ) -> str | None:
+    """A comma-separated scheduler option checked as the command line is read: each name
+    must build (a packaged profile, a profile file, ``rl:PATH``, ...), so a typo is an
+    error naming the option before a benchmark spends minutes on the others."""
+    from smartsched.model.errors import ValidationError
+    from smartsched.scheduling.base import make_scheduler
+
+    for name in (value or "").split(","):
+        if not name.strip():
+            continue
+        try:
+            make_scheduler(name.strip())
+        except ValidationError as e:
+            raise click.BadParameter(f"{name.strip()!r}: {e}") from None
+    return value
+
+
+def _out_file(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """An output file option (``--json``, ``--plot``): its folder is made, and must be
+    writable, as the command line is read, so a bad path fails before the work, not
+    after it."""
+    import os
+
+    if value:
+        parent = Path(value).parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise click.BadParameter(f"cannot create its folder {str(parent)!r}: "
+                                     f"{e.strerror or e}") from None
+        if not os.access(parent, os.W_OK):
+            raise click.BadParameter(f"its folder {str(parent)!r} is not writable")
+    return value
+
+
+def _seeds(text: str) -> list[int]:
+    """"42-51" or "42,43" -> a list of seeds (at most MAX_SEEDS, each within 0..MAX_SEED;
+    a range is checked before it is expanded)."""
+    out: list[int] = []
+    hint = f"not a seed list: {text[:80]!r} (use 42-51 or 1,2,3)"
+    try:
+        for part in text.split(","):
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if not 0 <= lo <= hi <= MAX_SEED or hi - lo + 1 + len(out) > MAX_SEEDS:
+                    raise click.BadParameter(f"{hint}: a range must run upwards within "
+                                             f"0..{MAX_SEED}, {MAX_SEEDS:,} seeds at most")
+                out.extend(range(lo, hi + 1))
+            elif part.strip():
+                out.append(int(part))
+    except ValueError:
+        raise click.BadParameter(hint) from None
+    if not out or any(not 0 <= s <= MAX_SEED for s in out) or len(out) > MAX_SEEDS:
+        raise click.BadParameter(f"{hint}: each within 0..{MAX_SEED}, {MAX_SEEDS:,} at most")
+    return out
 
 
 @main.command()
@@ -72,7 +148,7 @@ def _write_json(path: str | None, doc: Any) -> None:
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Report folder (report.json, timeseries.parquet, PNG plots).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write the report as JSON here.")
+              callback=_out_file, help="Also write the report as JSON here.")
 @click.option("--plots/--no-plots", default=True, show_default=True)
 @click.option("--compliance", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Compliance policy (YAML: residency, dedicated pools, isolation) that "
@@ -115,7 +191,7 @@ def simulate(
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--warmup-hours", type=float, default=6.0, show_default=True)
-@click.option("--schedulers", default=None,
+@click.option("--schedulers", callback=_scheduler_names, default=None,
               help="Comma-separated (default: k8s-default, fgd and the shipped policy "
               "rl:models/ppo_mixed_small when present).")
 def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
@@ -139,7 +215,8 @@ def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
 @click.option("--output-dir", default=None, help="Override the config's output_dir.")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=None,
               help="Override the config's seed (training seeds: run several, report spread).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def train(config_path: str, iterations: int | None, resume: bool, output_dir: str | None,
           seed: int | None, json_path: str | None) -> None:
     """Train the PPO placement policy on the twin (locally or under `ray job submit`)."""
@@ -163,7 +240,8 @@ def train(config_path: str, iterations: int | None, resume: bool, output_dir: st
 @click.option("--num-samples", type=click.IntRange(min=1), default=None,
               help="Override the sweep's number of trials.")
 @click.option("--output-dir", default=None, help="Override the sweep's output_dir.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
          json_path: str | None) -> None:
     """Search reward weights with Ray Tune; write the Pareto front and recommended weights."""
@@ -243,7 +321,8 @@ def serve_reload(url: str, site: str, profile: str, operator_token_file: str | N
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True)
 @click.option("--request-id", default=None, help="Idempotency key (default: generated).")
 @click.option("--ttl", "ttl_s", default=60.0, show_default=True, type=click.FloatRange(0.001))
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def place(pod_file: str, url: str, request_id: str | None, ttl_s: float,
           json_path: str | None) -> None:
     """Ask the placement service where to run the pod(s) in POD_FILE (YAML: one or a list)."""
@@ -388,7 +467,8 @@ def _forecast_data(data: str) -> str:
 @click.option("--lookback", default=72, show_default=True, type=click.IntRange(2, 10_000))
 @click.option("--horizon", default=3, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--hidden", default=96, show_default=True, type=click.IntRange(4, 4096))
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def forecast_train(data: str, out: str, epochs: int, seed: int, lookback: int, horizon: int,
                    hidden: int, json_path: str | None) -> None:
     """Train the LSTM (early stopping on validation, interval calibrated there)."""
@@ -402,9 +482,10 @@ def forecast_train(data: str, out: str, epochs: int, seed: int, lookback: int, h
 @forecast.command("evaluate")
 @click.option("--model", default=None, help="A trained forecaster folder (omit: baselines only).")
 @click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True)
-@click.option("--plot", default=None, type=click.Path(dir_okay=False),
+@click.option("--plot", callback=_out_file, default=None, type=click.Path(dir_okay=False),
               help="PNG of actual vs predicted for a few test series.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def forecast_evaluate(model: str | None, data: str, plot: str | None,
                       json_path: str | None) -> None:
     """MAE, MAPE, sMAPE, MASE and interval coverage per model, per machine and aggregate."""
@@ -427,7 +508,8 @@ def forecast_evaluate(model: str | None, data: str, plot: str | None,
 @click.option("--lookback", default=72, show_default=True, type=click.IntRange(2, 10_000))
 @click.option("--hidden", default=96, show_default=True, type=click.IntRange(4, 4096))
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def forecast_crossfit(data: str, folds: int, epochs: int, lookback: int, hidden: int, seed: int,
                       json_path: str | None) -> None:
     """Every series forecast by models that never saw its job: the whole-fleet aggregate."""
@@ -466,7 +548,8 @@ def _federation_options(fn: Any) -> Any:
         click.option("--lookback", default=36, show_default=True, type=click.IntRange(2, 10_000)),
         click.option("--hidden", default=64, show_default=True, type=click.IntRange(4, 4096)),
         click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True),
-        click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None),
+        click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+                     callback=_out_file),
     ]
     for o in reversed(opts):
         fn = o(fn)
@@ -544,18 +627,20 @@ def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, h
 @click.option("--workload", default="mixed", show_default=True)
 @click.option("--scheduler", default="k8s-default", show_default=True)
 @click.option("--hours", default=24.0, show_default=True)
-@click.option("--seeds", default="0-1", show_default=True, help="Training seeds.")
+@click.option("--seeds", callback=_seed_list, default="0-1", show_default=True,
+              help="Training seeds.")
 @click.option("--test-seed", default=100, show_default=True)
 @click.option("--components", "k", default=8, show_default=True)
 @click.option("--out", default="models/telemetry", show_default=True,
               type=click.Path(file_okay=False))
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, seeds: str,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
+def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, seeds: list[int],
                      test_seed: int, k: int, out: str, json_path: str | None) -> None:
     """Fit the PCA projection of the node telemetry on twin runs; ablate the families."""
     from smartsched.bench.telemetry_study import format_study, study
 
-    proj, res = study(cluster, workload, scheduler, hours, _seeds(seeds), test_seed, k,
+    proj, res = study(cluster, workload, scheduler, hours, seeds, test_seed, k,
                       echo=click.echo)
     proj.save(out)
     click.echo(format_study(res))
@@ -647,7 +732,8 @@ def policy() -> None:
 @click.option("--store", type=click.Path(file_okay=False), default=None,
               help="With a candidate rl:PATH: add and promote it here if the gate passes, "
               "log the refusal if not.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def policy_gate(candidate: str, incumbent: str, config_path: str | None, seeds: int | None,
                 store: str | None, json_path: str | None) -> None:
     """Run the promotion gate: paired twin episodes, bootstrap lower bound of the gain."""
@@ -724,12 +810,14 @@ def policy_versions(store: str) -> None:
     from smartsched.rl.versions import PolicyStore
 
     st = PolicyStore(store)
+    st.require()  # an empty or unrelated folder would list as an empty store
     cur = st.current()
+    log = st.log()  # read before printing: a damaged log is an error, not half a listing
     for v in st.versions():
         click.echo(f"{'*' if v == cur else ' '} {v}")
     for c in st.staged():
         click.echo(f"  staged: {c.name}")
-    for e in st.log()[-10:]:
+    for e in log[-10:]:
         click.echo(f"  {e['event']}: {e.get('version') or e.get('candidate') or e.get('source')}")
 
 
@@ -772,7 +860,8 @@ def _log_options(fn: Any) -> Any:
               "be unsigned yet (reported, not trusted).")
 @click.option("--log-id", default=None, help="Pin the log's id (32 hex digits, printed by "
               "verify): heads of another log signed with the same key then fail.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def audit_verify(log_dir: str, heads: str, public_key: str, live: bool, log_id: str | None,
                  json_path: str | None) -> None:
     """Check the chain, the Merkle roots and the signatures; name the first bad record.
@@ -850,11 +939,16 @@ def audit_check_proof(proof: str, record_path: str, public_key: str,
     """Check a proof against a record (JSON) and the public key. Exits 1 when it fails."""
     from smartsched.audit.keys import load_public_key
     from smartsched.audit.verify import check_proof
+    from smartsched.model.errors import ValidationError
 
     try:
-        record = json.loads(Path(record_path).read_text())
-    except json.JSONDecodeError as e:
-        raise click.BadParameter(f"not JSON: {e}", param_hint="--record") from None
+        record = json.loads(Path(record_path).read_text(encoding="utf-8"))
+    except ValueError as e:  # not JSON, or not UTF-8 text
+        raise ValidationError("record", f"not a JSON record ({type(e).__name__}: {e})",
+                              source=record_path) from None
+    if not isinstance(record, dict):
+        raise ValidationError("record", "not a JSON object (a record's fields)",
+                              source=record_path)
     ok, why = check_proof(Path(proof).read_bytes(), record, load_public_key(public_key),
                           log_id)
     click.echo(("OK: " if ok else "FAILED: ") + why)
@@ -879,49 +973,27 @@ def _int_list(text: str, param: str, low: int, high: int) -> list[int]:
     return out
 
 
-MAX_SEEDS = 10_000  # runs one benchmark may ask for (each is a whole simulation)
-MAX_SEED = 2**32 - 1  # numpy's seed range
-
-
-def _seeds(text: str) -> list[int]:
-    """"42-51" or "42,43" -> a list of seeds (at most MAX_SEEDS, each within 0..MAX_SEED;
-    a range is checked before it is expanded)."""
-    out: list[int] = []
-    hint = f"not a seed list: {text[:80]!r} (use 42-51 or 1,2,3)"
-    try:
-        for part in text.split(","):
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if not 0 <= lo <= hi <= MAX_SEED or hi - lo + 1 + len(out) > MAX_SEEDS:
-                    raise click.BadParameter(f"{hint}: a range must run upwards within "
-                                             f"0..{MAX_SEED}, {MAX_SEEDS:,} seeds at most")
-                out.extend(range(lo, hi + 1))
-            elif part.strip():
-                out.append(int(part))
-    except ValueError:
-        raise click.BadParameter(hint) from None
-    if not out or any(not 0 <= s <= MAX_SEED for s in out) or len(out) > MAX_SEEDS:
-        raise click.BadParameter(f"{hint}: each within 0..{MAX_SEED}, {MAX_SEEDS:,} at most")
-    return out
 
 
 @bench.command("fgd")
 @click.option("--variants", default="default", show_default=True,
               help="openb trace variants, comma-separated (default,cpu050,gpushare40,...).")
-@click.option("--schedulers", default="random,dotprod,gpu-clustering,gpu-packing,bestfit,fgd,"
+@click.option("--schedulers", callback=_scheduler_names,
+              default="random,dotprod,gpu-clustering,gpu-packing,bestfit,fgd,"
               "k8s-default", show_default=True)
-@click.option("--seeds", default="42-51", show_default=True)
+@click.option("--seeds", callback=_seed_list, default="42-51", show_default=True)
 @click.option("--inflate", type=float, default=1.3, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Parallel runs (default: cores).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def bench_fgd(variants: str, schedulers: str, seeds: str, inflate: float, workers: int | None,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
+def bench_fgd(variants: str, schedulers: str, seeds: list[int], inflate: float, workers: int | None,
               json_path: str | None) -> None:
     """The FGD paper's fill experiment on openb-gpu, beside the published medians."""
     from smartsched.bench.fgd import run_fgd_bench
 
     res = run_fgd_bench([v for v in variants.split(",") if v],
-                        [s for s in schedulers.split(",") if s], _seeds(seeds), inflate,
+                        [s for s in schedulers.split(",") if s], seeds, inflate,
                         workers, echo=click.echo)
     _write_json(json_path, res)
 
@@ -930,8 +1002,9 @@ def bench_fgd(variants: str, schedulers: str, seeds: str, inflate: float, worker
 @click.option("--workload", "workloads", default="mixed,openb:default", show_default=True,
               help="Workloads, comma-separated; paired with --cluster by position.")
 @click.option("--cluster", "clusters", default="medium,openb-all", show_default=True)
-@click.option("--schedulers", default=None, help="Default: every packaged profile.")
-@click.option("--seeds", default="0", show_default=True)
+@click.option("--schedulers", callback=_scheduler_names,
+              default=None, help="Default: every packaged profile.")
+@click.option("--seeds", callback=_seed_list, default="0", show_default=True)
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--warmup-hours", type=float, default=6.0, show_default=True)
 @click.option("--gpu-comm-share", type=click.FloatRange(0.0, 1.0), default=0.0,
@@ -940,8 +1013,9 @@ def bench_fgd(variants: str, schedulers: str, seeds: str, inflate: float, worker
                    "devices spanning NUMA sockets without need stretch it (0: run times "
                    "as the workload gives them).")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: str,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
+def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: list[int],
                   hours: float, warmup_hours: float, gpu_comm_share: float,
                   workers: int | None, json_path: str | None) -> None:
     """Every profile through the same twin: one markdown table per workload and cluster."""
@@ -953,27 +1027,28 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
         raise click.BadParameter("give as many --cluster entries as --workload entries")
     scheds = [s for s in schedulers.split(",") if s] if schedulers else list(DEFAULT_SCHEDULERS)
     engine = {"gpu_comm_share": gpu_comm_share} if gpu_comm_share else None
-    res = run_quality_bench(list(zip(ws, cs, strict=True)), scheds, _seeds(seeds), hours,
+    res = run_quality_bench(list(zip(ws, cs, strict=True)), scheds, seeds, hours,
                             warmup_hours, workers, echo=click.echo, engine=engine)
     _write_json(json_path, res)
 
 
 @bench.command("heldout")
-@click.option("--schedulers", default="bestfit,fgd,load-aware,composite,"
+@click.option("--schedulers", callback=_scheduler_names, default="bestfit,fgd,load-aware,composite,"
               "rl:models/ppo_mixed_small", show_default=True,
               help="Compared with --baseline (always run) on the same seeds.")
-@click.option("--seeds", default="30000-30004", show_default=True,
+@click.option("--seeds", callback=_seed_list, default="30000-30004", show_default=True,
               help="Held out: training uses seeds from 0, the sweep 20000+.")
 @click.option("--cluster", default="medium", show_default=True)
 @click.option("--workload", default="mixed", show_default=True)
 @click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=24.0,
               show_default=True)
 @click.option("--warmup-hours", type=click.FloatRange(min=0), default=6.0, show_default=True)
-@click.option("--baseline", default="k8s-default", show_default=True)
-@click.option("--composite", default="composite", show_default=True)
+@click.option("--baseline", callback=_scheduler_names, default="k8s-default", show_default=True)
+@click.option("--composite", callback=_scheduler_names, default="composite", show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=None)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def bench_heldout(schedulers: str, seeds: str, cluster: str, workload: str, hours: float,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
+def bench_heldout(schedulers: str, seeds: list[int], cluster: str, workload: str, hours: float,
                   warmup_hours: float, baseline: str, composite: str, workers: int | None,
                   json_path: str | None) -> None:
     """Held-out evaluation: medians with bootstrap intervals, paired changes vs the baseline
@@ -981,14 +1056,15 @@ def bench_heldout(schedulers: str, seeds: str, cluster: str, workload: str, hour
     from smartsched.bench.heldout import run_heldout
 
     scheds = [s for s in schedulers.split(",") if s]
-    res = run_heldout(scheds, _seeds(seeds), cluster=cluster, workload=workload, hours=hours,
+    res = run_heldout(scheds, seeds, cluster=cluster, workload=workload, hours=hours,
                       warmup_hours=warmup_hours, baseline=baseline, composite=composite,
                       workers=workers, echo=click.echo)
     _write_json(json_path, res)
 
 
 @bench.command("sandbox")
-@click.option("--profiles", default="composite,rl:models/ppo_mixed_small", show_default=True,
+@click.option("--profiles", callback=_scheduler_names,
+              default="composite,rl:models/ppo_mixed_small", show_default=True,
               help="Each run as it is and as sandboxed:<profile> on the same seed.")
 @click.option("--nodes", type=click.IntRange(min=2, max=100_000), default=1500,
               show_default=True, help="Region size for the validation latency.")
@@ -1004,7 +1080,8 @@ def bench_heldout(schedulers: str, seeds: str, cluster: str, workload: str, hour
               "'validate=preemption,gangs&samples=1'.")
 @click.option("--skip-twin", is_flag=True, help="Only the validation latency.")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def bench_sandbox(profiles: str, nodes: int, decisions: int, cluster: str, workload: str,
                   hours: float, warmup_hours: float, seed: int, options: str, skip_twin: bool,
                   workers: int | None, json_path: str | None) -> None:
@@ -1033,7 +1110,8 @@ def bench_sandbox(profiles: str, nodes: int, decisions: int, cluster: str, workl
               "made by k8s-default.")
 @click.option("--kinds", default="random,worst,nofilter,identical,better", show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=None)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def bench_gate(incumbent: str, trials: int, seeds: int, cluster: str, hours: float,
                warmup_hours: float, degrade: float, kinds: str, workers: int | None,
                json_path: str | None) -> None:
@@ -1057,7 +1135,8 @@ def bench_gate(incumbent: str, trials: int, seeds: int, cluster: str, hours: flo
               help="Twins each of the 2 env runners steps (comma list: one measurement each).")
 @click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Sampling rounds of 1,000 steps per runner, per measurement.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def bench_rl(policy: str | None, skip_sampling: bool, envs_per_runner: str, rounds: int,
              json_path: str | None) -> None:
     """Policy sampling throughput (twin vs model time) and inference latency at 1.5k/5k nodes."""
@@ -1074,7 +1153,8 @@ def bench_rl(policy: str | None, skip_sampling: bool, envs_per_runner: str, roun
 @click.option("--no-fsync", is_flag=True, help="Skip fsync (shows what the disk costs).")
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None,
               help="Keep the log here (default: a temporary folder, removed).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def bench_audit(records: int, proofs: int, no_fsync: bool, work_dir: str | None,
                 json_path: str | None) -> None:
     """The audit log: append rate, verify time, inclusion proof size and time."""
@@ -1085,7 +1165,7 @@ def bench_audit(records: int, proofs: int, no_fsync: bool, work_dir: str | None,
 
 
 @bench.command("finance")
-@click.option("--seeds", default="0-4", show_default=True)
+@click.option("--seeds", callback=_seed_list, default="0-4", show_default=True)
 @click.option("--nights", type=click.IntRange(min=1, max=60), default=3, show_default=True)
 @click.option("--mtbf-hours", type=click.FloatRange(min=0, max=1e6, min_open=True), default=720.0,
               show_default=True, help="Mean time between failures per node.")
@@ -1100,8 +1180,9 @@ def bench_audit(records: int, proofs: int, no_fsync: bool, work_dir: str | None,
 @click.option("--cluster", default="finance", show_default=True,
               help="A preset or cluster file with nodes labelled pool=core and pool=batch.")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def bench_finance(seeds: str, nights: int, mtbf_hours: float, no_failures: bool,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
+def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures: bool,
                   repair_hours: float, variants: str | None, workload: str, cluster: str,
                   workers: int | None, json_path: str | None) -> None:
     """Issue 19's finance case: nightly batch window, online availability and failover
@@ -1117,7 +1198,7 @@ def bench_finance(seeds: str, nights: int, mtbf_hours: float, no_failures: bool,
             raise click.BadParameter(f"unknown variant {bad[0] if bad else variants!r} "
                                      f"(known: {', '.join(known)})", param_hint="--variants")
         chosen = tuple(known[v] for v in names)
-    res = run_finance(chosen, _seeds(seeds), nights=nights,
+    res = run_finance(chosen, seeds, nights=nights,
                       mtbf_hours=None if no_failures else mtbf_hours,
                       repair_hours=repair_hours, cluster=cluster, workload=workload,
                       workers=workers, echo=click.echo)
@@ -1132,7 +1213,7 @@ def bench_finance(seeds: str, nights: int, mtbf_hours: float, no_failures: bool,
 @click.option("--jobs", type=click.IntRange(min=1, max=1_000_000), default=2000,
               show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", callback=_out_file, type=click.Path(dir_okay=False), default=None,
               help="PNG: one week of the first series with the shifted work on top.")
 @click.option("--twin", is_flag=True,
               help="Instead: the twin on three regions (DE, GB, CA grids), the mixed "
@@ -1146,7 +1227,8 @@ def bench_finance(seeds: str, nights: int, mtbf_hours: float, no_failures: bool,
               "GreenScore instead of GridCarbon; green-run, time+green-run -- GreenScore "
               "on the renewable share expected over the pod's run).")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str | None,
                  twin: bool, days: str, hours: float, variants: str, workers: int | None,
                  json_path: str | None) -> None:
@@ -1172,7 +1254,8 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
               help="Comma-separated: gap (against the exact optimum), speed (a window on "
               "the whole openb cluster), fill (openb fill at 130 % in windows vs fgd), "
               "gangs (gap's windows with gangs; not in the default).")
-@click.option("--seeds", default="0-9", show_default=True, help="gap: instances.")
+@click.option("--seeds", callback=_seed_list, default="0-9", show_default=True,
+              help="gap: instances.")
 @click.option("--nodes", type=click.IntRange(min=2, max=1213), default=100, show_default=True,
               help="gap: openb nodes drawn per instance.")
 @click.option("--pods", type=click.IntRange(min=1, max=5000), default=200, show_default=True,
@@ -1187,7 +1270,7 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
               show_default=True, help="speed: pods in the window.")
 @click.option("--variants", default="default,cpu050,gpushare40,multigpu50", show_default=True,
               help="fill: openb trace variants.")
-@click.option("--fill-seeds", default="42-44", show_default=True)
+@click.option("--fill-seeds", callback=_seed_list, default="42-44", show_default=True)
 @click.option("--fill-spec", default="anneal:fgd?window=1000&value=gpu&homes=profile",
               show_default=True, help="fill: the windowed scheduler beside fgd.")
 @click.option("--gang-share", type=click.FloatRange(0, 1), default=0.5, show_default=True,
@@ -1197,12 +1280,13 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
 @click.option("--colocate", type=click.FloatRange(min=0, max=1e6), default=0.0,
               show_default=True, help="gangs: also the gang model with co-location (each "
               "pair of a gang's members on one node worth this fraction of a member).")
-@click.option("--plot", type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", callback=_out_file, type=click.Path(dir_okay=False), default=None,
               help="gap: PNG of the time-quality curve.")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limit_s: float,
-                 lns: int | None, window: int, variants: str, fill_seeds: str, fill_spec: str,
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
+def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str, limit_s: float,
+                 lns: int | None, window: int, variants: str, fill_seeds: list[int], fill_spec: str,
                  gang_share: float, gang_sweeps: int, colocate: float, plot: str | None,
                  workers: int | None, json_path: str | None) -> None:
     """Issue 21: the annealing window placer against the exact optimum, the clock, and
@@ -1216,7 +1300,7 @@ def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limi
                                  "gangs", param_hint="--part")
     out: dict[str, Any] = {}
     if "gap" in parts:
-        out["gap"] = bench_mod.run_gap(_seeds(seeds), nodes=nodes, pods=pods,
+        out["gap"] = bench_mod.run_gap(seeds, nodes=nodes, pods=pods,
                                        sweeps=_int_list(sweeps, "--sweeps", 1, 100_000),
                                        limit_s=limit_s, workers=workers, echo=click.echo,
                                        plot=plot,
@@ -1225,10 +1309,10 @@ def bench_anneal(part: str, seeds: str, nodes: int, pods: int, sweeps: str, limi
         out["speed"] = bench_mod.run_speed(window=window, echo=click.echo)
     if "fill" in parts:
         names = [v for v in variants.split(",") if v]
-        out["fill"] = bench_mod.run_fill(names, _seeds(fill_seeds), ["fgd", fill_spec],
+        out["fill"] = bench_mod.run_fill(names, fill_seeds, ["fgd", fill_spec],
                                          workers=workers, echo=click.echo)
     if "gangs" in parts:
-        out["gangs"] = bench_mod.run_gangs(_seeds(seeds), nodes=nodes, pods=pods,
+        out["gangs"] = bench_mod.run_gangs(seeds, nodes=nodes, pods=pods,
                                            share=gang_share, sweeps=gang_sweeps,
                                            limit_s=limit_s, workers=workers, echo=click.echo,
                                            colocate=colocate)
@@ -1254,7 +1338,8 @@ def bench_federation(data: str, cluster: str, sites: str | None, partition: str,
 @bench.command("telemetry")
 @click.option("--clusters", default="small,medium,large", show_default=True)
 @click.option("--hours", default=2.0, show_default=True, help="Simulated before measuring.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
     """Cost of the wide node telemetry: synthesize, project, and one /metrics scrape."""
     from smartsched.bench.telemetry import run_telemetry_bench
@@ -1266,7 +1351,8 @@ def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
 @bench.command("serve")
 @click.option("--nodes-per-region", default=1500, show_default=True,
               type=click.IntRange(2, 100_000))
-@click.option("--profiles", default="k8s-default,rl:models/ppo_mixed_small", show_default=True,
+@click.option("--profiles", callback=_scheduler_names,
+              default="k8s-default,rl:models/ppo_mixed_small", show_default=True,
               help="Comma-separated; each is deployed on every region and edge site in turn.")
 @click.option("--requests", "requests_per_kind", default=200, show_default=True,
               type=click.IntRange(10, 100_000), help="Sequential requests per path.")
@@ -1275,7 +1361,8 @@ def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
 @click.option("--state-dir", default="runs/bench_serve", show_default=True)
 @click.option("--journal/--no-journal", default=True, show_default=True,
               help="Sites journal reservations (fsynced), as `smartsched serve` runs them.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, batches: int,
                 batch_size: int, state_dir: str, journal: bool, json_path: str | None) -> None:
     """The placement service on loopback beside a bare echo deployment (bounded load)."""
@@ -1291,9 +1378,10 @@ def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, ba
 
 
 @bench.command("speed")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
 @click.option("--skip-large", is_flag=True, help="Skip the 24 h mixed runs on the large preset.")
-@click.option("--profiles", default=None,
+@click.option("--profiles", callback=_scheduler_names, default=None,
               help="Profiles for the day on large, comma-separated (default: every packaged "
                    "profile).")
 def bench_speed(json_path: str | None, skip_large: bool, profiles: str | None) -> None:

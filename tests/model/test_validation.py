@@ -147,6 +147,45 @@ def test_cluster_yaml_round_trip_and_errors(tmp_path: Path) -> None:
         cluster_from_yaml(broken)
 
 
+@pytest.mark.parametrize(
+    ("site", "field"),
+    [
+        ("{name: r1, pue: abc}", "sites.r1.pue"),  # was a ValueError traceback
+        ("{name: r1, coords_km: [a, b]}", "sites.r1.coords_km"),
+        ("{name: r1, coords_km: 5}", "sites.r1.coords_km"),
+        ("{name: r1, price_core_hr: 0.05}", "sites.r1.price_core_hr"),  # a typo, ignored before
+        ("{name: r1, price_gpu_hour: 1.0e+300}", "sites.r1.price_gpu_hour"),
+        ("{name: r1, carbon: 1.0e+300}", "sites.r1.carbon"),
+        ("{name: r1, carbon: -5}", "sites.r1.carbon"),
+        ("{name: r1, access_latency_ms: .nan}", "sites.r1.access_latency_ms"),
+        ("{name: r1, pue: -3}", "sites.r1.pue"),
+    ],
+)
+def test_cluster_yaml_site_fields_are_typed_and_bounded(
+    tmp_path: Path, site: str, field: str
+) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text(f"sites: [{site}]\nzones: [{{name: z1, site: r1}}]\n"
+                 "nodes: [{name: n, zone: z1, cpu_milli: 1000, memory_mib: 1024}]\n")
+    with pytest.raises(ValidationError) as e:
+        cluster_from_yaml(f)
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("node", "field"),
+    [("count: true", "nodes[0].count"), ("labels: 5", "nodes[0].labels"),
+     ("taints: 5", "nodes[0].taints")],
+)
+def test_cluster_yaml_node_pool_fields_are_typed(tmp_path: Path, node: str, field: str) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("sites: [{name: r1}]\nzones: [{name: z1, site: r1}]\n"
+                 f"nodes: [{{name: n, zone: z1, cpu_milli: 1000, memory_mib: 1024, {node}}}]\n")
+    with pytest.raises(ValidationError) as e:
+        cluster_from_yaml(f)
+    assert e.value.field == field
+
+
 def test_node_topology_graph() -> None:
     n = node("g", gpus=8, cpu=64000, mem=262144)
     topo = n.topology()

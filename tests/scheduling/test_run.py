@@ -96,3 +96,12 @@ def test_out_of_range_run_numbers_name_their_field(kw: dict, field: str) -> None
     with pytest.raises(ValidationError) as e:
         build_run("small", "mixed", "k8s-default", **kw)
     assert e.value.field == field
+
+
+def test_a_replay_starting_after_the_trace_ends_is_refused() -> None:
+    """It ran with no pod and still reported energy, cost and a perfect fairness."""
+    from smartsched.model.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="past the trace's end") as e:
+        build_run("small", "mixed", "k8s-default", hours=2.0, start_hours=500.0)
+    assert e.value.field == "start_hours"

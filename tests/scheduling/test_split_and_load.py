@@ -46,6 +46,24 @@ def test_split_errors(tmp_path: Path, text: str, field: str) -> None:
     assert e.value.field == field
 
 
+def test_split_routes_that_lead_back_are_refused(tmp_path: Path) -> None:
+    """A split routing to its own file, or to a split that routes back to it, recursed
+    without end (a RecursionError traceback); it is refused naming the routes."""
+    own = tmp_path / "own.yaml"
+    own.write_text(f"name: x\nroutes: {{default: {own}}}\n")
+    with pytest.raises(ValidationError) as e:
+        make_scheduler(str(own))
+    assert e.value.field == "x.routes" and "cannot reach itself" in e.value.message
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(f"name: a\nroutes: {{online: k8s-default, default: {b}}}\n")
+    b.write_text(f"name: b\nroutes: {{default: {tmp_path}/./a.yaml}}\n")
+    with pytest.raises(ValidationError) as e:
+        make_scheduler(str(a))
+    assert e.value.field == "a.routes" and "b.yaml" in e.value.message
+    b.write_text("name: b\nroutes: {default: binpack}\n")  # a split of splits is fine
+    assert isinstance(make_scheduler(str(a)), SplitScheduler)
+
+
 def test_load_aware_uses_usage_and_recent_placements() -> None:
     st = ClusterState(cluster(node("a", cpu=10000, mem=10000), node("b", cpu=10000, mem=10000)))
     # Both nodes requested the same, but "a" actually uses far more.

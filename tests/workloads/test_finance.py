@@ -58,6 +58,11 @@ def _profile_with(tmp_path, section: str, **changes):
     ("batch", {"colour": "red"}, "workload.batch.colour"),
     ("online", {"pool": "nowhere"}, "workload.online.pool"),
     ("online", {"priority_class": "vip"}, "workload.online.priority_class"),
+    # sizes that imply more pods than a run can hold: refused before any is made (a
+    # billion replicas ran away on memory)
+    ("online", {"replicas": [1_000_000_000]}, "workload.online.replicas[0]"),
+    ("batch", {"cpu_milli": [1], "duration_minutes_mean": 0.001}, "workload.batch"),
+    ("batch", {"checkpoint_minutes": float("inf")}, "workload.batch.checkpoint_minutes"),
 ])
 def test_bad_profiles_name_the_field(tmp_path, section, changes, field) -> None:
     spec = load_cluster("finance")

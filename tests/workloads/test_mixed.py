@@ -123,7 +123,15 @@ def test_an_unknown_top_level_key_is_named_not_ignored(tmp_path) -> None:
     from smartsched.workloads.mixed import load_profile
 
     for doc, field in (("foo: 1\n", "workload.foo"),
-                       ("extends: mixed\nonlin: {}\n", "workload.onlin")):
+                       ("extends: mixed\nonlin: {}\n", "workload.onlin"),
+                       # a typo inside a section, or inside its flash sale
+                       ("extends: mixed\nonline: {laod: 0.99}\n", "workload.online.laod"),
+                       ("extends: mixed\nonline: {flash_sale: {hours: 20}}\n",
+                        "workload.online.flash_sale.hours"),
+                       ("extends: mixed\nday: {peak: 20}\n", "workload.day.peak"),
+                       # no section at all: the workload would be empty
+                       ("name: x\n", "workload"),
+                       ("day: {peak_hour: 20}\n", "workload")):
         f = tmp_path / "p.yaml"
         f.write_text(doc)
         with pytest.raises(ValidationError) as e:
@@ -144,3 +152,15 @@ def test_a_profile_implying_more_pods_than_a_run_can_hold_is_refused() -> None:
     with pytest.raises(ValidationError, match=f"at most {MAX_ARRIVALS:,}") as e:
         generate_mixed(load_cluster("small"), hours=2.0, seed=0, profile=profile)
     assert e.value.field == "workload.online"
+
+
+def test_a_number_yaml_reads_as_text_says_so(tmp_path) -> None:
+    """YAML 1.1 reads ``1e30`` (no dot, no sign) as text: the error says the value is text
+    and how to write it, instead of calling a finite number not finite."""
+    from smartsched.workloads.mixed import load_profile
+
+    f = tmp_path / "p.yaml"
+    f.write_text("extends: mixed\nonline: {load: 1e30}\n")
+    with pytest.raises(ValidationError, match=r"1\.0e") as e:
+        generate_mixed(load_cluster("small"), hours=1.0, seed=0, profile=load_profile(f))
+    assert e.value.field == "workload.online.load" and "text" in e.value.message

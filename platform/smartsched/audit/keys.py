@@ -68,8 +68,12 @@ def load_public_key(spec: str | Path) -> Ed25519PublicKey:
     """A PEM public key file, or 64 hex digits of the raw key."""
     text = str(spec)
     if len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text):
-        return Ed25519PublicKey.from_public_bytes(bytes.fromhex(text))
-    return _load_pem(text, "public_key", Ed25519PublicKey, "public key")
+        try:
+            return Ed25519PublicKey.from_public_bytes(bytes.fromhex(text))
+        except ValueError:
+            raise ValidationError("public_key", f"{text}: not an Ed25519 public key") from None
+    return _load_pem(text, "public_key", Ed25519PublicKey,
+                     "public key file, nor 64 hex digits of one")
 
 
 def signature_ok(public: Ed25519PublicKey, signature: bytes, message: bytes) -> bool:

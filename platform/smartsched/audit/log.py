@@ -141,7 +141,10 @@ class AuditLog:
         """This log's id: made at creation (random), read back afterwards."""
         path = self.dir / LOG_ID_FILE
         if path.exists():
-            got = parse_log_id(path.read_text())
+            try:
+                got = parse_log_id(path.read_text(encoding="utf-8"))
+            except ValueError:  # not UTF-8 text
+                got = None
             if got is None:
                 raise ValidationError("audit.log", f"{path}: not a log id")
             return got

@@ -76,12 +76,17 @@ def segment_files(log_dir: Path) -> list[Path]:
 def read_segment(path: Path, first: int | None = None, last: int | None = None) -> pa.Table:
     """A segment's records (only seq ``first``..``last`` when given: a closed segment then
     reads just the row groups holding them); an open segment cut short yields the batches
-    before the cut."""
+    before the cut. A closed segment that does not read (damaged, or not one) is a
+    ValidationError naming it."""
     if path.suffix == CLOSED_SUFFIX:
-        if first is None or last is None:
-            return pq.read_table(path, schema=SCHEMA)
-        return pq.read_table(path, schema=SCHEMA,
-                             filters=[("seq", ">=", first), ("seq", "<=", last)])
+        try:
+            if first is None or last is None:
+                return pq.read_table(path, schema=SCHEMA)
+            return pq.read_table(path, schema=SCHEMA,
+                                 filters=[("seq", ">=", first), ("seq", "<=", last)])
+        except (pa.ArrowException, OSError, ValueError) as e:
+            raise ValidationError("audit.log", f"not a readable audit segment "
+                                  f"({type(e).__name__})", source=str(path)) from None
     batches = []
     try:
         with pa.OSFile(str(path), "rb") as f:
@@ -93,7 +98,11 @@ def read_segment(path: Path, first: int | None = None, last: int | None = None) 
                     break
     except (pa.ArrowInvalid, OSError):
         pass  # a torn last batch (or an empty file): what came before it stands
-    return pa.Table.from_batches(batches, schema=SCHEMA)
+    try:
+        return pa.Table.from_batches(batches, schema=SCHEMA)
+    except (pa.ArrowException, ValueError) as e:  # batches of another schema
+        raise ValidationError("audit.log", f"not an audit segment ({type(e).__name__})",
+                              source=str(path)) from None
 
 
 def write_closed(table: pa.Table, path: Path, fsync: bool = True) -> None:

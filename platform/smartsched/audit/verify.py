@@ -136,14 +136,23 @@ def verify_log(log_dir: str | Path, heads_path: str | Path,
     ``unsigned_tail`` and never counted as good."""
     t0 = time.perf_counter()
     log_dir, heads_path = Path(log_dir), Path(heads_path)
-    want = _expected_log_id(log_dir, log_id)
+    own = _own_log_id(log_dir)
+    want = _pinned_log_id(log_id) or own
+    if want is not None and own is not None and want != own:  # checked before any head
+        return VerifyReport(False, 0, 0, 0, Problem(None, LOG_ID_FILE, f"this is log "
+                            f"{own.hex()}, not the pinned {want.hex()}"),
+                            time.perf_counter() - t0, own.hex())
     heads, head_problem = _check_heads(heads_path, public, want)
     expected, prev, hi, unsigned = 0, ZERO, 0, 0
     pending: list[bytes] = []
     problem: Problem | None = None
     signed_to = heads[-1][0].last_seq if heads else -1
     for path in segment_files(log_dir):
-        t = read_segment(path)
+        try:
+            t = read_segment(path)
+        except ValidationError as e:
+            problem = Problem(expected, path.name, e.message)
+            break
         cols = {c: t[c].to_pylist() for c in COLUMNS}
         seqs, n = cols["seq"], t.num_rows
         m = n
@@ -179,7 +188,7 @@ def verify_log(log_dir: str | Path, heads_path: str | Path,
                 if path.suffix == CLOSED_SUFFIX:
                     problem = Problem(signed_to + 1, path.name, "no signed head covers this "
                                       "record or the ones after it (heads cut short, or records "
-                                      "added)")
+                                      "added)" + _no_heads(heads_path, heads))
                 else:
                     unsigned = beyond
         if problem is not None:
@@ -193,7 +202,8 @@ def verify_log(log_dir: str | Path, heads_path: str | Path,
         problem = Problem(signed_to + 1, "open segment", f"{unsigned} records after the last "
                           "signed head" + (" (more than one block: heads removed, or records "
                                            "added)" if live else "; a closed log has none "
-                                           "(use --live for a log being written)"))
+                                           "(use --live for a log being written)")
+                          + _no_heads(heads_path, heads))
     expected -= unsigned  # never counted as good
     good_records = min(expected, problem.seq) if problem and problem.seq is not None \
         else expected
@@ -202,18 +212,41 @@ def verify_log(log_dir: str | Path, heads_path: str | Path,
                         time.perf_counter() - t0, found)
 
 
-def _expected_log_id(log_dir: Path, given: str | None) -> bytes | None:
-    """The log id to hold the heads to: the one given (pinned by the caller), else the
-    log directory's own (a swapped heads file shows), else None (the first head's)."""
-    if given is not None:
-        got = parse_log_id(given)
-        if got is None:
-            raise ValidationError("log_id", f"{LOG_ID_BYTES * 2} hex digits")
-        return got
-    try:
-        return parse_log_id((log_dir / LOG_ID_FILE).read_text())
-    except OSError:
+def _pinned_log_id(given: str | None) -> bytes | None:
+    """The log id the caller pinned (None: none pinned)."""
+    if given is None:
         return None
+    got = parse_log_id(given)
+    if got is None:
+        raise ValidationError("log_id", f"{LOG_ID_BYTES * 2} hex digits")
+    return got
+
+
+def _own_log_id(log_dir: Path) -> bytes | None:
+    """The log directory's own id, to hold the heads to (a swapped heads file shows); None
+    for a log without one (its first head's is used). A directory with neither an id nor
+    a segment is not a log: verified, it would pass as an empty one."""
+    path = log_dir / LOG_ID_FILE
+    if not path.exists():
+        if not segment_files(log_dir):
+            raise ValidationError("log", f"not an audit log: {log_dir} has no {LOG_ID_FILE} "
+                                  "file and no segments (seg-*.parquet, seg-*.arrows)")
+        return None
+    try:
+        got = parse_log_id(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8 text
+        raise ValidationError("log", f"{path}: unreadable ({type(e).__name__})") from None
+    if got is None:
+        raise ValidationError("log", f"{path}: not a log id ({LOG_ID_BYTES * 2} hex digits)")
+    return got
+
+
+def _no_heads(heads_path: Path, heads: list[tuple[Head, bytes]]) -> str:
+    """Said of records no head signs when the heads file holds none at all: most likely the
+    wrong (or an emptied) heads file, which is worth naming."""
+    if heads or any(True for _ in read_heads(heads_path)):
+        return ""
+    return f"; {heads_path} holds no signed heads (the wrong heads file, or emptied)"
 
 
 # ------------------------------------------------------------------ inclusion proofs
@@ -234,12 +267,13 @@ def _records_between(log_dir: Path, first: int, last: int) -> dict[str, list[Any
 
 def prove(log_dir: str | Path, heads_path: str | Path, seq: int) -> tuple[dict[str, Any], bytes]:
     """Record ``seq`` (its fields) and the proof that it is in the signed log."""
+    _own_log_id(Path(log_dir))  # a directory that is not a log is refused by name
     prev_chain, found = ZERO, None
-    for _, line in read_heads(Path(heads_path)):
+    for no, line in read_heads(Path(heads_path)):
         try:
             sh = SignedHead.from_json(line)
         except ValueError as e:
-            raise ValidationError("heads", str(e)) from None
+            raise ValidationError("heads", f"{heads_path} line {no}: {e}") from None
         if sh.head.first_seq <= seq <= sh.head.last_seq:
             found = sh
             break

@@ -7,7 +7,9 @@ id (whole series go to one split; time is never shuffled, so no test
 machine's values are seen in training).
 
 ``Series`` holds one machine's regularly sampled values for every target;
-gaps are refused rather than interpolated silently.
+gaps are refused rather than interpolated silently. Values are utilization
+in percent of a machine (the Google file; the node predictor feeds the same):
+a negative value, or one above ``MAX_UTIL_PCT``, is refused naming the row.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from smartsched.model.errors import ValidationError
 GOOGLE_FILE = "google2011-vm-utilization/gcd_vm_cpu_mem_5min.csv"
 GOOGLE_COLUMNS = ("vm_file", "job_id", "day", "step", "cpu_util_pct", "mem_util_pct")
 LONG_COLUMNS = ("series_id", "timestamp")
+# The largest utilization (%) a value may hold. Real data stays far below it: the Google
+# file peaks at 131 % memory, and even percent of one core on a host of a few hundred
+# cores stays under 100,000. Far larger values are a unit or export error, and the
+# float32 the models compute in turns them into inf and every metric into nan.
+MAX_UTIL_PCT = 1e5
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,8 @@ def _read_table(path: Path) -> pd.DataFrame:
             raise ValidationError("data", f"{path}: not a readable Parquet file: {e}") from None
     try:
         return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ValidationError("data", f"{path}: empty file (no header row)") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise ValidationError("data", f"{path}: not a readable CSV: {e}") from None
 
@@ -72,16 +81,28 @@ def _numeric(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
     return vals
 
 
+def _utilization(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    """Column ``col`` as numbers within [0, ``MAX_UTIL_PCT``]: utilization is never
+    negative, and an absurd value would turn the float32 models' figures into nan."""
+    vals = _numeric(df, col, source)
+    bad = np.flatnonzero((vals < 0) | (vals > MAX_UTIL_PCT))
+    if bad.size:
+        raise ValidationError(col, f"utilization must be within [0, {MAX_UTIL_PCT:g}] %, "
+                              f"got {vals[bad[0]]:g}", row=int(bad[0]), source=source)
+    return vals
+
+
 def series_from_long(df: pd.DataFrame, targets: Sequence[str], source: str = "table",
                      step_s: float | None = None) -> list[Series]:
     """Series from a long table ``series_id, timestamp, <targets...>``.
 
     Each series must be regularly sampled (one step, inferred as the most common
-    gap unless given) without gaps or duplicate timestamps.
+    gap unless given) without gaps or duplicate timestamps, and its values must be
+    utilization within [0, ``MAX_UTIL_PCT``] %.
     """
     _require(df, [*LONG_COLUMNS, *targets], source)
     ts = _numeric(df, "timestamp", source)
-    vals = np.stack([_numeric(df, t, source) for t in targets], axis=1)
+    vals = np.stack([_utilization(df, t, source) for t in targets], axis=1)
     sid = df["series_id"].astype(str).to_numpy()
     order = np.lexsort((ts, sid))
     sid, ts, vals = sid[order], ts[order], vals[order]
@@ -131,8 +152,8 @@ def load_google2011(path: str | Path, chain_days: bool = True) -> list[Series]:
     job = df["job_id"].astype(str).to_numpy()
     long = pd.DataFrame({
         "timestamp": (day - 1) * 86_400 + step * 300,
-        "cpu": _numeric(df, "cpu_util_pct", str(path)),
-        "mem": _numeric(df, "mem_util_pct", str(path)),
+        "cpu": _utilization(df, "cpu_util_pct", str(path)),
+        "mem": _utilization(df, "mem_util_pct", str(path)),
     })
     if chain_days:
         # A new series starts where a job's day does not follow the previous one.

@@ -13,6 +13,11 @@ per target:
 "Aggregate" sums actuals and forecasts over all machines that have a window at
 the same origin time (bottom-up), then computes the same metrics over those
 sums -- the load of the whole test fleet.
+
+A ratio to a reference that made no error at all (MASE, ``MASE_vs_best``: a
+constant or all-zero test series, which seasonal naive or last value forecast
+exactly) is undefined: it is nan, shown as "n/a" with a note, rather than a
+division error or a huge number from dividing by a tiny guard.
 """
 
 from __future__ import annotations
@@ -36,8 +41,13 @@ def point_metrics(y: np.ndarray, f: np.ndarray, ref: np.ndarray | None = None
            "MAPE": float(100 * (err / np.maximum(np.abs(y), 1e-9)).mean()),
            "sMAPE": float(100 * (2 * err / np.maximum(np.abs(y) + np.abs(f), 1e-9)).mean())}
     if ref is not None:
-        out["MASE"] = out["MAE"] / max(float(np.abs(y - np.asarray(ref)).mean()), 1e-12)
+        out["MASE"] = _ratio(out["MAE"], float(np.abs(y - np.asarray(ref)).mean()))
     return out
+
+
+def _ratio(mae: float, ref_mae: float) -> float:
+    """``mae / ref_mae``; nan (undefined) where the reference made no error."""
+    return mae / ref_mae if ref_mae > 0 else float("nan")
 
 
 def _aggregate(w: Windows, arr: np.ndarray) -> np.ndarray:
@@ -76,18 +86,24 @@ def evaluate(forecasters: Sequence[Any], test: Windows,
 
 def compare_to_best_baseline(res: dict[str, Any], baseline_names: Sequence[str]) -> None:
     """Add ``best_baseline`` (lowest per-machine MAE per target) and every model's
-    ``MASE_vs_best`` (its MAE over that baseline's) to an ``evaluate`` result."""
+    ``MASE_vs_best`` (its MAE over that baseline's; nan where that baseline is exact, see
+    the module docstring) to an ``evaluate`` result."""
     res["best_baseline"] = {}
     for t in res["targets"]:
         best = min(baseline_names, key=lambda n: res["models"][n][t]["machine"]["MAE"])
         res["best_baseline"][t] = best
         ref = res["models"][best][t]["machine"]["MAE"]
         for row in res["models"].values():
-            row[t]["machine"]["MASE_vs_best"] = row[t]["machine"]["MAE"] / ref
+            row[t]["machine"]["MASE_vs_best"] = _ratio(row[t]["machine"]["MAE"], ref)
+
+
+def _shown(x: float, fmt: str) -> str:
+    return "n/a" if np.isnan(x) else format(x, fmt)
 
 
 def format_table(res: dict[str, Any]) -> str:
     lines = []
+    undefined = False
     for target in res["targets"]:
         lines += [f"**{target}**, {res['windows']:,} test windows, error at the last horizon "
                   f"step; agg = sum over the machines at each origin (median "
@@ -97,7 +113,12 @@ def format_table(res: dict[str, Any]) -> str:
         for name, row in res["models"].items():
             m, a = row[target]["machine"], row[target]["aggregate"]
             cov = f"{100 * m['coverage']:.1f} %" if "coverage" in m else "-"
+            undefined |= bool(np.isnan(m["MASE"]) or np.isnan(a["MASE"]))
             lines.append(f"| {name} | {m['MAE']:.3f} | {m['MAPE']:.2f} | {m['sMAPE']:.2f} | "
-                         f"{m['MASE']:.3f} | {a['MAPE']:.2f} | {a['MASE']:.3f} | {cov} |")
+                         f"{_shown(m['MASE'], '.3f')} | {a['MAPE']:.2f} | "
+                         f"{_shown(a['MASE'], '.3f')} | {cov} |")
         lines.append("")
+    if undefined:
+        lines += ["MASE n/a: seasonal naive forecast those points exactly (constant series), "
+                  "so a ratio to its error is undefined.", ""]
     return "\n".join(lines)

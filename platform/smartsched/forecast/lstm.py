@@ -231,8 +231,11 @@ class LSTMForecaster:
         folder = Path(folder)
         try:
             meta = json.loads((folder / "forecaster.json").read_text())
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
             raise ValidationError("model", f"no forecaster at {folder}: {e}") from None
+        if not isinstance(meta, dict):
+            raise ValidationError("model", f"{folder}/forecaster.json must hold a mapping of "
+                                  "settings")
         from dataclasses import fields
 
         known = {f.name for f in fields(LSTMSettings)}  # other keys are provenance
@@ -240,8 +243,43 @@ class LSTMForecaster:
             s = LSTMSettings(**{k: v for k, v in meta.items() if k in known})
         except TypeError as e:
             raise ValidationError("model", f"{folder}/forecaster.json: {e}") from None
+        _check_settings(s, folder / "forecaster.json")
         s.targets = tuple(s.targets)
         fc = LSTMForecaster(s)
-        fc.net = _net(s, len(s.targets))
-        fc.net.load_state_dict(torch.load(folder / "forecaster.pt", weights_only=True))
+        try:
+            fc.net = _net(s, len(s.targets))
+            fc.net.load_state_dict(torch.load(folder / "forecaster.pt", weights_only=True,
+                                              map_location="cpu"))
+        except Exception as e:  # missing, damaged or mismatched weights: name them
+            raise ValidationError("model", f"cannot load the forecaster weights at "
+                                  f"{folder / 'forecaster.pt'} ({type(e).__name__}): "
+                                  "retrain it (smartsched forecast train)") from None
         return fc
+
+
+def _check_settings(s: LSTMSettings, source: Path) -> None:
+    """The settings a saved forecaster's file must hold for its weights and the data it
+    is applied to to make sense: its targets (column names, checked against the data by
+    ``forecast evaluate``), its step and its window sizes."""
+    from smartsched.model.errors import ValidationError
+
+    t = s.targets
+    if (not isinstance(t, list | tuple) or not t
+            or not all(isinstance(x, str) and x for x in t) or len(set(t)) != len(t)):
+        raise ValidationError("targets", f"must be a list of distinct column names, got {t!r}",
+                              source=str(source))
+    st = s.step_s
+    if isinstance(st, bool) or not isinstance(st, int | float) or not 0 < st < float("inf"):
+        raise ValidationError("step_s", f"must be a positive number of seconds, got {st!r}",
+                              source=str(source))
+    for name in ("lookback", "horizon", "hidden", "layers"):
+        v = getattr(s, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValidationError(name, f"must be an integer >= 1, got {v!r}",
+                                  source=str(source))
+    sc = s.interval_scale
+    if not isinstance(sc, list) or (sc and (len(sc) != len(t) or not all(
+            isinstance(x, int | float) and not isinstance(x, bool) and 0 < x < float("inf")
+            for x in sc))):
+        raise ValidationError("interval_scale", f"must be one positive number per target "
+                              f"({len(t)}), got {sc!r}", source=str(source))

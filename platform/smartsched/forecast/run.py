@@ -34,8 +34,8 @@ def load_any(path: str | Path) -> list[Series]:
     return load_long(path)
 
 
-def _split(path: str | Path, seed: int) -> Split:
-    sp = split_by_series(load_any(path), seed=seed)
+def _split(path: str | Path, seed: int, series: list[Series] | None = None) -> Split:
+    sp = split_by_series(load_any(path) if series is None else series, seed=seed)
     if not sp.train or not sp.val or not sp.test:
         from smartsched.model.errors import ValidationError
 
@@ -73,14 +73,16 @@ def evaluate_forecaster(model: str | Path | None, data: str | Path, *, split_see
                         plot: str | Path | None = None) -> dict[str, Any]:
     from smartsched.forecast.evaluate import compare_to_best_baseline, evaluate
 
-    sp = _split(data, split_seed)
     horizon = 3
     fcs: list[Any] = []
+    series = load_any(data)
     if model is not None:
         from smartsched.forecast.lstm import LSTMForecaster
 
         lstm = LSTMForecaster.load(model)
         horizon = lstm.s.horizon
+        series = _for_model(series, lstm.s.targets, lstm.s.step_s, model, data)
+    sp = _split(data, split_seed, series)
     lookback = DAY_STEPS_5MIN + horizon
     train_w = make_windows(sp.train, lookback, horizon, stride=3)
     for b in baselines():
@@ -99,6 +101,27 @@ def evaluate_forecaster(model: str | Path | None, data: str | Path, *, split_see
     if plot is not None and model is not None:
         _plot(plot, test, lstm, sp)
     return res
+
+
+def _for_model(series: list[Series], targets: tuple[str, ...], step_s: float,
+               model: str | Path, data: str | Path) -> list[Series]:
+    """``series`` with the columns a trained model reads, in its order: it was trained on
+    ``targets`` (by name) at ``step_s``, and applied to other columns, or to the same ones
+    in another order or at another step, it runs and prints figures that mean nothing."""
+    have = series[0].targets
+    missing = [t for t in targets if t not in have]
+    if missing:
+        raise ValidationError(missing[0], f"missing column: the model at {model} was trained "
+                              f"on targets {list(targets)}, the data has {list(have)}",
+                              source=str(data))
+    for s in series:
+        if abs(s.step_s - step_s) > 1e-6 * step_s:
+            raise ValidationError("step_s", f"series {s.id!r} is sampled every "
+                                  f"{s.step_s:g} s; the model at {model} was trained on "
+                                  f"{step_s:g} s steps", source=str(data))
+    idx = [have.index(t) for t in targets]
+    return [Series(s.id, s.start_s, s.step_s, tuple(targets), s.values[:, idx])
+            for s in series]
 
 
 def _plot(path: str | Path, test: Any, lstm: Any, sp: Split, n: int = 3) -> None:

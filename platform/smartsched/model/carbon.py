@@ -23,15 +23,24 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from smartsched.model.errors import ValidationError
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 HOUR = 3600.0
 # IPCC AR5 (WG3 annex III) life-cycle medians, gCO2eq/kWh: gas combined cycle, coal.
 GAS_G_PER_KWH = 490.0
 COAL_G_PER_KWH = 820.0
+# The largest intensity a series may hold, g/kWh. The dirtiest generation (lignite) emits
+# about 1,100-1,200 g/kWh at the plant and a grid average is below its dirtiest source, so
+# a value several times that is a unit or export error (mg/kWh, a misplaced column),
+# not a grid: refused rather than scored.
+MAX_G_PER_KWH = 5000.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -52,16 +61,17 @@ class CarbonSeries:
         v = np.asarray(self.values, dtype=np.float64)
         if v.ndim != 1 or v.size == 0:
             raise ValidationError("carbon.values", "must be a non-empty 1-D series")
-        if not np.all(np.isfinite(v)) or np.any(v < 0):
-            raise ValidationError("carbon.values", "must be finite and >= 0")
+        if not np.all(np.isfinite(v)) or np.any(v < 0) or np.any(v > MAX_G_PER_KWH):
+            raise ValidationError("carbon.values",
+                                  f"must be finite, >= 0 and <= {MAX_G_PER_KWH:g} g/kWh")
         if not (self.step_s > 0 and math.isfinite(self.step_s)):
             raise ValidationError("carbon.step_s", "must be a positive number")
         if not (isinstance(self.offset_s, int | float) and 0 <= self.offset_s < math.inf):
             raise ValidationError("carbon.offset_s", "must be a number >= 0")
         f = self.fossil_g_per_kwh
-        if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 5000:
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= MAX_G_PER_KWH:
             raise ValidationError("carbon.fossil_g_per_kwh",
-                                  f"must be a number in (0, 5000] g/kWh, got {f!r}")
+                                  f"must be a number in (0, {MAX_G_PER_KWH:g}] g/kWh, got {f!r}")
         object.__setattr__(self, "values", v)
         if self.renewable is not None:
             r = np.asarray(self.renewable, dtype=np.float64)
@@ -143,6 +153,22 @@ PUBLIC_FOSSIL: dict[str, float] = {
 MAX_GAP_S = 3 * HOUR  # the longest span between two readings a loaded series may hold over
 
 
+def _read_csv(path: Path) -> pd.DataFrame:
+    """``path`` as a table; a missing, empty, unparsable or non-UTF-8 file is refused
+    naming it, as :func:`smartsched.model.table.read_frame` does for traces."""
+    import pandas as pd
+
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ValidationError("file", "empty (no header row)", source=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise ValidationError("file", f"not UTF-8 text: {e.reason} at byte {e.start}",
+                              source=str(path)) from None
+    except (ValueError, OSError) as e:  # pandas' parser errors derive from ValueError
+        raise ValidationError("file", f"cannot read: {e}", source=str(path)) from None
+
+
 def load_carbon_csv(
     path: str | Path, time_column: str, value_column: str, step_s: float = 900.0,
     max_gap_s: float = MAX_GAP_S,
@@ -150,15 +176,17 @@ def load_carbon_csv(
     """Load an irregular (time, intensity) CSV and resample to a fixed grid.
 
     Refused, naming the row: a bad timestamp, timestamps not increasing, a value that is
-    not a number (other than empty) or negative, and a gap -- more than ``max_gap_s``
-    between two readings, empty values not counting as readings. Shorter gaps (the
-    California file's three empty hours, a 30-min hole in a 15-min series) hold the
-    previous reading, as empty bins of the grid do.
+    not a number (other than empty), negative or above ``MAX_G_PER_KWH``, and a gap --
+    more than ``max_gap_s`` between two readings, empty values not counting as readings.
+    Shorter gaps (the California file's three empty hours, a 30-min hole in a 15-min
+    series) hold the previous reading, as empty bins of the grid do. A file with fewer
+    than two readings is refused too: one reading is not a series (it would repeat as a
+    constant, hiding a truncated export).
     """
     import pandas as pd
 
     path = Path(path)
-    df = pd.read_csv(path)
+    df = _read_csv(path)
     for col in (time_column, value_column):
         if col not in df.columns:
             raise ValidationError(col, "missing column", source=str(path))
@@ -181,13 +209,18 @@ def load_carbon_csv(
         raise ValidationError(value_column, f"{raw.iloc[int(np.flatnonzero(not_number)[0])]!r} "
                               "is not a number", row=int(np.flatnonzero(not_number)[0]),
                               source=str(path))
-    neg = np.flatnonzero((vals < 0).to_numpy() | ~np.isfinite(vals.fillna(0).to_numpy()))
-    if neg.size:
-        raise ValidationError(value_column, f"must be finite and >= 0, got {vals.iloc[neg[0]]}",
-                              row=int(neg[0]), source=str(path))
+    v = vals.fillna(0).to_numpy(dtype=np.float64)
+    bad = np.flatnonzero(~np.isfinite(v) | (v < 0) | (v > MAX_G_PER_KWH))
+    if bad.size:
+        raise ValidationError(value_column, f"must be finite, >= 0 and <= {MAX_G_PER_KWH:g}"
+                              f" g/kWh, got {vals.iloc[bad[0]]:g}", row=int(bad[0]),
+                              source=str(path))
     keep = vals.notna().to_numpy()
     if not keep.any():
         raise ValidationError(value_column, "no numeric values", source=str(path))
+    if keep.sum() < 2:
+        raise ValidationError(value_column, "a single reading is not a series (need at "
+                              "least 2)", source=str(path))
     rows = np.flatnonzero(keep)
     gaps = np.flatnonzero(np.diff(secs_all[rows]) > max_gap_s)
     if gaps.size:
@@ -222,11 +255,12 @@ def load_generation_share(path: str | Path, time_column: str, share_of: Sequence
     """[n] share of generation from ``share_of`` columns over ``total_of`` columns, on the
     same grid as :func:`load_carbon_csv` (bins of ``step_s`` from the first timestamp).
     Refused, naming the column or row: a missing column, a value that is not a number
-    or is negative, an hour with no generation at all."""
+    or is negative, an hour with no generation at all; a file that is empty or not
+    UTF-8, naming it."""
     import pandas as pd
 
     path = Path(path)
-    df = pd.read_csv(path)
+    df = _read_csv(path)
     for col in (time_column, *total_of):
         if col not in df.columns:
             raise ValidationError(col, "missing column", source=str(path))

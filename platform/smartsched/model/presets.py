@@ -9,6 +9,7 @@ cluster; the openb presets read the public trace's node lists.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -278,27 +279,71 @@ def _list(doc: dict[str, Any], key: str, source: str) -> list[dict[str, Any]]:
     return v
 
 
+_SITE_KEYS = {
+    "name", "kind", "coords_km", "access_latency_ms", "pue", "price_core_hour",
+    "price_gpu_hour", "carbon", "fossil_g_per_kwh",
+}
+# Upper ends no real site reaches, so a typo (an extra digit, a unit slip) is refused
+# rather than carried into every cost and carbon figure of a run.
+_SITE_BOUNDS = {
+    "access_latency_ms": 10_000.0,  # 10 s to reach a node: not a site
+    "price_core_hour": 1_000.0,  # USD per core-hour
+    "price_gpu_hour": 10_000.0,  # USD per GPU-hour
+    "carbon": 5_000.0,  # g/kWh: the dirtiest grids are near 1,000
+    "coords_km": 100_000.0,  # beyond twice the Earth's circumference
+}
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _site_number(s: dict[str, Any], key: str, default: float, where: str) -> float:
+    """``s[key]`` as a finite number within its bound (``_SITE_BOUNDS``), or ``default``."""
+    v = s.get(key, default)
+    if not _is_number(v) or not math.isfinite(v):
+        raise ValidationError(f"{where}.{key}", f"must be a number, got {v!r}")
+    high = _SITE_BOUNDS.get(key)
+    if v < 0:
+        raise ValidationError(f"{where}.{key}", f"must be >= 0, got {v!r}")
+    if high is not None and v > high:
+        raise ValidationError(f"{where}.{key}", f"must be within 0..{high:g}, got {v!r}")
+    return float(v)
+
+
 def _site(s: dict[str, Any]) -> Site:
+    where = f"sites.{s.get('name')}"
+    unknown = set(s) - _SITE_KEYS
+    if unknown:
+        raise ValidationError(f"{where}.{sorted(map(str, unknown))[0]}", "unknown field")
     carbon = s.get("carbon", 400.0)
-    if isinstance(carbon, int | float):
-        series = CarbonSeries.constant(float(carbon))
+    if isinstance(carbon, str):
+        series = load_public_series(carbon, data_dir())
     else:
-        series = load_public_series(str(carbon), data_dir())
+        series = CarbonSeries.constant(_site_number(s, "carbon", 400.0, where))
     if "fossil_g_per_kwh" in s:
         f = s["fossil_g_per_kwh"]
         if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 5000:
-            raise ValidationError(f"sites.{s.get('name')}.fossil_g_per_kwh",
+            raise ValidationError(f"{where}.fossil_g_per_kwh",
                                   f"must be a number in (0, 5000] g/kWh, got {f!r}")
         series = dataclasses.replace(series, fossil_g_per_kwh=float(f))
-    xy = s.get("coords_km", (0.0, 0.0))
+    xy = s.get("coords_km", [0.0, 0.0])
+    if not isinstance(xy, list | tuple) or len(xy) != 2:
+        raise ValidationError(f"{where}.coords_km", f"must be [x, y] in km, got {xy!r}")
+    coords = []
+    for c in xy:  # the bound holds for |x| and |y|
+        _site_number({"coords_km": abs(c) if _is_number(c) else c}, "coords_km", 0.0, where)
+        coords.append(float(c))
+    name = str(s["name"])
+    kind = s.get("kind", "cloud")
     return Site(
-        name=str(s["name"]),
-        kind=str(s.get("kind", "cloud")),
-        coords_km=(float(xy[0]), float(xy[1])),
-        access_latency_ms=float(s.get("access_latency_ms", 5.0)),
-        pue=float(s.get("pue", 1.3)),
-        price_core_hour=float(s.get("price_core_hour", 0.04)),
-        price_gpu_hour=float(s.get("price_gpu_hour", 2.0)),
+        name=name,
+        kind=str(kind),
+        coords_km=(coords[0], coords[1]),
+        access_latency_ms=_site_number(s, "access_latency_ms", 5.0, where),
+        pue=_site_number(s, "pue", 1.3, where),
+        price_core_hour=_site_number(s, "price_core_hour", 0.04, where),
+        price_gpu_hour=_site_number(s, "price_gpu_hour", 2.0, where),
         carbon=series,
     )
 
@@ -315,11 +360,16 @@ def _nodes(n: dict[str, Any], i: int) -> Iterable[NodeSpec]:
     if unknown:
         raise ValidationError(f"nodes[{i}].{sorted(unknown)[0]}", "unknown field")
     count = n.get("count", 1)
-    if not isinstance(count, int) or count < 1 or count > 1_000_000:
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1_000_000:
         raise ValidationError(f"nodes[{i}].count", f"must be a positive integer, got {count!r}")
     base = {k: v for k, v in n.items() if k not in ("count", "name")}
-    base["taints"] = tuple(base.get("taints", ()))
-    base["labels"] = dict(base.get("labels", {}))
+    taints, labels = base.get("taints", ()), base.get("labels", {})
+    if not isinstance(taints, list | tuple):
+        raise ValidationError(f"nodes[{i}].taints", f"must be a list, got {taints!r}")
+    if not isinstance(labels, dict):
+        raise ValidationError(f"nodes[{i}].labels", f"must be a mapping, got {labels!r}")
+    base["taints"] = tuple(taints)
+    base["labels"] = dict(labels)
     name = str(n["name"])
     for j in range(count):
         yield NodeSpec(name=name if count == 1 else f"{name}-{j:05d}", **base)

@@ -31,6 +31,7 @@ from smartsched.model.errors import ValidationError
 POINTER = "store.json"
 LOG = "log.jsonl"
 CANDIDATES = "candidates"
+VERSIONS = "versions"
 
 
 class PolicyStore:
@@ -38,18 +39,38 @@ class PolicyStore:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
-        self.versions_dir = self.root / "versions"
+        self.versions_dir = self.root / VERSIONS
 
     # ------------------------------------------------------------ reading
+    def is_store(self) -> bool:
+        """Whether ``root`` holds a store: any of its files or folders. An empty or unrelated
+        folder is not one (listing it would look like a store with nothing in it)."""
+        return any((self.root / name).exists() for name in (POINTER, LOG, VERSIONS, CANDIDATES))
+
+    def require(self) -> None:
+        """Refuse a folder that is not a store (for commands that read one, not make one)."""
+        if not self.is_store():
+            raise ValidationError("store", f"{self.root}: not a policy store (no {POINTER}, "
+                                  f"{LOG}, {VERSIONS}/ or {CANDIDATES}/ in it)")
+
+    def _writable(self) -> None:
+        """A store is made only in a new or empty folder: writing one into a folder of other
+        files (a mistyped path, a policy folder) would mix the two."""
+        if self.root.is_dir() and not self.is_store() and any(self.root.iterdir()):
+            raise ValidationError("store", f"{self.root}: holds other files, not a policy "
+                                  "store; give a new or empty folder, or an existing store")
+
     def _pointer(self) -> dict[str, Any]:
         path = self.root / POINTER
         if not path.exists():
             return {"current": None, "history": []}
         try:
-            doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
             raise ValidationError("store", f"{path}: unreadable ({type(e).__name__})") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("history"), list):
+        if not isinstance(doc, dict) or not isinstance(doc.get("history"), list) \
+                or not all(isinstance(v, str) for v in doc["history"]) \
+                or not isinstance(doc.get("current"), str | None):
             raise ValidationError("store", f"{path}: not a policy store pointer")
         return doc
 
@@ -73,10 +94,35 @@ class PolicyStore:
         return self.versions_dir / v
 
     def log(self) -> list[dict[str, Any]]:
+        """The events, oldest first; a line that is not one is named (file and line)."""
         path = self.root / LOG
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, ValueError) as e:  # ValueError: not UTF-8 text
+            raise ValidationError("store", f"{path}: unreadable ({type(e).__name__})") from None
+        events = []
+        for no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+                raise ValidationError("store", f"{path} line {no}: not a log event")
+            events.append(event)
+        return events
+
+    def _loadable(self, version: str) -> Path:
+        """The folder of ``version``, checked to load as ``add`` required: made current, a
+        version whose files were damaged since would fail only when served."""
+        from smartsched.rl.policy import RLScheduler
+
+        path = self.path_of(version)
+        RLScheduler(path)  # loads (no pickle) or raises a ValidationError naming it
+        return path
 
     # ------------------------------------------------------------ writing
     def add(self, policy_dir: str | Path, note: dict[str, Any] | None = None) -> str:
@@ -84,6 +130,7 @@ class PolicyStore:
         from smartsched.rl.policy import RLScheduler
 
         src = Path(policy_dir)
+        self._writable()
         RLScheduler(src)  # loads (no pickle) or raises a ValidationError naming it
         self.versions_dir.mkdir(parents=True, exist_ok=True)
         existing = self.versions()
@@ -101,8 +148,9 @@ class PolicyStore:
         return version
 
     def promote(self, version: str, figures: dict[str, Any] | None = None) -> str:
-        """Make ``version`` current; the one before it stays in the history."""
-        self.path_of(version)
+        """Make ``version`` current; the one before it stays in the history. Everything is
+        checked before anything is written: a refused promotion changes nothing."""
+        self._loadable(version)
         ptr = self._pointer()
         previous = ptr.get("current")
         history = [v for v in ptr["history"] if v != version] + [version]
@@ -120,6 +168,7 @@ class PolicyStore:
         from smartsched.rl.policy import RLScheduler
 
         src = Path(policy_dir)
+        self._writable()
         RLScheduler(src)  # loads (no pickle) or raises a ValidationError naming it
         root = self.root / CANDIDATES
         root.mkdir(parents=True, exist_ok=True)
@@ -149,12 +198,16 @@ class PolicyStore:
         self._append({"event": "refuse", "source": source, "gate": figures})
 
     def rollback(self) -> str:
-        """Make the version before the current one current again."""
+        """Make the version before the current one current again. The target is checked
+        (it exists and loads) before anything is written: a refused rollback changes
+        nothing."""
+        self.require()
         ptr = self._pointer()
         history = list(ptr["history"])
         if len(history) < 2:
             raise ValidationError("store", f"{self.root}: no earlier version to roll back to")
         dropped = history.pop()
+        self._loadable(history[-1])
         self._write_pointer({"current": history[-1], "history": history})
         self._append({"event": "rollback", "version": history[-1], "from": dropped})
         return history[-1]
@@ -173,6 +226,7 @@ class PolicyStore:
         self._append(event)
 
     def _append(self, event: dict[str, Any]) -> None:
+        self._writable()
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / LOG, "a") as f:
             f.write(json.dumps({"time": time.time(), **event}, default=str) + "\n")

@@ -12,10 +12,12 @@ scheduler reads the twin's state and never mutates it.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod
 from smartsched.twin.decision import Decision, Migration
 from smartsched.twin.state import ClusterState, PodRequest
@@ -154,6 +156,20 @@ def _load_prefix_plugins() -> None:
             _PREFIXES[ep.name] = ep.load()
 
 
+# The split profiles being built, outermost first: a route that leads back to one of them
+# (directly or through other splits) would recurse without end.
+_SPLITS_BUILDING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "smartsched_splits_building", default=())
+
+
+def _profile_key(source: str) -> str:
+    """One name per profile file however it was written (``s/a.yaml``, ``./s/a.yaml``)."""
+    from pathlib import Path
+
+    path = Path(source)
+    return str(path.resolve()) if path.is_file() else source
+
+
 class SplitScheduler:
     """Several schedulers side by side, each pod routed by its class.
 
@@ -179,10 +195,21 @@ class SplitScheduler:
 
         split = (doc if isinstance(doc, profile_doc.SplitProfileDoc)
                  else profile_doc.parse_split(doc, source))
-        cache: dict[str, Scheduler] = {}
-        for target in split.routes.values():
-            if target not in cache:
-                cache[target] = make_scheduler(target, seed)
+        building = _SPLITS_BUILDING.get()
+        key = _profile_key(source)
+        keys = [_profile_key(b) for b in building]
+        if key in keys:
+            chain = " -> ".join([*building[keys.index(key):], source])
+            raise ValidationError(f"{split.name}.routes", f"routes come back to {source} "
+                                  f"({chain}): a split cannot reach itself")
+        token = _SPLITS_BUILDING.set((*building, source))
+        try:
+            cache: dict[str, Scheduler] = {}
+            for target in split.routes.values():
+                if target not in cache:
+                    cache[target] = make_scheduler(target, seed)
+        finally:
+            _SPLITS_BUILDING.reset(token)
         return SplitScheduler(split.name, {k: cache[t] for k, t in split.routes.items()},
                               split.queue_sort, split.failure_toleration_s)
 

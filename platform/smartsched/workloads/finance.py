@@ -29,10 +29,14 @@ from smartsched.model.configfile import read_resource, read_yaml, validate
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, PodClass, UsageKind, UsageProfile
 from smartsched.model.priority import priority_classes
+from smartsched.model.resources import MAX_NODE_CPU_MILLI
+from smartsched.workloads.mixed import MAX_ARRIVALS
 
 HOUR = 3600.0
 POOL_LABEL = "pool"
 Positive = Annotated[int, Field(ge=1)]
+Replicas = Annotated[int, Field(ge=1, le=10_000)]  # one app's replicas
+CpuMilli = Annotated[int, Field(ge=1, le=MAX_NODE_CPU_MILLI)]  # must fit some node
 
 
 class _Online(BaseModel):
@@ -40,8 +44,8 @@ class _Online(BaseModel):
     tenant: str = Field("core", min_length=1)
     pool: str = Field("core", min_length=1)
     load: float = Field(0.5, gt=0, le=1.0)
-    replicas: list[Positive] = Field(min_length=1)
-    cpu_milli: list[Positive] = Field(min_length=1)
+    replicas: list[Replicas] = Field(min_length=1)
+    cpu_milli: list[CpuMilli] = Field(min_length=1)
     memory_mib_per_core: int = Field(4096, gt=0, le=1 << 20)
     usage_peak_hour: float = Field(11.0, ge=0, lt=24)
     priority_class: str = "online"
@@ -57,12 +61,12 @@ class _Batch(BaseModel):
     release: list[tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(gt=0)]]] = Field(
         min_length=1)
     work: float = Field(gt=0, le=24)
-    cpu_milli: list[Positive] = Field(min_length=1)
+    cpu_milli: list[CpuMilli] = Field(min_length=1)
     memory_mib_per_core: int = Field(4096, gt=0, le=1 << 20)
     duration_minutes_mean: float = Field(gt=0, le=24 * 60)
     duration_sigma: float = Field(1.0, ge=0, le=3)
     duration_minutes_max: float = Field(120.0, gt=0, le=24 * 60)
-    checkpoint_minutes: float | None = Field(None, gt=0)
+    checkpoint_minutes: float | None = Field(None, gt=0, le=24 * 60)
     priority_class: str = "batch"
 
 
@@ -104,6 +108,14 @@ def generate_finance(cluster: ClusterSpec, hours: float = 24.0, seed: int = 0,
     return pods
 
 
+def _bounded(field: str, expected: float) -> None:
+    """Refuse a section whose sizes imply more pods than a run can hold (as the mixed
+    generator does), before any is made: a named error instead of exhausting memory."""
+    if not math.isfinite(expected) or expected > MAX_ARRIVALS:
+        raise ValidationError(field, f"its load, sizes and durations imply about "
+                              f"{expected:.3g} pods (at most {MAX_ARRIVALS:,})")
+
+
 def _priority(classes: dict[str, Any], name: str, field: str) -> dict[str, Any]:
     from smartsched.model.priority import resolve
 
@@ -120,6 +132,7 @@ def _online(cluster: ClusterSpec, s: _Online, classes: dict[str, Any],
     prio = _priority(classes, s.priority_class, "workload.online.priority_class")
     usage = UsageProfile(UsageKind.DIURNAL, mean=0.55, amplitude=0.35,
                          peak_hour=s.usage_peak_hour)
+    _bounded("workload.online", budget / float(np.mean(s.cpu_milli)) + max(s.replicas))
     pods: list[Pod] = []
     used, app = 0.0, 0
     while used < budget:
@@ -160,6 +173,12 @@ def _batch(cluster: ClusterSpec, s: _Batch, classes: dict[str, Any],
     longest = s.duration_minutes_max * 60.0
     ckpt = None if s.checkpoint_minutes is None else s.checkpoint_minutes * 60.0
     usage = UsageProfile(UsageKind.CONSTANT, mean=0.85)
+    nights = math.ceil(max(span / HOUR - s.window_start_hour, 0.0) / 24.0)
+    # A job lasts about its mean, or the cap when the cap is shorter (a lower bound on
+    # its length, so the estimate does not undercount).
+    typical_s = min(s.duration_minutes_mean, s.duration_minutes_max) * 60.0
+    _bounded("workload.batch",
+             nights * s.work * pool_cpu * HOUR / (float(np.mean(s.cpu_milli)) * typical_s))
     pods: list[Pod] = []
     day = 0
     while (start := (day * 24.0 + s.window_start_hour) * HOUR) < span:

@@ -22,6 +22,14 @@ MAX_HOURS = 24.0 * 3660  # ten years: far beyond any horizon the twin runs
 
 
 def _number(v: Any, field: str) -> float:
+    if isinstance(v, str):
+        hint = ""
+        try:
+            float(v)
+            hint = " (YAML 1.1 reads 1e30 as text: write 1.0e+30)"
+        except ValueError:
+            pass
+        raise ValidationError(field, f"must be a number, got the text {v!r}{hint}")
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         raise ValidationError(field, f"must be a finite number, got {v!r}")
     return float(v)
@@ -107,8 +115,18 @@ DAY: dict[str, Callable[[Any, str], None]] = {
 }
 
 
+# What a section carries besides its numbers: sub-mappings and names checked elsewhere.
+SECTION_OTHER = ("flash_sale", "priority_class", "best_effort_priority_class")
+
+
 def _fields(doc: Mapping[str, Any], checks: Mapping[str, Callable[[Any, str], None]],
-            prefix: str) -> None:
+            prefix: str, other: tuple[str, ...] = ()) -> None:
+    """Check each known field present; refuse a key that is neither checked nor in
+    ``other`` (a typo such as ``laod`` would leave the default in place unseen)."""
+    for key in doc:
+        if key not in checks and key not in other:
+            known = ", ".join(sorted([*checks, *other]))
+            raise ValidationError(f"{prefix}.{str(key)[:64]}", f"unknown field (known: {known})")
     for key, check in checks.items():
         if key in doc:
             check(doc[key], f"{prefix}.{key}")
@@ -127,6 +145,10 @@ def check_profile(profile: Mapping[str, Any]) -> None:
         if key not in TOP_LEVEL:
             raise ValidationError(f"workload.{str(key)[:64]}", "unknown section (known: "
                                   f"{', '.join(TOP_LEVEL)})")
+    if not any(profile.get(name) is not None for name in SECTIONS):
+        raise ValidationError("workload", "no section of pods (any of "
+                              f"{', '.join(SECTIONS)}): the workload would be empty; "
+                              "`extends: mixed` lays a profile over the packaged one")
     day = profile.get("day")
     if day is not None:
         if not isinstance(day, Mapping):
@@ -138,7 +160,7 @@ def check_profile(profile: Mapping[str, Any]) -> None:
             continue
         if not isinstance(sec, Mapping):
             raise ValidationError(f"workload.{name}", "must be a mapping")
-        _fields(sec, FIELDS, f"workload.{name}")
+        _fields(sec, FIELDS, f"workload.{name}", SECTION_OTHER)
         fs = sec.get("flash_sale")
         if fs is not None:
             if not isinstance(fs, Mapping):

@@ -27,4 +27,8 @@ def window_pods(pods: Sequence[Pod], start_s: float) -> list[Pod]:
         duration = None if end is None else end - max(p.arrival, start_s)
         deadline = None if p.deadline is None else max(p.deadline - start_s, arrival)
         out.append(dataclasses.replace(p, arrival=arrival, duration=duration, deadline=deadline))
+    if pods and not out:
+        last = max(p.arrival + (p.duration or 0.0) for p in pods)
+        raise ValidationError("start_hours", f"{start_s / 3600:g} h is past the trace's end "
+                              f"(its last pod ends at {last / 3600:.1f} h): nothing to replay")
     return out

@@ -1,0 +1,62 @@
+"""Bad carbon-intensity files are refused naming the file or row, never a traceback or an
+absurd series: empty or non-UTF-8 files, intensities no grid has, a lone reading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from smartsched.model.carbon import CarbonSeries, load_carbon_csv, load_generation_share
+from smartsched.model.errors import ValidationError
+
+
+def _write(tmp_path: Path, data: bytes) -> Path:
+    p = tmp_path / "ci.csv"
+    p.write_bytes(data)
+    return p
+
+
+@pytest.mark.parametrize(("data", "what"), [
+    (b"", "empty"),
+    (b"Time,ci\n2020-01-01 00:00,1\xff0\n2020-01-01 01:00,100\n", "UTF-8"),
+])
+def test_an_empty_or_non_utf8_file_is_named(tmp_path: Path, data: bytes, what: str) -> None:
+    f = _write(tmp_path, data)
+    with pytest.raises(ValidationError, match=what) as e:
+        load_carbon_csv(f, "Time", "ci")
+    assert (e.value.field, e.value.source) == ("file", str(f))
+    with pytest.raises(ValidationError, match=what) as e:
+        load_generation_share(f, "Time", ("WND",), ("WND", "NG"), 3600.0, 2)
+    assert (e.value.field, e.value.source) == ("file", str(f))
+
+
+@pytest.mark.parametrize("value", ["1e30", "5000.5", "inf"])
+def test_an_intensity_no_grid_has_is_refused_naming_the_row(tmp_path: Path,
+                                                            value: str) -> None:
+    f = _write(tmp_path, f"Time,ci\n2020-01-01 00:00,100\n2020-01-01 01:00,{value}\n"
+                         "2020-01-01 02:00,90\n".encode())
+    with pytest.raises(ValidationError, match="<= 5000") as e:
+        load_carbon_csv(f, "Time", "ci")
+    assert (e.value.field, e.value.row) == ("ci", 1)
+
+
+def test_the_bound_holds_for_series_built_directly_and_admits_the_dirtiest_grid() -> None:
+    with pytest.raises(ValidationError) as e:
+        CarbonSeries(np.array([100.0, 1e30]), 3600.0)
+    assert e.value.field == "carbon.values"
+    assert CarbonSeries(np.array([1200.0, 5000.0]), 3600.0).at(3600.0) == 5000.0
+
+
+@pytest.mark.parametrize("rows", [
+    ["2020-01-01 00:00,100"],
+    ["2020-01-01 00:00,100", "2020-01-01 01:00,"],  # an empty value is no reading
+])
+def test_a_single_reading_is_not_a_series(tmp_path: Path, rows: list[str]) -> None:
+    f = _write(tmp_path, ("Time,ci\n" + "\n".join(rows) + "\n").encode())
+    with pytest.raises(ValidationError, match="single reading") as e:
+        load_carbon_csv(f, "Time", "ci")
+    assert (e.value.field, e.value.source) == ("ci", str(f))
+    two = _write(tmp_path, b"Time,ci\n2020-01-01 00:00,100\n2020-01-01 01:00,80\n")
+    assert load_carbon_csv(two, "Time", "ci", step_s=3600.0).values.tolist() == [100.0, 80.0]

@@ -1,0 +1,157 @@
+"""``forecast evaluate`` on bad input: a clear error naming the file or field (exit 2),
+never a traceback and never figures from data the model was not trained on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from smartsched.cli import main
+from smartsched.forecast.data import Series, load_google2011, load_long
+from smartsched.forecast.evaluate import compare_to_best_baseline, format_table
+from smartsched.forecast.lstm import LSTMForecaster, LSTMSettings
+from smartsched.forecast.run import evaluate_forecaster
+from smartsched.forecast.windows import make_windows
+from smartsched.model.errors import ValidationError
+
+STEPS = 300  # >= a day of 5-min steps plus the horizon: every series is scorable
+
+
+def _table(n: int = 20, step: float = 300.0, columns: tuple[str, ...] = ("cpu", "mem"),
+           const: float | None = None) -> pd.DataFrame:
+    """``n`` series of utilization %: a daily wave per column (or ``const`` everywhere)."""
+    t = np.arange(STEPS)
+    rng = np.random.default_rng(0)
+    rows = {"series_id": np.repeat([f"s{i}" for i in range(n)], STEPS),
+            "timestamp": np.tile(t * step, n)}
+    for k, col in enumerate(columns):
+        wave = np.concatenate([30 + 10 * k + 8 * np.sin(2 * np.pi * t / 288 + i)
+                               + rng.normal(0, 1, STEPS) for i in range(n)])
+        rows[col] = np.round(wave, 3) if const is None else np.full(n * STEPS, const)
+    return pd.DataFrame(rows)
+
+
+def _csv(tmp_path: Path, df: pd.DataFrame, name: str = "usage.csv") -> Path:
+    f = tmp_path / name
+    df.to_csv(f, index=False)
+    return f
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny forecaster trained (one epoch) on cpu and mem at 5-minute steps."""
+    t = np.arange(STEPS)
+    series = [Series(f"s{i}", 0.0, 300.0, ("cpu", "mem"), np.stack(
+        [30 + 8 * np.sin(2 * np.pi * t / 288 + i), 40 + 5 * np.cos(2 * np.pi * t / 288 + i)],
+        axis=1).astype(np.float32)) for i in range(4)]
+    fc = LSTMForecaster(LSTMSettings(lookback=6, horizon=3, hidden=4, epochs=1, seed=0))
+    fc.fit(make_windows(series, 6, 3, stride=7))
+    return fc.save(tmp_path_factory.mktemp("fc") / "model")
+
+
+def _evaluate(*args: str) -> tuple[int, str]:
+    r = CliRunner().invoke(main, ["forecast", "evaluate", *args])
+    return r.exit_code, r.output
+
+
+def test_an_empty_data_file_is_named(tmp_path: Path) -> None:
+    f = tmp_path / "empty.csv"
+    f.write_bytes(b"")
+    with pytest.raises(ValidationError, match="empty file") as e:
+        load_long(f)
+    assert e.value.field == "data" and str(f) in str(e.value)
+    code, out = _evaluate("--data", str(f))
+    assert code == 2 and "empty file" in out
+
+
+def test_constant_series_leave_the_ratio_undefined_not_a_crash(tmp_path: Path) -> None:
+    res = evaluate_forecaster(None, _csv(tmp_path, _table(columns=("cpu",), const=0.0)))
+    cpu = res["models"]["last value"]["cpu"]["machine"]
+    assert cpu["MAE"] == 0.0 and np.isnan(cpu["MASE"]) and np.isnan(cpu["MASE_vs_best"])
+    assert "n/a" in format_table(res) and "undefined" in format_table(res)
+    code, out = _evaluate("--data", str(_csv(tmp_path, _table(columns=("cpu",), const=5.0))))
+    assert code == 0 and "n/a" in out
+
+
+def test_a_ratio_to_an_exact_best_baseline_is_nan() -> None:
+    res = {"targets": ["cpu"], "models": {
+        "last value": {"cpu": {"machine": {"MAE": 0.0}}},
+        "LSTM": {"cpu": {"machine": {"MAE": 0.5}}}}}
+    compare_to_best_baseline(res, ["last value"])
+    assert res["best_baseline"] == {"cpu": "last value"}
+    assert np.isnan(res["models"]["LSTM"]["cpu"]["machine"]["MASE_vs_best"])
+
+
+@pytest.mark.parametrize(("columns", "step", "field"), [
+    (("cpu",), 300.0, "mem"),  # a target the model reads is missing
+    (("a", "b"), 300.0, "cpu"),  # renamed: not what the model was trained on
+    (("cpu", "mem"), 60.0, "step_s"),  # the model's steps are 5 minutes
+])
+def test_data_that_does_not_match_the_model_is_named(tmp_path: Path, model: Path,
+                                                     columns: tuple[str, ...], step: float,
+                                                     field: str) -> None:
+    f = _csv(tmp_path, _table(step=step, columns=columns))
+    with pytest.raises(ValidationError) as e:
+        evaluate_forecaster(model, f)
+    assert e.value.field == field and e.value.source == str(f)
+    code, out = _evaluate("--data", str(f), "--model", str(model))
+    assert code == 2 and "error:" in out and field in out
+
+
+def test_columns_in_another_order_are_read_by_name(tmp_path: Path, model: Path) -> None:
+    df = _table()
+    same = evaluate_forecaster(model, _csv(tmp_path, df, "a.csv"))
+    swapped = evaluate_forecaster(model, _csv(tmp_path, df[["series_id", "timestamp", "mem",
+                                                            "cpu"]], "b.csv"))
+    assert swapped["targets"] == ["cpu", "mem"]
+    for t in ("cpu", "mem"):
+        for level in ("machine", "aggregate"):
+            assert swapped["models"]["LSTM"][t][level] == pytest.approx(
+                same["models"]["LSTM"][t][level])
+    assert same["models"]["LSTM"]["cpu"]["machine"]["MAE"] != pytest.approx(
+        same["models"]["LSTM"]["mem"]["machine"]["MAE"])  # the two columns differ
+
+
+def test_damaged_weights_or_settings_are_named(tmp_path: Path, model: Path) -> None:
+    data = _csv(tmp_path, _table())
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "forecaster.json").write_text((model / "forecaster.json").read_text())
+    (bad / "forecaster.pt").write_bytes(np.random.default_rng(0).bytes(4096))
+    with pytest.raises(ValidationError, match="cannot load the forecaster weights") as e:
+        LSTMForecaster.load(bad)
+    assert e.value.field == "model"
+    code, out = _evaluate("--data", str(data), "--model", str(bad))
+    assert code == 2 and "forecaster.pt" in out
+    meta = json.loads((model / "forecaster.json").read_text())
+    for key, value in (("targets", "cpu"), ("step_s", 0), ("lookback", -1)):
+        (bad / "forecaster.json").write_text(json.dumps({**meta, key: value}))
+        with pytest.raises(ValidationError) as e:
+            LSTMForecaster.load(bad)
+        assert e.value.field == key
+
+
+@pytest.mark.parametrize("value", [1e300, 2e5, -20.0])
+def test_absurd_utilization_is_refused_naming_the_row(tmp_path: Path, value: float) -> None:
+    df = _table(columns=("cpu",))
+    df.loc[7, "cpu"] = value
+    f = _csv(tmp_path, df)
+    with pytest.raises(ValidationError, match="utilization") as e:
+        load_long(f)
+    assert (e.value.field, e.value.row, e.value.source) == ("cpu", 7, str(f))
+    code, out = _evaluate("--data", str(f))
+    assert code == 2 and "row 7" in out
+
+
+def test_the_google_loader_names_its_own_column(tmp_path: Path) -> None:
+    f = tmp_path / "g.csv"
+    f.write_text("vm_file,job_id,day,step,cpu_util_pct,mem_util_pct\n"
+                 "v,1,1,0,3,40\nv,1,1,1,1e300,40\n")
+    with pytest.raises(ValidationError) as e:
+        load_google2011(f)
+    assert (e.value.field, e.value.row) == ("cpu_util_pct", 1)

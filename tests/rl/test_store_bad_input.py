@@ -1,0 +1,111 @@
+"""A policy store given bad input: a damaged log or pointer is named (file, line), a folder
+that is not a store is refused, and a refused rollback or promotion changes no file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from smartsched.cli import main
+from smartsched.model.errors import ValidationError
+from smartsched.rl.versions import PolicyStore
+
+SHIPPED = Path(__file__).resolve().parents[2] / "models" / "ppo_mixed_small"
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` and its bytes: what a failing command must leave as is."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def _cli(*args: str):
+    res = CliRunner().invoke(main, list(args))
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+    return res
+
+
+def _two_versions(root: Path) -> PolicyStore:
+    store = PolicyStore(root)
+    store.promote(store.add(SHIPPED))
+    store.promote(store.add(SHIPPED))
+    return store
+
+
+def test_a_log_line_that_is_not_an_event_is_named(tmp_path: Path) -> None:
+    store = PolicyStore(tmp_path / "s")
+    store.refuse("rl:x", {"gain_lower": -1.0})
+    with open(store.root / "log.jsonl", "a") as f:
+        f.write("{bad\n")
+    with pytest.raises(ValidationError, match=r"log\.jsonl line 2: not a log event") as e:
+        store.log()
+    assert e.value.field == "store"
+    res = _cli("policy", "versions", "--store", str(store.root))
+    assert res.exit_code == 2 and "log.jsonl line 2" in res.output, res.output
+
+
+def test_a_pointer_that_is_not_utf8_is_named_and_kept(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "store.json").write_bytes(b"\xff\xfe")
+    before = _files(root)
+    for cmd in ("rollback", "versions"):
+        res = _cli("policy", cmd, "--store", str(root))
+        assert res.exit_code == 2 and "store.json: unreadable" in res.output, res.output
+    assert _files(root) == before
+
+
+@pytest.mark.parametrize("pointer", [{"current": "v2", "history": ["v1", 2]},
+                                     {"current": 7, "history": []}])
+def test_a_pointer_of_the_wrong_shape_is_refused(tmp_path: Path, pointer: dict) -> None:
+    (tmp_path / "store.json").write_text(json.dumps(pointer))
+    with pytest.raises(ValidationError, match="not a policy store pointer"):
+        PolicyStore(tmp_path).current()
+
+
+def test_a_rollback_to_a_missing_version_changes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    root.mkdir()
+    (root / "store.json").write_text('{"current": "v2", "history": ["v1", "v2"]}')
+    before = _files(root)
+    res = _cli("policy", "rollback", "--store", str(root))
+    assert res.exit_code == 2 and "unknown version 'v1'" in res.output, res.output
+    assert _files(root) == before  # the pointer as it was, no rollback logged
+
+
+def test_a_rollback_or_promotion_to_a_damaged_version_changes_nothing(tmp_path: Path) -> None:
+    store = _two_versions(tmp_path / "s")
+    (store.versions_dir / "v0001" / "smartsched_policy.json").write_text("{not json")
+    before = _files(store.root)
+    with pytest.raises(ValidationError):
+        store.rollback()
+    with pytest.raises(ValidationError):
+        store.promote("v0001")
+    assert _files(store.root) == before and store.current() == "v0002"
+
+
+def test_a_folder_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
+    empty, junk = tmp_path / "empty", tmp_path / "junk"
+    empty.mkdir()
+    junk.mkdir()
+    (junk / "current").write_text("x")
+    for folder in (empty, junk):
+        for cmd in ("versions", "rollback"):
+            res = _cli("policy", cmd, "--store", str(folder))
+            assert res.exit_code == 2 and "not a policy store" in res.output, res.output
+    before = _files(junk)
+    with pytest.raises(ValidationError, match="holds other files"):
+        PolicyStore(junk).add(SHIPPED)
+    res = _cli("policy", "stage", "--store", str(junk), str(SHIPPED))
+    assert res.exit_code == 2 and "holds other files" in res.output, res.output
+    assert _files(junk) == before
+    # An empty folder, or a new one, becomes a store.
+    res = _cli("policy", "stage", "--store", str(empty), str(SHIPPED))
+    assert res.exit_code == 0, res.output
+    fresh = PolicyStore(tmp_path / "new")
+    assert fresh.promote(fresh.add(SHIPPED)) == "v0001"
+    res = _cli("policy", "versions", "--store", str(fresh.root))
+    assert res.exit_code == 0 and "* v0001" in res.output, res.output
