@@ -44,6 +44,9 @@ def _connects(host: str, port: int) -> bool:
         return False
 
 
+_PROCS: dict[str, subprocess.Popen] = {}  # state dir -> its `smartsched serve`
+
+
 @pytest.fixture(scope="module")
 def local_service():
     import shutil
@@ -62,6 +65,7 @@ def local_service():
              "--port", str(port), "--state-dir", str(state)],
             stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
+    _PROCS[str(state)] = proc
     try:
         if not wait_healthy(url, 180, alive=lambda: proc.poll() is None):
             pytest.fail(f"smartsched serve did not start:\n{log.read_text()[-3000:]}")
@@ -140,3 +144,23 @@ def test_the_embedded_ray_listens_on_loopback_and_wants_its_token(local_service)
     # With Ray's token the same probe gets in: the refusals above were about the token.
     r = knock({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(state / "ray_token")})
     assert "CONNECTED" in r.stdout, r.stderr[-1000:]
+
+
+def test_sigterm_stops_the_service_as_ctrl_c_does(local_service) -> None:
+    """Last in this module: it stops the service. SIGTERM (a service manager, `kill`, a
+    container runtime) used to end it at once with a crash's exit status, skipping Serve's
+    shutdown and the learning loop's stop; now it takes the Ctrl-C path, and the embedded
+    Ray's processes go with it."""
+    import time
+
+    _, state, log = local_service
+    proc = _PROCS[str(state)]
+    proc.send_signal(signal.SIGTERM)  # the service alone, not its process group
+    assert proc.wait(timeout=90) == 0, log.read_text()[-2000:]
+    deadline = time.monotonic() + 60
+    while True:
+        left = subprocess.run(["pgrep", "-f", str(state)], capture_output=True, text=True)
+        if not left.stdout.strip() or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert not left.stdout.strip(), f"processes of the embedded Ray left: {left.stdout}"

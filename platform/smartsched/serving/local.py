@@ -105,6 +105,7 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, p
     if beside is not None:
         beside.start(url, auth.get("operator_token_file"))
     if block:
+        restore = _stop_on_sigterm()
         try:
             while True:
                 time.sleep(5.0 if beside is not None else 3600)
@@ -114,4 +115,28 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, p
             if beside is not None:
                 beside.stop()
             serve.shutdown()
+        finally:
+            restore()
     return url
+
+
+def _stop_on_sigterm() -> Callable[[], None]:
+    """Stop on SIGTERM as on Ctrl-C, so the embedded Ray goes with the service.
+
+    SIGTERM is how a service manager, ``kill`` or a container runtime stops a process; its
+    default action ends Python at once: no Serve shutdown, no stop for the learning loop
+    beside the service (it may be half-way through a round), no exit handlers, and an
+    exit status that reads as a crash. Returns what puts the previous handler back (a
+    no-op off the main thread, where no handler can be set).
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
