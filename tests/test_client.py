@@ -52,8 +52,17 @@ def test_a_bad_file_names_pod_file(text: str, message: str, row: int | None,
 ])
 def test_an_invalid_pod_names_its_field(pod: dict, field: str) -> None:
     with pytest.raises(ValidationError) as e:
-        pod_specs([{"id": "fine"}, pod])
+        pod_specs([{"id": "fine"}, pod], source="pods.yaml")
     assert e.value.field == field
+    assert e.value.row == 1 and e.value.source == "pods.yaml"  # which pod, which file
+
+
+def test_a_kubernetes_manifest_is_named_as_one() -> None:
+    manifest = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {"containers": [{"name": "c"}]}}
+    with pytest.raises(ValidationError, match="Kubernetes manifest") as e:
+        pod_specs([manifest])
+    assert e.value.field == "pod_file" and e.value.row is None
 
 
 def test_the_place_command_rejects_bad_files_before_sending(tmp_path: Path) -> None:

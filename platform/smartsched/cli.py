@@ -23,6 +23,18 @@ __all__ = ["EXIT_BAD_INPUT", "SHIPPED_POLICY", "main"]
 EXIT_BAD_INPUT = 2
 
 
+class FiniteRange(click.FloatRange):
+    """A float range that also refuses NaN (click's range lets it through: every comparison
+    with NaN is false), so the option, not a setting deep inside, is named."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        out = super().convert(value, param, ctx)
+        if isinstance(out, float) and out != out:
+            self.fail("NaN is not a number here", param, ctx)
+        return out
+
+
 class _Group(click.Group):
     """Turn SmartSchedError anywhere below into one line on stderr and exit 2."""
 
@@ -153,10 +165,10 @@ def _seeds(text: str) -> list[int]:
 @click.option("--compliance", type=click.Path(dir_okay=False, exists=True), default=None,
               help="Compliance policy (YAML: residency, dedicated pools, isolation) that "
               "binds every decision.")
-@click.option("--node-mtbf-hours", type=click.FloatRange(min=0, max=1e6, min_open=True),
+@click.option("--node-mtbf-hours", type=FiniteRange(min=0, max=1e6, min_open=True),
               default=None,
               help="Inject node failures: mean time between failures per node.")
-@click.option("--repair-hours", type=click.FloatRange(min=0, max=1e6, min_open=True), default=1.0,
+@click.option("--repair-hours", type=FiniteRange(min=0, max=1e6, min_open=True), default=1.0,
               show_default=True, help="How long a failed node stays down.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar (default: when stderr is a terminal).")
@@ -320,7 +332,7 @@ def serve_reload(url: str, site: str, profile: str, operator_token_file: str | N
 @click.argument("pod_file", type=click.Path(dir_okay=False, exists=True))
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True)
 @click.option("--request-id", default=None, help="Idempotency key (default: generated).")
-@click.option("--ttl", "ttl_s", default=60.0, show_default=True, type=click.FloatRange(0.001))
+@click.option("--ttl", "ttl_s", default=60.0, show_default=True, type=FiniteRange(0.001))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def place(pod_file: str, url: str, request_id: str | None, ttl_s: float,
@@ -381,7 +393,7 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
 @click.option("--scheduler-name", default="smartsched", show_default=True)
 @click.option("--profile", default="k8s-default", show_default=True,
               help="Any profile name, profile YAML or rl:PATH.")
-@click.option("--interval", default=2.0, show_default=True, type=click.FloatRange(0.1, 3600))
+@click.option("--interval", default=2.0, show_default=True, type=FiniteRange(0.1, 3600))
 @click.option("--lease-namespace", default="kube-system", show_default=True)
 @click.option("--identity", default=None, help="Leader-election identity (default: hostname).")
 @click.option("--once", is_flag=True, help="One pass (if leader), then exit.")
@@ -652,9 +664,9 @@ def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, 
 @click.option("--prometheus", "url", required=True, help="e.g. http://127.0.0.1:9090")
 @click.option("--dashboard", default="infra/grafana/smartsched-cluster.json", show_default=True)
 @click.option("--title", default="CPU utilization by zone", show_default=True)
-@click.option("--minutes", default=10.0, show_default=True, type=click.FloatRange(min=0.01))
+@click.option("--minutes", default=10.0, show_default=True, type=FiniteRange(min=0.01))
 @click.option("--step", "step_s", default=5.0, show_default=True,
-              type=click.FloatRange(min=0.001))
+              type=FiniteRange(min=0.001))
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 def telemetry_panel(url: str, dashboard: str, title: str, minutes: float, step_s: float,
                     out: str) -> None:
@@ -904,7 +916,7 @@ def audit_prove(log_dir: str, heads: str, seq: int, out: str) -> None:
               help="The signed heads file (outside --log).")
 @click.option("--key-file", required=True, type=click.Path(dir_okay=False, exists=True))
 @click.option("--interval", "interval_s", default=30.0, show_default=True,
-              type=click.FloatRange(min=1.0))
+              type=FiniteRange(min=1.0))
 @click.option("--rate-window", default="1m", show_default=True)
 @click.option("--once", is_flag=True, help="One sample, then exit.")
 def audit_usage_cmd(url: str, log_dir: str, heads: str, key_file: str, interval_s: float,
@@ -1007,7 +1019,7 @@ def bench_fgd(variants: str, schedulers: str, seeds: list[int], inflate: float, 
 @click.option("--seeds", callback=_seed_list, default="0", show_default=True)
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--warmup-hours", type=float, default=6.0, show_default=True)
-@click.option("--gpu-comm-share", type=click.FloatRange(0.0, 1.0), default=0.0,
+@click.option("--gpu-comm-share", type=FiniteRange(0.0, 1.0), default=0.0,
               show_default=True,
               help="Share of a multi-GPU pod's run spent moving data between its GPUs: "
                    "devices spanning NUMA sockets without need stretch it (0: run times "
@@ -1040,9 +1052,9 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
               help="Held out: training uses seeds from 0, the sweep 20000+.")
 @click.option("--cluster", default="medium", show_default=True)
 @click.option("--workload", default="mixed", show_default=True)
-@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=24.0,
+@click.option("--hours", type=FiniteRange(min=0, min_open=True), default=24.0,
               show_default=True)
-@click.option("--warmup-hours", type=click.FloatRange(min=0), default=6.0, show_default=True)
+@click.option("--warmup-hours", type=FiniteRange(min=0), default=6.0, show_default=True)
 @click.option("--baseline", callback=_scheduler_names, default="k8s-default", show_default=True)
 @click.option("--composite", callback=_scheduler_names, default="composite", show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=None)
@@ -1072,9 +1084,9 @@ def bench_heldout(schedulers: str, seeds: list[int], cluster: str, workload: str
               show_default=True)
 @click.option("--cluster", default="medium", show_default=True)
 @click.option("--workload", default="mixed", show_default=True)
-@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=24.0,
+@click.option("--hours", type=FiniteRange(min=0, min_open=True), default=24.0,
               show_default=True)
-@click.option("--warmup-hours", type=click.FloatRange(min=0), default=6.0, show_default=True)
+@click.option("--warmup-hours", type=FiniteRange(min=0), default=6.0, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=30000, show_default=True)
 @click.option("--options", default="", help="The sandboxed: wrapper's options, e.g. "
               "'validate=preemption,gangs&samples=1'.")
@@ -1102,10 +1114,10 @@ def bench_sandbox(profiles: str, nodes: int, decisions: int, cluster: str, workl
 @click.option("--seeds", type=click.IntRange(min=2), default=8, show_default=True,
               help="Paired episodes per gate.")
 @click.option("--cluster", default="medium", show_default=True)
-@click.option("--hours", type=click.FloatRange(min=0, min_open=True), default=2.0,
+@click.option("--hours", type=FiniteRange(min=0, min_open=True), default=2.0,
               show_default=True)
-@click.option("--warmup-hours", type=click.FloatRange(min=0), default=1.0, show_default=True)
-@click.option("--degrade", type=click.FloatRange(min=0, max=1), default=0.5, show_default=True,
+@click.option("--warmup-hours", type=FiniteRange(min=0), default=1.0, show_default=True)
+@click.option("--degrade", type=FiniteRange(min=0, max=1), default=0.5, show_default=True,
               help="The 'better' case: the incumbent vs itself with this share of decisions "
               "made by k8s-default.")
 @click.option("--kinds", default="random,worst,nofilter,identical,better", show_default=True)
@@ -1167,10 +1179,10 @@ def bench_audit(records: int, proofs: int, no_fsync: bool, work_dir: str | None,
 @bench.command("finance")
 @click.option("--seeds", callback=_seed_list, default="0-4", show_default=True)
 @click.option("--nights", type=click.IntRange(min=1, max=60), default=3, show_default=True)
-@click.option("--mtbf-hours", type=click.FloatRange(min=0, max=1e6, min_open=True), default=720.0,
+@click.option("--mtbf-hours", type=FiniteRange(min=0, max=1e6, min_open=True), default=720.0,
               show_default=True, help="Mean time between failures per node.")
 @click.option("--no-failures", is_flag=True, help="Run without node failures.")
-@click.option("--repair-hours", type=click.FloatRange(min=0, max=1e6, min_open=True), default=1.0,
+@click.option("--repair-hours", type=FiniteRange(min=0, max=1e6, min_open=True), default=1.0,
               show_default=True)
 @click.option("--variants", default=None,
               help="Comma-separated subset of k8s-default,k8s-default+10s,composite,finance "
@@ -1220,7 +1232,7 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
               "workload's batch with these deadlines, agnostic / time / space / both.")
 @click.option("--days", default="45,135,225,315", show_default=True,
               help="--twin: start days in the grid series (one run each).")
-@click.option("--hours", type=click.FloatRange(min=1, max=24 * 30), default=72.0,
+@click.option("--hours", type=FiniteRange(min=1, max=24 * 30), default=72.0,
               show_default=True, help="--twin: simulated hours per run.")
 @click.option("--variants", default="agnostic,time,space,time+space", show_default=True,
               help="--twin: batch placement variants (also: green, time+green -- "
@@ -1262,7 +1274,7 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
               help="gap: pods in the window.")
 @click.option("--sweeps", default="1,2,5,10,20,40,80", show_default=True,
               help="gap: the annealer's sweep budgets (the time-quality curve).")
-@click.option("--limit-s", type=click.FloatRange(min=0, min_open=True), default=60.0,
+@click.option("--limit-s", type=FiniteRange(min=0, min_open=True), default=60.0,
               show_default=True, help="gap: the exact solver's time limit.")
 @click.option("--lns", type=click.IntRange(min=0, max=1_000_000), default=None,
               help="gap: ruin-and-recreate rounds after polish (default: the placer's).")
@@ -1273,11 +1285,11 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
 @click.option("--fill-seeds", callback=_seed_list, default="42-44", show_default=True)
 @click.option("--fill-spec", default="anneal:fgd?window=1000&value=gpu&homes=profile",
               show_default=True, help="fill: the windowed scheduler beside fgd.")
-@click.option("--gang-share", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+@click.option("--gang-share", type=FiniteRange(0, 1), default=0.5, show_default=True,
               help="gangs: probability that a run of 2-4 alike GPU pods is a gang.")
 @click.option("--gang-sweeps", type=click.IntRange(min=1), default=20, show_default=True,
               help="gangs: the annealer's sweeps.")
-@click.option("--colocate", type=click.FloatRange(min=0, max=1e6), default=0.0,
+@click.option("--colocate", type=FiniteRange(min=0, max=1e6), default=0.0,
               show_default=True, help="gangs: also the gang model with co-location (each "
               "pair of a gang's members on one node worth this fraction of a member).")
 @click.option("--plot", callback=_out_file, type=click.Path(dir_okay=False), default=None,

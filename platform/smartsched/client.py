@@ -180,15 +180,24 @@ def read_pod_file(path: str | Path) -> list[dict[str, Any]]:
     return pods
 
 
-def pod_specs(pods: Sequence[Mapping[str, Any]]) -> list[PodSpec]:
+def pod_specs(pods: Sequence[Mapping[str, Any]], source: str | None = None
+              ) -> list[PodSpec]:
     """Each pod validated as a ``PodSpec``; the first error names its field (``cpu_milli``,
-    ``node_selector.pool``)."""
+    ``node_selector.pool``), the pod's place in a list (its row) and ``source``. A
+    Kubernetes manifest (``kind: Pod``) is not this format, and the error says so."""
     out = []
-    for pod in pods:
+    for i, pod in enumerate(pods):
+        if "apiVersion" in pod or "kind" in pod:
+            raise ValidationError(POD_FILE, "a Kubernetes manifest, not a SmartSched pod: "
+                                  "give id, cpu_milli, memory_mib, ... (see `smartsched "
+                                  "place --help`), or schedule manifests with `smartsched "
+                                  "k8s scheduler`", row=i if len(pods) > 1 else None,
+                                  source=source)
         try:
             out.append(PodSpec.model_validate(pod))
         except PydanticValidationError as e:
             err = e.errors()[0]
             raise ValidationError(".".join(str(x) for x in err["loc"]) or POD_FILE,
-                                  err["msg"]) from None
+                                  err["msg"], row=i if len(pods) > 1 else None,
+                                  source=source) from None
     return out

@@ -46,3 +46,13 @@ def test_twin_carbon_bench_one_start_day() -> None:
     assert "batch kg" in lines[0] and "GreenScore" in lines[0]
     with pytest.raises(ValidationError, match="variants"):
         run_twin_carbon(days=(150,), slacks=(24,), variants=("bogus",))
+
+
+def test_twin_start_days_past_the_grid_series_are_refused(data_dir: Path) -> None:
+    """A start day past the year read the series from its beginning again (the 365- and
+    366-day grids wrapping at different days), silently."""
+    from smartsched.bench.carbon import run_twin_carbon
+
+    with pytest.raises(ValidationError, match="last start day") as e:
+        run_twin_carbon([45, 400], [24], hours=24.0, variants=["agnostic"], workers=1)
+    assert e.value.field == "days"

@@ -217,6 +217,9 @@ def test_sandboxed_validates_only_risky_kinds_and_runs_in_the_twin() -> None:
     ("sandboxed:fgd?horizon_s=-1", "scheduler.horizon_s"),
     ("sandboxed:fgd?samples=two", "scheduler.samples"),
     ("sandboxed:fgd?top=0", "scheduler.top"),
+    # an option neither the wrapper nor a profile takes (it went to the base and came
+    # back as "unknown scheduler 'fgd?bogus=1'")
+    ("sandboxed:fgd?bogus=1", "scheduler.bogus"),
 ])
 def test_bad_wrapper_options_name_the_field(spec: str, field: str) -> None:
     with pytest.raises(ValidationError) as e:

@@ -234,6 +234,25 @@ def twin_scheduler(variant: str, seed: int) -> Any:
         "batch": batch})
 
 
+TWIN_WARMUP_H = 6.0  # simulated before each twin run is measured
+
+
+def _check_days_fit(days: Sequence[int], span_h: float) -> None:
+    """Every run from its start day must end within the shortest grid series: a series
+    repeats after its end, so a later start would read the year's first days as if
+    they came next (and the 365- and 366-day series would wrap at different days)."""
+    from smartsched.model.presets import cluster_from_dict
+
+    spec = cluster_from_dict(THREE_GRIDS)
+    shortest = min(len(s.carbon.values) * s.carbon.step_s for s in spec.sites) / 3600.0
+    for d in days:
+        if d * 24.0 + span_h > shortest:
+            raise ValidationError("days", f"a run from day {d} ({span_h:g} h with its "
+                                  f"warm-up) ends past the shortest grid series "
+                                  f"({shortest / 24:g} days): the last start day is "
+                                  f"{int((shortest - span_h) // 24)}")
+
+
 def _twin_job(job: tuple[str, int, int, int, float]) -> dict[str, Any]:
     import dataclasses
 
@@ -247,7 +266,7 @@ def _twin_job(job: tuple[str, int, int, int, float]) -> dict[str, Any]:
         dataclasses.replace(s, carbon=s.carbon.with_offset(day * 86400.0)) for s in spec.sites))
     prof = load_profile()
     prof["batch"] = dict(prof["batch"], deadline_hours=float(slack))
-    warm = 6.0
+    warm = TWIN_WARMUP_H
     pods = generate_mixed(spec, hours=hours + warm, seed=seed, profile=prof)
     run = build_run(spec, pods, twin_scheduler(variant, seed), seed=seed, hours=hours,
                     warmup_hours=warm)
@@ -275,6 +294,7 @@ def run_twin_carbon(days: Sequence[int] = (45, 135, 225, 315), slacks: Sequence[
     if unknown:
         raise ValidationError("variants", f"unknown variant {unknown[0]!r} (known: "
                               f"{', '.join(ALL_TWIN_VARIANTS)})")
+    _check_days_fit(days, hours + TWIN_WARMUP_H)
     variants = ["agnostic", *(v for v in dict.fromkeys(variants) if v != "agnostic")]
     jobs = [(v, d, s, k, hours) for s in slacks for v in variants
             for k, d in enumerate(days)]

@@ -169,8 +169,13 @@ def make_sandboxed(spec: str, seed: int) -> SandboxedScheduler:
     head, sep, query = spec.rpartition("?")
     if sep:
         parsed = parse_qs(query, keep_blank_values=True)
-        if parsed and set(parsed) <= WRAPPER_OPTIONS | set(SANDBOX_OPTIONS):
+        known = WRAPPER_OPTIONS | set(SANDBOX_OPTIONS)
+        if parsed and set(parsed) <= known:
             base_spec, opts = head, {k: v[-1] for k, v in parsed.items()}
+        elif ":" not in head:  # a profile takes no options: these can only be the wrapper's
+            bad = sorted(set(parsed) - known) or [query]
+            raise ValidationError(f"scheduler.{bad[0][:64]}", "unknown sandboxed option; "
+                                  f"known: {', '.join(sorted(known))}")
     if not base_spec:
         raise ValidationError("scheduler", "sandboxed: needs a base, e.g. sandboxed:fgd")
     doc: dict[str, Any] = {}
