@@ -122,7 +122,7 @@ name: steady
 day: {peak_hour: 12.0, trough_hour: 0.0, night_floor: 1.0}
 tenants: {online: [shop]}
 online: {load: 0.8, cpu_milli: [1000, 2000, 3000], memory_mib_per_core: 2048,
-         duration_hours_mean: 3.0, apps: 4, priority: 1000}
+         duration_hours_mean: 3.0, apps: 4}
 """
 GREEN = """
 env:

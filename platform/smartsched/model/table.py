@@ -117,4 +117,6 @@ def _shown(cell: object) -> str:
 
 def text_column(df: pd.DataFrame, col: str) -> np.ndarray:
     """Column ``col`` as an object array of stripped strings ('' for missing)."""
-    return df[col].fillna("").astype(str).str.strip().to_numpy(dtype=object)
+    raw = df[col]
+    text = raw.astype(object).where(raw.notna(), "")  # a Parquet column of floats may be NaN
+    return text.astype(str).str.strip().to_numpy(dtype=object)
