@@ -249,7 +249,7 @@ def train(config_path: str, iterations: int | None, resume: bool, output_dir: st
 @main.command()
 @click.option("--sweep", "sweep_path", type=click.Path(dir_okay=False, exists=True),
               default="tune_sweeps/reward_weights.yaml", show_default=True)
-@click.option("--num-samples", type=click.IntRange(min=1), default=None,
+@click.option("--num-samples", type=click.IntRange(1, 100_000), default=None,  # as the sweep's
               help="Override the sweep's number of trials.")
 @click.option("--output-dir", default=None, help="Override the sweep's output_dir.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -271,8 +271,10 @@ def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
 @click.option("--cluster", default=None, help="Override the config's cluster.")
 @click.option("--region-profile", default=None, help="Profile of every region (or rl:PATH).")
 @click.option("--edge-profile", default=None, help="Profile of every MEC edge site.")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535))
+@click.option("--host", default=None,
+              help="[default: the config's http_options.host, else 127.0.0.1]")
+@click.option("--port", default=None, type=click.IntRange(1, 65535),
+              help="[default: the config's http_options.port, else 8000]")
 @click.option("--state-dir", default="runs/serve", show_default=True,
               help="This instance's tokens, journal and Ray files (created private).")
 @click.option("--models-dir", default="models", show_default=True,
@@ -289,8 +291,8 @@ def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
               "(comma-separated) [default: every region]")
 @click.pass_context
 def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
-          region_profile: str | None, edge_profile: str | None, host: str, port: int,
-          state_dir: str, models_dir: str, ray_address: str | None,
+          region_profile: str | None, edge_profile: str | None, host: str | None,
+          port: int | None, state_dir: str, models_dir: str, ray_address: str | None,
           learn_path: str | None, learn_sites: str) -> None:
     """Run the placement service on a local Ray (Ctrl-C stops it)."""
     if ctx.invoked_subcommand is not None:
@@ -387,15 +389,37 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
     uvicorn.run(make_app(ext, max_body_bytes), host=host, port=port, log_level="warning")
 
 
+def _k8s_name(kind: str) -> Any:
+    """A callback checking an option as a Kubernetes name of ``kind`` (see
+    ``k8s.daemon.check_name``) as the command line is read."""
+
+    def check(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        from smartsched.k8s.daemon import check_name
+        from smartsched.model.errors import ValidationError
+
+        if value is None:
+            return None
+        try:
+            return check_name(param.opts[0], value, kind)
+        except ValidationError as e:
+            raise click.BadParameter(e.message) from None
+
+    return check
+
+
 @k8s.command("scheduler")
 @click.option("--kubeconfig", default=None, type=click.Path(dir_okay=False, exists=True),
               help="Default: in-cluster config, else ~/.kube/config.")
-@click.option("--scheduler-name", default="smartsched", show_default=True)
+@click.option("--scheduler-name", default="smartsched", show_default=True,
+              callback=_k8s_name("subdomain"),
+              help="Pods' schedulerName this scheduler takes, and its Lease's name.")
 @click.option("--profile", default="k8s-default", show_default=True,
               help="Any profile name, profile YAML or rl:PATH.")
 @click.option("--interval", default=2.0, show_default=True, type=FiniteRange(0.1, 3600))
-@click.option("--lease-namespace", default="kube-system", show_default=True)
-@click.option("--identity", default=None, help="Leader-election identity (default: hostname).")
+@click.option("--lease-namespace", default="kube-system", show_default=True,
+              callback=_k8s_name("label"))
+@click.option("--identity", default=None, callback=_k8s_name("identity"),
+              help="Leader-election identity (default: hostname).")
 @click.option("--once", is_flag=True, help="One pass (if leader), then exit.")
 @click.option("--metrics-port", default=None, type=click.IntRange(1, 65535),
               help="Serve Prometheus metrics on this port.")
@@ -425,18 +449,18 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
     """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
     import socket
 
-    from smartsched.k8s.daemon import kube_clients, run_scheduler_daemon
+    from smartsched.k8s.daemon import api_failure, kube_clients, run_scheduler_daemon
     from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
 
+    if (audit_log or audit_heads or audit_key) and not (audit_log and audit_heads and audit_key):
+        raise click.UsageError("--audit-log, --audit-heads and --audit-key go together")
+    core, coord = kube_clients(kubeconfig)  # a bad kubeconfig fails before the log opens
     trail = None
-    if audit_log or audit_heads or audit_key:
-        if not (audit_log and audit_heads and audit_key):
-            raise click.UsageError("--audit-log, --audit-heads and --audit-key go together")
+    if audit_log and audit_heads and audit_key:
         from smartsched.audit.keys import load_private_key
         from smartsched.audit.log import AuditLog
 
         trail = AuditLog(audit_log, audit_heads, load_private_key(audit_key))
-    core, coord = kube_clients(kubeconfig)
     loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus,
                          preemption=preemption, compliance=compliance, audit=trail,
                          gang_reservations=gang_reservations)
@@ -448,6 +472,12 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
     try:
         run_scheduler_daemon(loop, lock, interval=interval, once=once, echo=click.echo,
                              warn=lambda m: click.echo(m, err=True))
+    except Exception as e:  # an API server down or refusing: one line, exit 1 (not input)
+        message = api_failure(e, core.api_client.configuration.host)
+        if message is None:
+            raise
+        click.echo(f"error: {message}", err=True)
+        sys.exit(1)
     finally:
         if trail is not None:
             trail.close()  # seal and sign what is buffered
@@ -538,23 +568,55 @@ def forecast_crossfit(data: str, folds: int, epochs: int, lookback: int, hidden:
     _write_json(json_path, res)
 
 
+def _site_names(_ctx: click.Context, _param: click.Parameter, value: str | None
+                ) -> str | None:
+    """``--sites``: a list that names no site (``,,,``) is refused, not read as "all"."""
+    if value is not None and not [x for x in value.split(",") if x.strip()]:
+        raise click.BadParameter("names no site (leave it out for all of the cluster's)")
+    return value
+
+
+def _out_folder(_ctx: click.Context, _param: click.Parameter, value: str | None
+                ) -> str | None:
+    """An output folder option: made, and checked writable, as the command line is read,
+    so a bad path fails before the training, not after every round of it."""
+    import os
+
+    if value:
+        folder = Path(value)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise click.BadParameter(f"cannot create the folder {value!r}: "
+                                     f"{e.strerror or e}") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise click.BadParameter(f"the folder {value!r} is not writable")
+    return value
+
+
 def _federation_options(fn: Any) -> Any:
+    from smartsched.federation import MAX_LOCAL_EPOCHS, MAX_ROUNDS
+
     opts = [
         click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True,
                      help="The usage series shared out across the sites (long CSV/Parquet "
                      "or google2011)."),
         click.option("--cluster", default="large", show_default=True,
                      help="Preset whose MEC sites learn (large: four)."),
-        click.option("--sites", default=None,
+        click.option("--sites", default=None, callback=_site_names,
                      help="Comma-separated MEC sites of the cluster (default: all)."),
         click.option("--partition", type=click.Choice(["level", "iid"]), default="level",
                      show_default=True, help="level: non-IID by load level; iid: at random."),
-        click.option("--rounds", default=20, show_default=True, type=int),
-        click.option("--local-epochs", default=3, show_default=True, type=int,
+        # The ranges federation.rounds checks, here so a bad value fails before Ray starts.
+        click.option("--rounds", default=20, show_default=True,
+                     type=click.IntRange(1, MAX_ROUNDS)),
+        click.option("--local-epochs", default=3, show_default=True,
+                     type=click.IntRange(1, MAX_LOCAL_EPOCHS),
                      help="Epochs each site trains per round on its own windows."),
-        click.option("--mu", default=0.0, show_default=True, type=float,
+        click.option("--mu", default=0.0, show_default=True, type=FiniteRange(min=0, max=1e6),
                      help="FedProx's proximal weight (0: FedAvg)."),
-        click.option("--server-momentum", default=0.3, show_default=True, type=float,
+        click.option("--server-momentum", default=0.3, show_default=True,
+                     type=FiniteRange(0, 1, max_open=True),
                      help="FedAvgM: the cloud's momentum over rounds (0: plain averaging; "
                           "0.3 beat it on each of three seeds, docs/benchmarks.md)."),
         click.option("--lookback", default=36, show_default=True, type=click.IntRange(2, 10_000)),
@@ -588,7 +650,8 @@ def _run_federation(data: str, cluster: str, sites: str | None, partition: str, 
 
 @main.command()
 @_federation_options
-@click.option("--out", default="models/forecast-federated", show_default=True)
+@click.option("--out", default="models/forecast-federated", show_default=True,
+              callback=_out_folder)
 def federate(data: str, cluster: str, sites: str | None, partition: str, rounds: int,
              local_epochs: int, mu: float, server_momentum: float, lookback: int, hidden: int,
              seed: int, json_path: str | None, out: str) -> None:
@@ -698,9 +761,12 @@ def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
 
     from smartsched.model.configfile import read_yaml
     from smartsched.rl.learning import load_learn_config, start_learner
+    from smartsched.rl.versions import PolicyStore
 
     doc = read_yaml(config_path, "learn")
     cfg = load_learn_config(doc)
+    PolicyStore(cfg.store).path_of()  # a current version, or an error naming the store,
+    # before Ray starts (the learner actor found it only once it was up)
     if service and not sites:
         raise click.UsageError("--service needs --sites (the sites to reload on promotion)")
     svc = ({"url": service, "sites": [s for s in sites.split(",") if s],
@@ -1333,7 +1399,8 @@ def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str
 
 @bench.command("federation")
 @_federation_options
-@click.option("--out", default=None, help="Also save the federated forecaster here.")
+@click.option("--out", default=None, callback=_out_folder,
+              help="Also save the federated forecaster here.")
 @click.option("--references", default="central,local", show_default=True,
               help="Comma-separated: central (pooled data), local (each site alone).")
 def bench_federation(data: str, cluster: str, sites: str | None, partition: str, rounds: int,

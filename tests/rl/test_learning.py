@@ -98,6 +98,28 @@ def test_bad_learning_settings_name_the_field(doc: dict, field: str) -> None:
     assert e.value.field == field
 
 
+@pytest.mark.parametrize("text", ["", "- 1\n"])
+def test_settings_that_are_not_a_mapping_are_named(tmp_path: Path, text: str) -> None:
+    """An empty file or a list was a TypeError traceback from reading a path of None."""
+    f = tmp_path / "learn.yaml"
+    f.write_text(text)
+    with pytest.raises(ValidationError, match="must be a mapping") as e:
+        load_learn_config(f)
+    assert e.value.field == "learn"
+
+
+def test_the_learn_command_checks_its_store_before_ray_starts(tmp_path: Path) -> None:
+    """A store with no current policy failed inside the learner actor, after Ray was up."""
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    f = tmp_path / "learn.yaml"
+    f.write_text(f"store: {tmp_path / 'empty-store'}\n")
+    r = CliRunner().invoke(main, ["learn", "--config", str(f), "--rounds", "1"])
+    assert r.exit_code == 2 and "no current policy version" in r.output, r.output
+
+
 def test_a_store_without_a_current_policy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="no current policy"):
         LearningLoop(load_learn_config({"store": str(tmp_path / "empty")}))

@@ -220,6 +220,15 @@ def test_bad_train_config_is_named(tmp_path: Path) -> None:
     ("model: {hidden: 10000000}", "model.hidden"),
     ("model: {colour: red}", "model.colour"),
     ("env_runners: {rollout_fragment_length: -3}", "env_runners.rollout_fragment_length"),
+    # a weight that is not a number was a float() traceback; max_nodes below the cluster a
+    # ValueError; these others failed in every env runner or cut episodes to one decision
+    ("env: {reward_weights: {utilization: high}}", "env.reward_weights.utilization"),
+    ("env: {max_nodes: 5}", "env.max_nodes"),
+    ("env: {max_nodes: lots}", "env.max_nodes"),
+    ("env: {max_decisions: -1}", "env.max_decisions"),
+    ("env: {max_decisions: lots}", "env.max_decisions"),
+    ("env: {engine: fast}", "env.engine"),
+    ("env: {heuristic_features: maybe}", "env.heuristic_features"),
 ])
 def test_values_ray_workers_would_choke_on_are_named_before_ray_starts(
         tmp_path: Path, doc: str, field: str) -> None:

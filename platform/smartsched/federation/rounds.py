@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from smartsched.federation import MAX_LOCAL_EPOCHS, MAX_ROUNDS
 from smartsched.federation.aggregate import fedavg
 from smartsched.federation.wire import decode_weights, encode_weights
 from smartsched.forecast.lstm import LSTMForecaster, LSTMSettings
@@ -85,10 +86,12 @@ def federate(sites: Mapping[str, Any], settings: LSTMSettings, *,
     instead of jumping to the average, which damps the drift between non-IID sites."""
     import torch
 
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ValidationError("rounds", f"must be an integer >= 1, got {rounds!r}")
-    if isinstance(local_epochs, bool) or not isinstance(local_epochs, int) or local_epochs < 1:
-        raise ValidationError("local_epochs", f"must be an integer >= 1, got {local_epochs!r}")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS:
+        raise ValidationError("rounds", f"must be an integer in 1..{MAX_ROUNDS}, got {rounds!r}")
+    if (isinstance(local_epochs, bool) or not isinstance(local_epochs, int)
+            or not 1 <= local_epochs <= MAX_LOCAL_EPOCHS):
+        raise ValidationError("local_epochs", f"must be an integer in 1..{MAX_LOCAL_EPOCHS}, "
+                              f"got {local_epochs!r}")
     if not (isinstance(mu, int | float) and np.isfinite(mu) and mu >= 0):
         raise ValidationError("mu", f"must be >= 0, got {mu!r}")
     if not (isinstance(server_momentum, int | float) and 0 <= server_momentum < 1):

@@ -8,11 +8,15 @@ scheduler's pods is pending, a pod frees room, or the lease needs renewing
 a backoff that doubles up to 60 s and resets on the next good watch. With
 ``once`` it runs one pass (if leader) and returns. Sleeping and the clock are
 injected, so tests drive it without real waiting. ``kube_clients`` builds the
-API clients from a kubeconfig or the in-cluster service account.
+API clients from a kubeconfig or the in-cluster service account (a bad one is a
+``ValidationError`` naming ``kubeconfig``); ``api_failure`` words an API server that
+cannot be reached, or that refuses, as one line; ``check_name`` checks the names the
+command puts in API paths (the scheduler's name is its Lease's name).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
+from smartsched.model.errors import ValidationError
 
 MAX_BACKOFF_S = 60.0
 MIN_WATCH_S = 5.0  # a watch between passes lasts at least this long (the lease is 15 s)
@@ -41,21 +46,95 @@ class DaemonStats:
     watch_errors: int = 0
 
 
+# DNS-1123: a label (a namespace) is at most 63 lowercase alphanumerics or '-', starting and
+# ending alphanumeric; a subdomain (most object names, a Lease's) is dot-separated labels,
+# at most 253 characters.
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*"
+# A Lease's holderIdentity is free text to the API; a hostname (any case) or client-go's
+# ``<hostname>_<uuid>`` must pass, blanks and control characters (and empty: a holder
+# nobody can tell from "no holder") must not.
+_IDENTITY = r"[A-Za-z0-9]([-A-Za-z0-9._:]*[A-Za-z0-9])?"
+NAME_KINDS = {"label": (_DNS1123_LABEL, 63,
+                        "lowercase letters, digits and '-', starting and ending with a "
+                        "letter or digit"),
+              "subdomain": (_DNS1123_SUBDOMAIN, 253,
+                            "lowercase letters, digits, '-' and '.', starting and ending "
+                            "with a letter or digit"),
+              "identity": (_IDENTITY, 253,
+                           "letters, digits, '-', '_', '.' and ':', starting and ending "
+                           "with a letter or digit")}
+
+
+def check_name(field: str, value: str, kind: str) -> str:
+    """``value`` as a Kubernetes name of ``kind`` (``label``: a namespace; ``subdomain``: an
+    object's name; ``identity``: a lease holder), else a ``ValidationError`` naming
+    ``field``. The names go into API paths: an empty scheduler name made the Lease's URL
+    the whole collection's."""
+    pattern, most, rule = NAME_KINDS[kind]
+    if not value:
+        raise ValidationError(field, "must not be empty")
+    if len(value) > most:
+        raise ValidationError(field, f"at most {most} characters, got {len(value)}")
+    if not re.fullmatch(pattern, value):
+        raise ValidationError(field, f"{value!r} is not a Kubernetes name: use {rule}")
+    return value
+
+
 def kube_clients(kubeconfig: str | None = None) -> tuple[Any, Any]:
     """(CoreV1Api, CoordinationV1Api) from ``kubeconfig``; without one, the in-cluster
-    service account, else ``~/.kube/config`` (or ``$KUBECONFIG``)."""
+    service account, else ``~/.kube/config`` (or ``$KUBECONFIG``). A config that cannot be
+    read, parsed or used is a ``ValidationError`` naming ``kubeconfig`` (the client raises
+    YAML parser errors, ConfigException, or a TypeError for a document of the wrong
+    shape)."""
+    import yaml
     from kubernetes import client, config
 
     cfg = client.Configuration()  # the clients' own: the process-wide default stays as it is
-    if kubeconfig:
-        config.load_kube_config(kubeconfig, client_configuration=cfg)
-    else:
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=cfg)
+    where = kubeconfig or "the default kubeconfig (~/.kube/config or $KUBECONFIG)"
+    try:
+        if kubeconfig:
+            config.load_kube_config(kubeconfig, client_configuration=cfg)
+        else:
+            try:
+                config.load_incluster_config(client_configuration=cfg)
+            except config.ConfigException:
+                config.load_kube_config(client_configuration=cfg)
+    except yaml.YAMLError as e:
+        raise ValidationError("kubeconfig", f"{where} is not valid YAML: "
+                              f"{' '.join(str(e).split())}") from None
+    except config.ConfigException as e:
+        hint = "" if kubeconfig else " (and this is not a pod with a service account)"
+        raise ValidationError("kubeconfig", f"{' '.join(str(e).split())}{hint}") from None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValidationError("kubeconfig", f"{where} is not a usable kubeconfig "
+                              f"({type(e).__name__}: {e})") from None
+    if not re.match(r"https?://[^/\s]", cfg.host or ""):
+        raise ValidationError("kubeconfig", f"the cluster's server must be an http(s) URL, "
+                              f"got {cfg.host!r}")
     api = client.ApiClient(cfg)
     return client.CoreV1Api(api), client.CoordinationV1Api(api)
+
+
+def api_failure(e: BaseException, host: str) -> str | None:
+    """One line for an API server that cannot be reached (refused, unresolvable, timed
+    out, a failed TLS handshake: urllib3's errors, whose traceback runs to dozens of
+    frames) or that refuses a request (an ``ApiException``: 401, 403, ...); None for
+    any other error."""
+    from kubernetes.client.rest import ApiException
+    from urllib3.exceptions import HTTPError, MaxRetryError
+
+    if isinstance(e, ApiException):
+        hint = (" (check the kubeconfig's credentials and RBAC)" if e.status in (401, 403)
+                else "")
+        return f"the Kubernetes API at {host} answered {e.status} {e.reason}{hint}"
+    if not isinstance(e, HTTPError):
+        return None
+    cause: Any = e.reason if isinstance(e, MaxRetryError) and e.reason is not None else e
+    # "HTTPSConnection(host='h', port=1): Failed to ..." -> "Failed to ..."
+    reason = re.sub(r"^<?[\w.]+(\(host=[^)]*\)|\s+object at 0x[0-9a-f]+>):\s*", "",
+                    str(cause)) or type(cause).__name__
+    return f"cannot reach the Kubernetes API at {host}: {' '.join(reason.split())}"
 
 
 def run_scheduler_daemon(

@@ -88,7 +88,13 @@ class RewardWeights:
         if unknown:
             raise ValidationError(f"reward_weights.{sorted(unknown)[0]}",
                                   f"unknown component (known: {', '.join(COMPONENTS)})")
-        return RewardWeights(**{k: float(v) for k, v in m.items()})
+        if not isinstance(m, Mapping):
+            raise ValidationError("reward_weights", f"must map components to weights, got "
+                                  f"{m!r}")
+        # Numbers as given (ints become floats); anything else goes to the range check as it
+        # is, so the error names the component instead of float() raising.
+        return RewardWeights(**{k: float(v) if isinstance(v, int | float)
+                                and not isinstance(v, bool) else v for k, v in m.items()})
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, c) for c in COMPONENTS], dtype=np.float32)

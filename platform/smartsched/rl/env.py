@@ -123,6 +123,40 @@ class EnvConfig:
         return EnvConfig(**d)
 
 
+# The largest observation an env pads to: a region of the `large` preset is ~2,000 nodes.
+MAX_OBSERVED_NODES = 100_000
+
+
+def _check_scalars(cfg: EnvConfig, nodes: int) -> None:
+    """The env's plain settings, checked where the config is read: a string or a negative
+    number here would otherwise fail inside every env runner (``'>=' not supported``) or
+    cut each episode after one decision."""
+    from smartsched.model.errors import ValidationError
+
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if cfg.max_nodes is not None and (not whole(cfg.max_nodes)
+                                      or not nodes <= cfg.max_nodes <= MAX_OBSERVED_NODES):
+        raise ValidationError("env.max_nodes", f"must be a whole number in [{nodes} (the "
+                              f"cluster's nodes), {MAX_OBSERVED_NODES:,}], got "
+                              f"{cfg.max_nodes!r}")
+    if cfg.max_decisions is not None and (not whole(cfg.max_decisions)
+                                          or not 1 <= cfg.max_decisions <= 10**8):
+        raise ValidationError("env.max_decisions", "must be a whole number in [1, 1e8] or "
+                              f"null (no limit), got {cfg.max_decisions!r}")
+    if not whole(cfg.seed) or not 0 <= cfg.seed <= 2**32 - 1:
+        raise ValidationError("env.seed", f"must be a whole number in [0, 2**32 - 1], got "
+                              f"{cfg.seed!r}")
+    for name in ("heuristic_features", "dynamic_weights"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ValidationError(f"env.{name}", f"must be true or false, got "
+                                  f"{getattr(cfg, name)!r}")
+    if not isinstance(cfg.engine, dict):
+        raise ValidationError("env.engine", f"must be a mapping of twin settings, got "
+                              f"{cfg.engine!r}")
+
+
 class SchedulingEnv(gym.Env):
     """One placement decision per step over a simulated cluster."""
 
@@ -144,9 +178,8 @@ class SchedulingEnv(gym.Env):
         self.clusters = [load_cluster(x) for x in names]
         self.spec_cluster = self.clusters[0]
         n = max(len(c.nodes) for c in self.clusters)
+        _check_scalars(self.cfg, n)
         self.max_nodes = self.cfg.max_nodes or n
-        if self.max_nodes < n:
-            raise ValueError(f"max_nodes {self.max_nodes} < cluster nodes {n}")
         from smartsched.objectives.scenarios import load_scenarios, scenario
 
         rw = self.cfg.reward_weights

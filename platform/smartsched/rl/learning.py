@@ -73,8 +73,13 @@ class LearnConfig(BaseModel):
     keep_rounds: int = Field(3, ge=1, le=1000)
 
 
-def load_learn_config(path: str | Path | dict[str, Any]) -> LearnConfig:
-    doc = path if isinstance(path, dict) else read_yaml(path, "learn")
+def load_learn_config(path: str | Path | Any) -> LearnConfig:
+    """The settings from a file or its parsed document; an empty file or a document that
+    is not a mapping is named (``learn``), as is every field."""
+    doc = read_yaml(path, "learn") if isinstance(path, str | Path) else path
+    if not isinstance(doc, dict):
+        raise ValidationError("learn", "the settings must be a mapping (store, interval_s, "
+                              f"fine_tune, gate, workload), got {type(doc).__name__}")
     return validate(LearnConfig, doc, prefix="learn")
 
 

@@ -88,7 +88,12 @@ def service_hierarchy(cfg: ServiceConfig) -> Any:
     from smartsched.model.presets import load_cluster
     from smartsched.serving.hierarchy import Hierarchy
 
-    h = Hierarchy.from_spec(load_cluster(cfg.cluster), cfg.edge_parents)
+    try:
+        spec = load_cluster(cfg.cluster)
+    except ValidationError as e:  # named as the setting it came from
+        raise ValidationError("service.cluster", e.message if e.field == "cluster"
+                              else str(e)) from None
+    h = Hierarchy.from_spec(spec, cfg.edge_parents)
     if cfg.compliance is not None:  # named field errors here, before any replica starts
         from smartsched.scheduling.compliance import attach, load_policy
         from smartsched.twin.state import ClusterState
@@ -783,8 +788,14 @@ class Ingress(Authorizer):
             raise UnknownReferenceError(f"pods.{i}.origin_site",
                                         f"unknown site {pod.origin_site!r}")
 
-def build_app(args: dict[str, Any]) -> Any:
-    """The application for ``serve run serve_apps/placement.yaml`` (``args`` = ServiceConfig)."""
+def checked_service(args: dict[str, Any]) -> tuple[ServiceConfig, Any]:
+    """The service's settings and hierarchy, with everything a replica would otherwise find
+    only once it starts checked here: the cluster and its sites, the tokens, the sandbox's
+    profiles and every site's own profile (``profiles``, ``region_profile``,
+    ``edge_profile``), each error naming its field. ``smartsched serve`` runs this before
+    it starts Ray; ``build_app`` runs it before any replica."""
+    from smartsched.scheduling.base import make_scheduler
+
     cfg = parse_service_config(args)
     h = service_hierarchy(cfg)
     load_credentials(cfg.auth)  # fail here, before any replica starts, when no token is set
@@ -792,6 +803,25 @@ def build_app(args: dict[str, Any]) -> Any:
         from smartsched.scheduling.sandbox import Sandbox
 
         Sandbox(cfg.sandbox.settings, field="service.sandbox.settings")  # names bad profiles
+    built: dict[str, str] = {}  # profile -> the first site that uses it (each built once)
+    for name in [*h.regions, *h.edges]:
+        tier = "region" if name in h.regions else "edge"
+        profile = cfg.profile_of(name, tier)
+        if profile in built:
+            continue
+        built[profile] = name
+        field = (f"service.profiles.{name}" if name in cfg.profiles
+                 else f"service.{tier}_profile")
+        try:
+            make_scheduler(profile)
+        except ValidationError as e:
+            raise ValidationError(field, f"{profile!r}: {e}") from None
+    return cfg, h
+
+
+def build_app(args: dict[str, Any]) -> Any:
+    """The application for ``serve run serve_apps/placement.yaml`` (``args`` = ServiceConfig)."""
+    cfg, h = checked_service(args)
     opts = {"ray_actor_options": {"num_cpus": cfg.replica_cpus}}
     # Profiles travel as user_config only: a changed profile (here or in the YAML's
     # deployments section) reaches the running replica through reconfigure, keeping

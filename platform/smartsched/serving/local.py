@@ -32,18 +32,70 @@ from smartsched.ray_local import private_dir, secret_file, start_embedded_ray
 DEFAULT_CONFIG = Path("serve_apps/placement.yaml")
 
 
+# What a Serve config file may hold (Ray Serve's schema): `smartsched serve` reads the
+# first application's args and http_options, and refuses what it would otherwise ignore.
+SERVE_CONFIG_KEYS = frozenset({"proxy_location", "http_options", "grpc_options",
+                               "logging_config", "applications", "target_capacity"})
+SERVE_APP_KEYS = frozenset({"name", "route_prefix", "import_path", "args", "deployments",
+                            "runtime_env", "logging_config", "external_scaler_enabled"})
+APP_IMPORT_PATH = "smartsched.serving.app:build_app"
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 8000
+
+
+def _config_doc(config: str | Path) -> dict[str, Any]:
+    """The config file's document, its keys and first application checked: a typo or a
+    setting `smartsched serve` does not apply is named, not silently dropped."""
+    doc = read_yaml(config, "config") or {}
+    if not isinstance(doc, dict):
+        raise ValidationError("config", "must be a Serve config (a mapping with applications)")
+    unknown = sorted(set(map(str, doc)) - SERVE_CONFIG_KEYS)
+    if unknown:
+        raise ValidationError(f"config.{unknown[0]}", "unknown key (a Serve config has: "
+                              f"{', '.join(sorted(SERVE_CONFIG_KEYS))})")
+    apps = doc.get("applications") or []
+    if not isinstance(apps, list) or not apps or not isinstance(apps[0], dict):
+        raise ValidationError("config.applications", "needs at least one application")
+    app = apps[0]
+    unknown = sorted(set(map(str, app)) - SERVE_APP_KEYS)
+    if unknown:
+        raise ValidationError(f"config.applications[0].{unknown[0]}", "unknown key")
+    if app.get("import_path", APP_IMPORT_PATH) != APP_IMPORT_PATH:
+        raise ValidationError("config.applications[0].import_path",
+                              f"`smartsched serve` runs {APP_IMPORT_PATH}, got "
+                              f"{app['import_path']!r} (use `serve run` for other apps)")
+    if not isinstance(app.get("args") or {}, dict):
+        raise ValidationError("config.applications[0].args",
+                              "must be a mapping of the service's settings")
+    http = doc.get("http_options") or {}
+    if not isinstance(http, dict):
+        raise ValidationError("config.http_options", "must be a mapping (host, port)")
+    port = http.get("port", DEFAULT_PORT)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValidationError("config.http_options.port", f"must be a port in 1..65535, got "
+                              f"{port!r}")
+    if not isinstance(http.get("host", DEFAULT_HOST), str):
+        raise ValidationError("config.http_options.host", "must be a host name or address")
+    return doc
+
+
 def service_args(config: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
     """The application args of ``config`` (first application) with ``overrides`` applied;
     the built-in defaults (``ServiceConfig``) when ``config`` is None."""
     args: dict[str, Any] = {}
     if config is not None:
-        doc = read_yaml(config, "config") or {}
-        apps = (doc.get("applications") or []) if isinstance(doc, dict) else []
-        if not apps or not isinstance(apps[0], dict):
-            raise ValidationError("config.applications", "needs at least one application")
-        args = dict(apps[0].get("args") or {})
+        args = dict(_config_doc(config)["applications"][0].get("args") or {})
     args.update({k: v for k, v in overrides.items() if v is not None})
     return args
+
+
+def http_address(config: str | Path | None, host: str | None, port: int | None
+                 ) -> tuple[str, int]:
+    """Where to listen: the command line's host and port, else the config file's
+    ``http_options`` (a port set there used to be ignored for the default 8000), else
+    127.0.0.1:8000."""
+    http = (_config_doc(config).get("http_options") or {}) if config is not None else {}
+    return (host if host is not None else http.get("host", DEFAULT_HOST),
+            port if port is not None else http.get("port", DEFAULT_PORT))
 
 
 class SideLoop(Protocol):
@@ -60,8 +112,8 @@ class SideLoop(Protocol):
     def stop(self) -> None: ...
 
 
-def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, port: int,
-              state_dir: str | Path, echo: Callable[[str], Any] = print,
+def run_local(config: str | Path | None, overrides: dict[str, Any], host: str | None,
+              port: int | None, state_dir: str | Path, echo: Callable[[str], Any] = print,
               block: bool = True, ray_address: str | None = None,
               beside: SideLoop | None = None) -> str:
     """Start the service; return its URL (and keep serving while ``block``). ``beside``
@@ -71,6 +123,7 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, p
 
     if config is None and DEFAULT_CONFIG.is_file():
         config = DEFAULT_CONFIG
+    host, port = http_address(config, host, port)
     state = private_dir(Path(state_dir).resolve())
     args = service_args(config, overrides)
     if not args.get("journal_dir"):
@@ -87,6 +140,9 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str, p
             auth["operator_token_file"] = str(secret_file(state / "operator_token"))
             echo(f"operator token (node updates, reloads) in {auth['operator_token_file']}")
     args["auth"] = auth
+    from smartsched.serving.app import checked_service
+
+    checked_service(args)  # the cluster, tokens and every site's profile, before Ray starts
     import ray
     from ray import serve
 

@@ -35,14 +35,26 @@ from smartsched.objectives.reward import COMPONENTS
 from smartsched.tuning.sweep import Evaluation, Objective, SweepConfig
 
 
-def _metric(metrics: dict[str, Any], dotted: str) -> float:
-    cur: Any = metrics
-    for k in dotted.split("."):
-        if not isinstance(cur, dict) or k not in cur:
-            from smartsched.model.errors import ValidationError
+def _metric(metrics: dict[str, Any], dotted: str, field: str = "sweep.objectives") -> float:
+    """The value at ``dotted`` in a run's report; a missing key is an error named ``field``
+    that lists what the report has at that level. (The report's keys depend on the run --
+    a class's section exists only when its pods arrived -- so paths cannot be checked
+    before the first run; the baseline's first run is the earliest, before Ray starts.)"""
+    from smartsched.model.errors import ValidationError
 
-            raise ValidationError("sweep.objectives", f"no metric {dotted!r} in the report")
+    cur: Any = metrics
+    for i, k in enumerate(dotted.split(".")):
+        if not isinstance(cur, dict) or k not in cur:
+            at = ".".join(dotted.split(".")[:i]) or "the report"
+            has = (f"; {at} has: {', '.join(sorted(map(str, cur))) or 'nothing'}"
+                   if isinstance(cur, dict) else f"; {at} is a value, not a section")
+            raise ValidationError(field, f"no metric {dotted!r} in the report{has}")
         cur = cur[k]
+    if isinstance(cur, dict):
+        raise ValidationError(field, f"{dotted!r} is a section of the report, not a number "
+                              f"(has: {', '.join(sorted(map(str, cur)))})")
+    if not isinstance(cur, int | float | None):
+        raise ValidationError(field, f"{dotted!r} is not a number in the report")
     return float("nan") if cur is None else float(cur)
 
 
@@ -57,9 +69,26 @@ def evaluate(scheduler: str, ev: Evaluation, objectives: dict[str, Objective]) -
         run.drive()
         metrics = run.report()
         for name, o in objectives.items():
-            vals = [_metric(metrics, p) for p in o.paths()]
+            vals = [_metric(metrics, p, f"sweep.objectives.{name}.metric")
+                    for p in o.paths()]
             per_seed[name].append(sum(vals) / len(vals))
     return {k: float(statistics.median(v)) for k, v in per_seed.items()}
+
+
+def check_merged_train_config(cfg: Any) -> None:
+    """What ``load_train_config`` checks of a training file, on the train config merged with
+    the sweep's ``train_overrides`` (which the file's own check never saw): the minibatch
+    fits the batch, then the model's and env's settings."""
+    from smartsched.model.errors import ValidationError
+    from smartsched.rl.config import check_train_config
+
+    if cfg.training.minibatch_size > cfg.training.train_batch_size_per_learner:
+        raise ValidationError("training.minibatch_size",
+                              f"must be <= train_batch_size_per_learner "
+                              f"({cfg.training.minibatch_size} > "
+                              f"{cfg.training.train_batch_size_per_learner}, with "
+                              "sweep.train_overrides)")
+    check_train_config(cfg)
 
 
 def trial_resources(trial_cpus: float, train_doc: dict[str, Any]) -> Any:
@@ -172,10 +201,10 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
         c = env["cluster"]
         env["cluster"] = [local(x) for x in c] if isinstance(c, list) else local(c)
     from smartsched.model.configfile import validate
-    from smartsched.rl.config import TrainConfig, check_train_config
+    from smartsched.rl.config import TrainConfig
 
     # A bad override fails here, named, not as a traceback in every trial.
-    check_train_config(validate(TrainConfig, train_doc))
+    check_merged_train_config(validate(TrainConfig, train_doc))
     out = Path(output_dir or sweep.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
 

@@ -1,0 +1,94 @@
+"""`smartsched k8s scheduler` with bad input: a malformed kubeconfig, an API server nobody
+answers at, names that are not Kubernetes names -- one line each, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from smartsched.cli import main
+from smartsched.k8s.daemon import api_failure, check_name, kube_clients
+from smartsched.model.errors import ValidationError
+from tests.k8s.test_scheduler import write_kubeconfig
+
+
+def _free_port() -> int:
+    """A loopback port nothing listens on (bound, then closed: connecting is refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _scheduler(*args: str) -> object:
+    return CliRunner().invoke(main, ["k8s", "scheduler", "--once", *args])
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("garbage: [\n", "not valid YAML"),
+    ("- 1\n- 2\n", "not a usable kubeconfig"),
+    ("garbage: [1]\n", "current-context"),
+    ("", "empty"),
+])
+def test_a_malformed_kubeconfig_is_one_line_exit_2(tmp_path: Path, text: str,
+                                                   says: str) -> None:
+    kc = tmp_path / "kc"
+    kc.write_text(text)
+    with pytest.raises(ValidationError) as e:
+        kube_clients(str(kc))
+    assert e.value.field == "kubeconfig" and says in e.value.message
+    r = _scheduler("--kubeconfig", str(kc))
+    assert r.exit_code == 2 and "error: kubeconfig:" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_a_server_that_is_not_a_url_is_named(tmp_path: Path) -> None:
+    kc = write_kubeconfig(tmp_path / "kc", "not a url")
+    with pytest.raises(ValidationError) as e:
+        kube_clients(str(kc))
+    assert e.value.field == "kubeconfig" and "http(s) URL" in e.value.message
+
+
+def test_an_unreachable_api_server_is_one_line_and_a_failure(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    kc = write_kubeconfig(tmp_path / "kc", url)
+    r = _scheduler("--kubeconfig", str(kc))
+    assert r.exit_code == 1, r.output
+    assert r.output.startswith(f"error: cannot reach the Kubernetes API at {url}: ")
+    assert "refused" in r.output.lower() and len(r.output.strip().splitlines()) == 1
+
+
+def test_an_api_server_that_refuses_is_one_line() -> None:
+    from kubernetes.client.rest import ApiException
+
+    msg = api_failure(ApiException(status=403, reason="Forbidden"), "https://k:6443")
+    assert msg is not None and "answered 403 Forbidden" in msg and "RBAC" in msg
+    assert api_failure(RuntimeError("a bug"), "https://k:6443") is None
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--scheduler-name", "", "must not be empty"),
+    ("--scheduler-name", "Bad Name!", "not a Kubernetes name"),
+    ("--scheduler-name", "a" * 254, "at most 253"),
+    ("--lease-namespace", "", "must not be empty"),
+    ("--lease-namespace", "Bad NS!", "not a Kubernetes name"),
+    ("--lease-namespace", "a.b", "not a Kubernetes name"),
+    ("--lease-namespace", "a" * 64, "at most 63"),
+    ("--identity", "", "must not be empty"),
+    ("--identity", "a b", "not a Kubernetes name"),
+])
+def test_names_that_go_into_api_paths_are_checked(option: str, value: str, says: str) -> None:
+    # No kubeconfig is read: the option fails as the command line is.
+    r = _scheduler(option, value)
+    assert r.exit_code == 2, r.output
+    assert f"'{option}'" in r.output and says in r.output
+
+
+@pytest.mark.parametrize(("value", "kind"), [
+    ("smartsched", "subdomain"), ("my.scheduler-2", "subdomain"), ("kube-system", "label"),
+    ("node-1", "identity"), ("Host_0f8e1c2a-7b6d", "identity"), ("a" * 63, "label"),
+])
+def test_kubernetes_names_pass(value: str, kind: str) -> None:
+    assert check_name("--x", value, kind) == value
