@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from smartsched.model.carbon import CarbonSeries, load_public_series
+from smartsched.model.carbon import MAX_G_PER_KWH, CarbonSeries, load_public_series
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.paths import data_dir
@@ -289,7 +289,7 @@ _SITE_BOUNDS = {
     "access_latency_ms": 10_000.0,  # 10 s to reach a node: not a site
     "price_core_hour": 1_000.0,  # USD per core-hour
     "price_gpu_hour": 10_000.0,  # USD per GPU-hour
-    "carbon": 5_000.0,  # g/kWh: the dirtiest grids are near 1,000
+    "carbon": MAX_G_PER_KWH,  # g/kWh (model.carbon's bound for every series)
     "coords_km": 100_000.0,  # beyond twice the Earth's circumference
 }
 
@@ -323,9 +323,9 @@ def _site(s: dict[str, Any]) -> Site:
         series = CarbonSeries.constant(_site_number(s, "carbon", 400.0, where))
     if "fossil_g_per_kwh" in s:
         f = s["fossil_g_per_kwh"]
-        if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= 5000:
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f <= MAX_G_PER_KWH:
             raise ValidationError(f"{where}.fossil_g_per_kwh",
-                                  f"must be a number in (0, 5000] g/kWh, got {f!r}")
+                                  f"must be a number in (0, {MAX_G_PER_KWH:g}] g/kWh, got {f!r}")
         series = dataclasses.replace(series, fossil_g_per_kwh=float(f))
     xy = s.get("coords_km", [0.0, 0.0])
     if not isinstance(xy, list | tuple) or len(xy) != 2:
