@@ -771,9 +771,13 @@ def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
         raise click.UsageError("--service needs --sites (the sites to reload on promotion)")
     svc = ({"url": service, "sites": [s for s in sites.split(",") if s],
             "served_as": served_as or cfg.store} if service else None)
-    from smartsched.rl.train import init_ray
+    from smartsched.rl.train import init_ray, require_cpus
 
+    cpus = (cfg.fine_tune.num_env_runners, "learn.fine_tune.num_env_runners",
+            "one per env runner of each round's training")
+    require_cpus(*cpus, echo=click.echo)  # the embedded Ray's size is known before it starts
     init_ray(Path(cfg.work_dir).resolve())
+    require_cpus(*cpus, echo=click.echo)
     actor = start_learner(doc, svc)
     ref = actor.run.remote(rounds)
     seen = 0

@@ -240,6 +240,14 @@ def test_env_config_errors_name_the_field() -> None:
         with pytest.raises(ValidationError) as e:
             SchedulingEnv({"observed_components": bad})
         assert e.value.field == "env.observed_components"
+    # A shortlist's size or classes without its base would be dropped silently: the
+    # policy would train over every node while the recipe reads as a shortlist.
+    for key, value in (("shortlist_k", 3), ("shortlist_classes", ["online"])):
+        with pytest.raises(ValidationError, match=r"env\.base") as e:
+            SchedulingEnv({key: value})
+        assert e.value.field == f"env.{key}"
+        with pytest.raises(ValidationError, match=r"env\.base"):
+            SchedulingEnv({key: value, "base": None})
 
 
 def test_a_policy_from_before_the_last_components_observes_their_prefix() -> None:

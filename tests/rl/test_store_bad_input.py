@@ -109,3 +109,21 @@ def test_a_folder_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
     assert fresh.promote(fresh.add(SHIPPED)) == "v0001"
     res = _cli("policy", "versions", "--store", str(fresh.root))
     assert res.exit_code == 0 and "* v0001" in res.output, res.output
+
+
+def test_a_log_that_cannot_be_written_stops_a_promotion_before_the_pointer_moves(
+        tmp_path: Path) -> None:
+    """The pointer was replaced first and the log written after: a log that could not be
+    written left a promotion in force that no log line recorded, and a traceback."""
+    store = _two_versions(tmp_path / "s")
+    log = store.root / "log.jsonl"
+    log.unlink()
+    log.mkdir()  # not a file: cannot be opened for appending
+    before = _files(store.root)
+    for act in (lambda: store.promote("v0001"), store.rollback):
+        with pytest.raises(ValidationError, match=r"log\.jsonl: cannot be written") as e:
+            act()
+        assert e.value.field == "store"
+    assert _files(store.root) == before and store.current() == "v0002"
+    res = _cli("policy", "rollback", "--store", str(store.root))
+    assert res.exit_code == 2 and "cannot be written" in res.output, res.output

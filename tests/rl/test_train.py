@@ -352,3 +352,36 @@ def test_train_on_its_own_ray_runs_locked_down(tmp_path: Path) -> None:
         import shutil
 
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_more_env_runners_than_cpus_is_refused_before_ray_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray would queue runners no node can host and wait for a cluster that never grows:
+    training hung without a word. The embedded Ray's size is known before it starts."""
+    import ray
+
+    from smartsched.rl.train import require_cpus
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    require_cpus(2, "env_runners.num_env_runners", "one per env runner", num_cpus=2)
+    with pytest.raises(ValidationError, match=r"asks for 3 CPUs .* has 2") as e:
+        require_cpus(3, "env_runners.num_env_runners", "one per env runner", num_cpus=2)
+    assert e.value.field == "env_runners.num_env_runners"
+    # Through the command line: one line naming the field, and no Ray started.
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(TINY.replace("num_env_runners: 0", "num_env_runners: 64")
+                   .replace("OUT", str(tmp_path / "run")) + "num_cpus: 2\n")
+    started: list[Any] = []
+    monkeypatch.setattr("smartsched.rl.train._init_ray", lambda *a: started.append(a))
+    r = CliRunner().invoke(main, ["train", "--config", str(cfg)])
+    assert r.exit_code != 0 and "env_runners.num_env_runners" in r.output, r.output
+    assert "Traceback" not in r.output and not started
+    # A cluster reached by address may autoscale: checked once connected, as a warning.
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    require_cpus(3, "env_runners.num_env_runners", "one per env runner", num_cpus=2)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    said: list[str] = []
+    require_cpus(3, "env_runners.num_env_runners", "one per env runner", echo=said.append)
+    assert said and said[0].startswith("warning: env_runners.num_env_runners asks for 3")

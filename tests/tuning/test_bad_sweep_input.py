@@ -132,3 +132,20 @@ def test_num_samples_on_the_command_line_has_the_sweeps_bound(tmp_path: Path) ->
 @pytest.mark.parametrize("name", ["reward_weights.yaml", "reward_weights_medium.yaml"])
 def test_the_shipped_sweeps_still_load(name: str) -> None:
     assert load_sweep(ROOT / "tune_sweeps" / name).searched()
+
+
+def test_a_trial_larger_than_the_machine_fails_before_the_baseline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tune queues a trial no node can host and waits for ever: after the baseline's runs,
+    the sweep hung. The embedded Ray's size is known before anything runs."""
+    import ray
+
+    monkeypatch.setattr(runner, "evaluate", _no_run)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    r = CliRunner().invoke(main, ["tune", "--sweep", str(_sweep(tmp_path,
+                                                                extra="trial_cpus: 1000\n"))])
+    assert r.exit_code == 2, r.output
+    assert ("sweep.trial_cpus: asks for 1001 CPUs (each trial: 1000 of its own and 1 for "
+            "each of its 1 env runners)") in r.output
+    assert "Traceback" not in r.output and not (tmp_path / "out").exists()

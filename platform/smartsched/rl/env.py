@@ -120,6 +120,16 @@ class EnvConfig:
             from smartsched.model.errors import ValidationError
 
             raise ValidationError(f"env.{sorted(unknown)[0]}", "unknown field")
+        if d.get("base") is None:
+            # Without a base there is no shortlist: a k or classes given alone would train
+            # the policy over every node while the config reads as a shortlist recipe.
+            for key in ("shortlist_k", "shortlist_classes"):
+                if d.get(key) is not None:
+                    from smartsched.model.errors import ValidationError
+
+                    raise ValidationError(f"env.{key}", "applies only with env.base (the "
+                                          "heuristic profile whose shortlist the policy "
+                                          "picks from); set env.base or remove it")
         return EnvConfig(**d)
 
 

@@ -73,6 +73,33 @@ def _init_ray(out: Path, num_cpus: int | None) -> None:
                            num_cpus=num_cpus or os.cpu_count())
 
 
+def require_cpus(asked: float, field: str, what: str, num_cpus: int | None = None,
+                  echo: Callable[[str], Any] = print) -> None:
+    """Refuse work that asks Ray for more CPUs than it has, naming ``field``.
+
+    Ray queues an actor that no node can host and waits for the cluster to grow: on the
+    embedded Ray, which never grows, training would hang with no error. Before Ray is up
+    the embedded one's size is known (``num_cpus``, else this machine's cores), so the
+    check runs before anything slow starts; a cluster reached through RAY_ADDRESS is
+    checked once connected, and only warned about, since it may autoscale."""
+    import ray
+
+    remote = bool(os.environ.get("RAY_ADDRESS"))
+    if ray.is_initialized():
+        have = float(ray.cluster_resources().get("CPU", 0.0))
+    elif remote:
+        return  # checked again once connected
+    else:
+        have = float(num_cpus or os.cpu_count() or 1)
+    if asked <= have:
+        return
+    msg = f"asks for {asked:g} CPUs ({what}) but the Ray cluster has {have:g}"
+    if remote:
+        echo(f"warning: {field} {msg}; it waits until the cluster grows")
+        return
+    raise ValidationError(field, f"{msg}; lower it, or give Ray more CPUs (num_cpus)")
+
+
 def build_ppo_config(cfg: TrainConfig) -> Any:
     """The RLlib PPOConfig for ``cfg`` (new API stack)."""
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -251,7 +278,11 @@ def train(
     cfg = observing_as_init(cfg)  # the export then records what the policy observes
     out = Path(output_dir or cfg.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    runners = cfg.env_runners.num_env_runners
+    require_cpus(runners, "env_runners.num_env_runners", "one per env runner", cfg.num_cpus,
+                 echo)
     _init_ray(out, cfg.num_cpus)
+    require_cpus(runners, "env_runners.num_env_runners", "one per env runner", echo=echo)
     from tensorboardX import SummaryWriter
 
     algo = build_algo(cfg)

@@ -23,6 +23,7 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,9 +155,10 @@ class PolicyStore:
         ptr = self._pointer()
         previous = ptr.get("current")
         history = [v for v in ptr["history"] if v != version] + [version]
-        self._write_pointer({"current": version, "history": history})
         self._append({"event": "promote", "version": version, "previous": previous,
-                      **({"gate": figures} if figures else {})})
+                      **({"gate": figures} if figures else {})},
+                     then=lambda: self._write_pointer({"current": version,
+                                                       "history": history}))
         return version
 
     def stage(self, policy_dir: str | Path) -> str:
@@ -208,8 +210,9 @@ class PolicyStore:
             raise ValidationError("store", f"{self.root}: no earlier version to roll back to")
         dropped = history.pop()
         self._loadable(history[-1])
-        self._write_pointer({"current": history[-1], "history": history})
-        self._append({"event": "rollback", "version": history[-1], "from": dropped})
+        self._append({"event": "rollback", "version": history[-1], "from": dropped},
+                     then=lambda: self._write_pointer({"current": history[-1],
+                                                       "history": history}))
         return history[-1]
 
     def _write_pointer(self, doc: dict[str, Any]) -> None:
@@ -225,8 +228,21 @@ class PolicyStore:
         """Add an event of the caller's own (e.g. a learning round that failed) to the log."""
         self._append(event)
 
-    def _append(self, event: dict[str, Any]) -> None:
+    def _append(self, event: dict[str, Any], then: Callable[[], None] | None = None) -> None:
+        """Log ``event`` (written and fsynced). ``then`` -- the pointer's change the event
+        records -- runs once the log is open for appending and before the line is written:
+        a log that cannot be written (read-only, not a file) stops the change before it
+        happens, and a change that fails is not logged as done."""
         self._writable()
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / LOG, "a") as f:
+        try:
+            f = open(self.root / LOG, "a", encoding="utf-8")  # noqa: SIM115 (the with below)
+        except OSError as e:
+            raise ValidationError("store", f"{self.root / LOG}: cannot be written "
+                                  f"({e.strerror or type(e).__name__}); nothing changed") from None
+        with f:
+            if then is not None:
+                then()
             f.write(json.dumps({"time": time.time(), **event}, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())

@@ -175,7 +175,7 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
     """Run the sweep; write the Pareto table, plot and recommended weights; return a summary."""
     from smartsched.objectives.scenarios import load_scenarios
     from smartsched.rl.config import load_train_config
-    from smartsched.rl.train import _init_ray
+    from smartsched.rl.train import _init_ray, require_cpus
     from smartsched.tuning import pareto
     from smartsched.tuning.sweep import load_sweep
 
@@ -205,6 +205,11 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
 
     # A bad override fails here, named, not as a traceback in every trial.
     check_merged_train_config(validate(TrainConfig, train_doc))
+    runners = int(train_doc.get("env_runners", {}).get("num_env_runners", 0) or 0)
+    trial_cpus = (sweep.trial_cpus + runners, "sweep.trial_cpus", f"each trial: "
+                  f"{sweep.trial_cpus:g} of its own and 1 for each of its {runners} env "
+                  "runners")
+    require_cpus(*trial_cpus, num_cpus=train_cfg.num_cpus, echo=echo)  # before the baseline
     out = Path(output_dir or sweep.output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
 
@@ -214,6 +219,7 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
     (out / "baseline.json").write_text(json.dumps(base, indent=2) + "\n")
 
     _init_ray(out, train_cfg.num_cpus)
+    require_cpus(*trial_cpus, echo=echo)
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler
 
