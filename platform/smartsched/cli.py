@@ -1234,7 +1234,8 @@ def bench_rl(policy: str | None, skip_sampling: bool, envs_per_runner: str, roun
 @click.option("--proofs", default=100, show_default=True, type=click.IntRange(1))
 @click.option("--no-fsync", is_flag=True, help="Skip fsync (shows what the disk costs).")
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None,
-              help="Keep the log here (default: a temporary folder, removed).")
+              help="Keep the log here (default: a temporary folder, removed): new, "
+                   "empty or made by an earlier run (never a real audit log: it is cleared).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_audit(records: int, proofs: int, no_fsync: bool, work_dir: str | None,
@@ -1441,7 +1442,9 @@ def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
               type=click.IntRange(10, 100_000), help="Sequential requests per path.")
 @click.option("--batches", default=4, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--state-dir", default="runs/bench_serve", show_default=True)
+@click.option("--state-dir", default="runs/bench_serve", show_default=True,
+              help="The benchmark's own folder: new, empty or made by an earlier run "
+                   "(never a service's --state-dir: its files are cleared).")
 @click.option("--journal/--no-journal", default=True, show_default=True,
               help="Sites journal reservations (fsynced), as `smartsched serve` runs them.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,

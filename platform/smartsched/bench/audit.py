@@ -49,8 +49,10 @@ def run_audit_bench(records: int = 1_000_000, proofs: int = 100, fsync: bool = T
                     echo: Any = print) -> dict[str, Any]:
     from smartsched.audit.log import AuditLog
     from smartsched.audit.verify import check_proof, prove, verify_log
+    from smartsched.bench.workdir import bench_dir
 
-    root = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="smartsched-audit-"))
+    root = (bench_dir(work_dir, "audit", "--work-dir") if work_dir  # never a real audit log
+            else Path(tempfile.mkdtemp(prefix="smartsched-audit-")))
     shutil.rmtree(root / "log", ignore_errors=True)
     shutil.rmtree(root / "heads", ignore_errors=True)
     key = Ed25519PrivateKey.generate()

@@ -121,12 +121,12 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
     import requests
     from ray import serve
 
+    from smartsched.bench.workdir import bench_dir
     from smartsched.model.presets import regional
     from smartsched.serving.app import build_app
     from smartsched.workloads.parquet_io import write_cluster
 
-    state = Path(state_dir).resolve()
-    state.mkdir(parents=True, exist_ok=True)
+    state = bench_dir(state_dir, "serve", "--state-dir")  # never a service's own state
     cluster_file = state / f"regional-{nodes_per_region}.parquet"
     write_cluster(regional(nodes_per_region), cluster_file)
     (state / "token").write_text(TOKEN)
