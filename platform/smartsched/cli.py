@@ -224,7 +224,8 @@ def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
               default="rllib_configs/ppo_default.yaml", show_default=True)
 @click.option("--iterations", type=int, default=None, help="Override the config's iterations.")
 @click.option("--resume", is_flag=True, help="Continue from the latest checkpoint.")
-@click.option("--output-dir", default=None, help="Override the config's output_dir.")
+@click.option("--output-dir", default=None,
+              help="Override the config's output_dir (one holding a run needs --resume).")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=None,
               help="Override the config's seed (training seeds: run several, report spread).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -240,6 +241,10 @@ def train(config_path: str, iterations: int | None, resume: bool, output_dir: st
         cfg = cfg.model_copy(update={"seed": seed})
     if iterations is not None and iterations < 1:
         raise click.BadParameter("--iterations must be >= 1")
+    if not resume:
+        from smartsched.rl.train import refuse_earlier_run
+
+        refuse_earlier_run(Path(output_dir or cfg.output_dir))
     summary = run_train(cfg, iterations=iterations, resume=resume, output_dir=output_dir,
                         echo=click.echo)
     click.echo(f"policy: {summary['policy']}  (use --scheduler rl:{summary['policy']})")

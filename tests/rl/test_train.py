@@ -385,3 +385,39 @@ def test_more_env_runners_than_cpus_is_refused_before_ray_starts(
     said: list[str] = []
     require_cpus(3, "env_runners.num_env_runners", "one per env runner", echo=said.append)
     assert said and said[0].startswith("warning: env_runners.num_env_runners asks for 3")
+
+
+def test_a_fresh_run_into_a_folder_holding_one_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --resume, training into an earlier run's folder overwrote its checkpoints
+    and its exported policy and mixed two runs in progress.jsonl."""
+    out = tmp_path / "run"
+    (out / "checkpoints" / "iter_000002").mkdir(parents=True)
+    (out / "checkpoints" / "iter_000002" / "rllib_checkpoint.json").write_text("{}")
+    (out / "latest").write_text("iter_000002\n")
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(TINY.replace("OUT", str(out)))
+    ran: list[bool] = []
+
+    def fake_train(*_a: Any, **_k: Any) -> dict[str, Any]:
+        ran.append(True)
+        return {"policy": str(out / "policy")}
+
+    monkeypatch.setattr("smartsched.rl.train.train", fake_train)
+    before = sorted(p.name for p in out.rglob("*"))
+    r = CliRunner().invoke(main, ["train", "--config", str(cfg)])
+    assert r.exit_code == 2, r.output
+    assert "--output-dir" in r.output and "checkpoint iter_000002" in r.output
+    assert "--resume continues it" in r.output and not ran
+    assert sorted(p.name for p in out.rglob("*")) == before
+    only_policy = tmp_path / "exported"
+    (only_policy / "policy").mkdir(parents=True)
+    (only_policy / "policy" / "smartsched_policy.json").write_text("{}")
+    r = CliRunner().invoke(main, ["train", "--config", str(cfg), "--output-dir",
+                                  str(only_policy)])
+    assert r.exit_code == 2 and "an exported policy" in r.output, r.output
+    r = CliRunner().invoke(main, ["train", "--config", str(cfg), "--resume"])
+    assert r.exit_code == 0 and ran, r.output
+    r = CliRunner().invoke(main, ["train", "--config", str(cfg), "--output-dir",
+                                  str(tmp_path / "new")])
+    assert r.exit_code == 0 and len(ran) == 2, r.output

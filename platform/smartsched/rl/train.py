@@ -216,6 +216,16 @@ def latest_checkpoint(out: Path) -> Path | None:
     return None
 
 
+def refuse_earlier_run(out: Path) -> None:
+    """A fresh training into a folder that holds one would overwrite its checkpoints and its
+    exported policy and mix the two runs' progress lines: refused, naming --output-dir."""
+    latest = latest_checkpoint(out)
+    if latest is not None or (out / "policy" / POLICY_META).is_file():
+        held = f"checkpoint {latest.name}" if latest else "an exported policy"
+        raise ValidationError("--output-dir", f"{out} holds a training run ({held}); "
+                              "--resume continues it, another folder starts a new one")
+
+
 def export_policy(checkpoint: Path, out: Path, cfg: TrainConfig, iteration: int) -> Path:
     """Copy the RLModule out of an algorithm checkpoint, with the env settings it needs."""
     dest = out / "policy"
