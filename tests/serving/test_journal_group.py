@@ -84,3 +84,19 @@ def test_compaction_inside_a_group_keeps_each_reservation_once(tmp_path) -> None
     again = _restart(site, tmp_path)
     assert set(again.reservations) == set(site.reservations)
     assert len(again.reservations) == 22
+
+
+def test_a_live_state_larger_than_the_compaction_limit_is_not_rewritten_per_event(
+        tmp_path) -> None:
+    """Once the live reservations outnumbered ``compact_after``, every event found the
+    journal past its limit and rewrote the whole file (quadratic in the site's size)."""
+    site = _site(tmp_path, compact_after=5)
+    site.place([pod(f"p{i}", cpu=100) for i in range(12)], ttl_s=600)  # 12 live > 5
+    writes = []
+    real = site.journal.rewrite
+    site.journal.rewrite = lambda events: (writes.append(len(events)), real(events))[1]
+    for i in range(12):
+        site.place([pod(f"q{i}", cpu=100)], ttl_s=600)
+    assert len(writes) == 1  # once the file doubled, not once per request
+    again = _restart(site, tmp_path)
+    assert len(again.reservations) == 24

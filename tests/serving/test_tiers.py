@@ -346,12 +346,11 @@ def test_the_service_preempts_lower_priority_reservations_only_when_enabled(tmp_
 
 def test_a_request_never_preempts_its_own_placements(tmp_path) -> None:
     site = _one_node_site(tmp_path, preemption=True)
-    out = site.place([_pod("low", cpu=3000, priority=100), _pod("high", cpu=2000,
-                                                                priority=1000)],
-                     ttl_s=500, request_id="r1")
+    pods = [_pod("low", cpu=3000, priority=100), _pod("high", cpu=2000, priority=1000)]
+    out = site.place(pods, ttl_s=500, request_id="r1")
     assert out[0].placed and not out[1].placed and "this same request" in out[1].reason
     assert set(site.reservations) == {out[0].reservation_id}
-    assert site.place([], ttl_s=500, request_id="r1") == out  # the cached answer is true
+    assert site.place(pods, ttl_s=500, request_id="r1") == out  # the cached answer is true
 
 
 def test_without_preemption_or_for_a_gang_the_service_refuses_and_keeps_everything(
@@ -525,11 +524,28 @@ def test_a_preemption_the_sandbox_refuses_changes_nothing(tmp_path) -> None:
     assert high.validation is not None and not high.validation["accepted"]
     assert set(site.reservations) == {web.reservation_id}
     assert site.state is state_obj and np.array_equal(site.state.allocated, allocated)
-    assert site.place([], ttl_s=500, request_id="r-web")[0].placed  # its answer kept
+    assert site.place([_pod("web", cpu=4000, priority=100, pod_class=PodClass.ONLINE)],
+                      ttl_s=500, request_id="r-web")[0].placed  # its answer kept
     # Nothing of the refused request reached the journal.
     site.journal.close()
     again = SitePlacer(site.spec, "k8s-default", journal=Journal(tmp_path / "s.jsonl"))
     assert set(again.reservations) == {web.reservation_id}
+
+
+def test_a_refused_preemption_of_two_pods_of_one_request_keeps_its_whole_answer(
+        tmp_path) -> None:
+    """Each victim took its pod out of its request's answer; the undo put back the answer as
+    the last victim found it (one pod short), so a retry booked that pod a second time."""
+    site = _validated_site(tmp_path, "risky")
+    web = site.place([_pod(f"web{i}", cpu=2000, priority=100, pod_class=PodClass.ONLINE)
+                      for i in range(2)], ttl_s=500, request_id="r-web")
+    assert all(r.placed for r in web) and len(site.reservations) == 2
+    high = site.place([_pod("high", cpu=4000, priority=1000)], ttl_s=500)[0]
+    assert not high.placed and "refused by sandbox validation" in high.reason
+    again = site.place([_pod(f"web{i}", cpu=2000, priority=100, pod_class=PodClass.ONLINE)
+                        for i in range(2)], ttl_s=500, request_id="r-web")
+    assert [r.reservation_id for r in again] == [r.reservation_id for r in web]
+    assert len(site.reservations) == 2 and site.state.allocated[0, 0] == 4000
 
 
 def test_a_request_asking_for_validation_gets_the_verdict_and_is_kept(tmp_path) -> None:

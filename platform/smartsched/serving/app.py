@@ -60,6 +60,8 @@ from smartsched.serving.schemas import (
 
 API_TITLE = "SmartSched placement service"
 PROFILE_FIELDS = ("region_profile", "edge_profile", "profiles")
+# The cloud tier's answers to requests with an id, beside the sites' journals.
+ANSWERS_JOURNAL = "cloud.answers.jsonl"
 
 # The two credentials, declared in the OpenAPI document (the check itself is
 # Ingress.authorize, run before the body is read; these only document it).
@@ -385,7 +387,8 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
 
     @app.exception_handler(SmartSchedError)
     async def _other(_: Request, e: SmartSchedError) -> JSONResponse:
-        return _error(409, "request", str(remote_cause(e)))
+        c = remote_cause(e)  # a conflict names its field when it has one
+        return _error(409, getattr(c, "field", "request"), getattr(c, "message", str(c)))
 
     return app
 
@@ -701,10 +704,18 @@ class Ingress(Authorizer):
                 return await handle.drop_gang_hold.remote(gang)
             return drop
 
+        journal = None
+        if self.cfg.journal_dir is not None:  # idempotent answers outlive this replica
+            from pathlib import Path
+
+            from smartsched.serving.journal import Journal
+
+            journal = Journal(Path(self.cfg.journal_dir) / ANSWERS_JOURNAL)
         self.cloud = CloudTier(self.h, {k: caller(v) for k, v in regions.items()},
                                {k: caller(v) for k, v in edges.items()}, self._free_of,
                                RankWeights(**self.cfg.ranking.model_dump()),
-                               drop_holds={k: dropper(v) for k, v in self.sites.items()})
+                               drop_holds={k: dropper(v) for k, v in self.sites.items()},
+                               journal=journal)
         self.metrics = ServiceMetrics()
         self.site_names = frozenset(s.name for s in self.h.spec.sites)
         zone_site = self.h.spec.zone_site()

@@ -9,8 +9,10 @@ lost and a released one never comes back. A request's events are one group
 a 500-pod batch costs one fsync, not 500 (group commit; the guarantee is the
 same, since no answer leaves before its group is on disk). On start the site
 replays it; when
-the file grows past ``compact_after`` events it is rewritten as the live
-reservations only (write to a temp file, fsync, atomic rename).
+the file grows past ``compact_after`` events, and past twice the live state it
+was last rewritten with, it is rewritten as the live reservations only (write to
+a temp file, fsync, atomic rename): a live state larger than ``compact_after``
+does not make every event rewrite the whole file.
 
 The journal is private to one service instance: its directory is created 0700
 and its files 0600 (reservations name tenants and pods), and an exclusive lock
@@ -59,6 +61,16 @@ def _lock(path: Path, wait_s: float) -> int:
     return fd
 
 
+def _plain(x: Any) -> Any:
+    """A value ``json`` does not write (a numpy scalar in an answer) as one it does."""
+    item = getattr(x, "item", None)
+    return item() if callable(item) else str(x)
+
+
+def _line(event: dict[str, Any]) -> str:
+    return json.dumps(event, separators=(",", ":"), default=_plain) + "\n"
+
+
 def pod_to_dict(pod: Pod) -> dict[str, Any]:
     """Every field of ``pod`` as JSON-ready values. Field by field rather than
     ``dataclasses.asdict``, whose deep copy cost more than the placement itself in a
@@ -89,6 +101,7 @@ class Journal:
         self.fsync = fsync
         self.compact_after = compact_after
         self.events = sum(1 for _ in self._lines()) if self.path.exists() else 0
+        self.live = 0  # events the last rewrite wrote (the live state then)
         self._f = _open_private(self.path, "a")
         self.fsyncs = 0  # how many times the file was fsynced (benchmarks, tests)
         self._pending: list[str] | None = None  # lines of the open group
@@ -111,7 +124,7 @@ class Journal:
     def append(self, event: dict[str, Any]) -> None:
         """Record ``event``: on disk (fsynced) when this returns, or, inside ``group()``,
         when the outermost group ends."""
-        line = json.dumps(event, separators=(",", ":")) + "\n"
+        line = _line(event)
         self.events += 1
         if self._pending is not None:
             self._pending.append(line)
@@ -144,7 +157,9 @@ class Journal:
             self.fsyncs += 1
 
     def needs_compaction(self) -> bool:
-        return self.events > self.compact_after
+        """Past ``compact_after`` events and twice the last rewrite's: compaction costs the
+        live state's size, so it runs once per as many events, whatever that size."""
+        return self.events > max(self.compact_after, 2 * self.live)
 
     def rewrite(self, events: list[dict[str, Any]]) -> None:
         """Replace the journal by ``events`` (the live state), atomically. The lines of an
@@ -152,13 +167,13 @@ class Journal:
         tmp = self.path.with_suffix(".tmp")
         with _open_private(tmp, "w") as f:
             for e in events:
-                f.write(json.dumps(e, separators=(",", ":")) + "\n")
+                f.write(_line(e))
             f.flush()
             os.fsync(f.fileno())
         self._f.close()
         os.replace(tmp, self.path)
         self._f = _open_private(self.path, "a")
-        self.events = len(events)
+        self.events = self.live = len(events)
         if self._pending is not None:
             self._pending = []
 

@@ -67,6 +67,18 @@ class Reservation:
     request_id: str | None = None
 
 
+class NodeUpdateConflict(SmartSchedError):
+    """A node update that would leave a live reservation no room (HTTP 409 naming the
+    update's ``field``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message)  # the args rebuild it (errors cross Ray workers)
+        self.field, self.message = field, message
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
 def _as_shown(e: Exception, profile: str, label: str) -> ValidationError:
     """``e`` (loading ``profile``, the resolved form of ``label``) as an error that names
     ``label`` only: its message with the resolved path replaced by the label's, the same
@@ -236,7 +248,21 @@ class SitePlacer:
         """
         if request_id is not None and request_id in self.answers:
             self.answers.move_to_end(request_id)
-            return self.answers[request_id]
+            held = {r.pod_id: r for r in self.answers[request_id]}
+            rest = [p for p in pods if p.id not in held]
+            if not rest:  # a retry: the same answer, in the request's order
+                answer = self.answers[request_id]
+                if [r.pod_id for r in answer] != [p.id for p in pods]:  # recovered
+                    self.answers[request_id] = answer = [held[p.id] for p in pods]
+                return answer
+            # Part of the request is answered here no more: a restart recovers only the
+            # reservations still held (one per pod or gang), a preemption takes its pods
+            # out. Those pods are placed again; the others keep their bookings.
+            with self._journal_group():
+                held.update((r.pod_id, r) for r in self._place(rest, ttl_s, request_id,
+                                                                 validate))
+            self.answers[request_id] = answer = [held[p.id] for p in pods]
+            return answer
         with self._journal_group():  # one fsync for the request, before it is answered
             return self._place(pods, ttl_s, request_id, validate)
 
@@ -335,7 +361,7 @@ class SitePlacer:
         reservations, the expiry heap and the answers a preemption forgot."""
         self.state.__dict__.update(before.__dict__)
         self.reservations, self._expiry = saved
-        for key, value in self._popped or ():
+        for key, value in reversed(self._popped or ()):  # the first saved is the original
             self.answers[key] = value
         self._popped = None
         self._made_now = set()
@@ -430,9 +456,11 @@ class SitePlacer:
                 r = self.release(rid)
                 if self._victims is not None:
                     self._victims.extend(b.pod for b in r.bookings)
-                if r.request_id is not None:  # a retry must not see it as placed
-                    answer = self.answers.pop(r.request_id, None)
-                    if answer is not None and self._popped is not None:
+                answer = self.answers.get(r.request_id) if r.request_id is not None else None
+                if answer is not None:  # a retry must not see these pods as placed
+                    gone = {b.pod.id for b in r.bookings}
+                    self.answers[r.request_id] = [a for a in answer if a.pod_id not in gone]
+                    if self._popped is not None:
                         self._popped.append((r.request_id, answer))
                 released.append((rid, tuple(b.pod.id for b in r.bookings)))
             preempted = tuple(released)
@@ -560,7 +588,12 @@ class SitePlacer:
         current = {n.name: n for n in self.spec.nodes}
         specs = [node_from_update(row, name, changes, current.get(name),
                                   self.spec.zones[0].name) for row, name, changes in updates]
-        return self.upsert_nodes(specs, usage, dry_run=dry_run)
+        self.expire()  # a reservation past its TTL holds no room the update must leave
+        try:
+            return self.upsert_nodes(specs, usage, dry_run=dry_run)
+        except NodeUpdateConflict as e:  # named as the request's row
+            rows = {f"nodes.{name}": f"nodes.{row}" for row, name, _ in updates}
+            raise NodeUpdateConflict(rows.get(e.field, e.field), e.message) from None
 
     def upsert_nodes(self, nodes: Sequence[NodeSpec],
                      usage: dict[str, tuple[float, float, float]] | None = None,
@@ -609,16 +642,22 @@ class SitePlacer:
         state.usage[: self.state.num_nodes] = self.state.usage
         state.now = self.state.now
         rebooked: dict[str, list[Booking]] = {}
+        bound = self.state.bound
         for rid, r in self.reservations.items():
             rebooked[rid] = []
             for b in r.bookings:
                 node = state.node_index(self.state.names[b.node])
                 req = state.compile(b.pod)
+                # When it is expected to leave, as booked: gang reservations plan on it.
+                row = next((x for x in bound.row_of.get(id(b.request), ())
+                            if bound.node[x] == b.node), None)
+                until = float(bound.until[row]) if row is not None else np.inf
                 try:
-                    state.allocate(node, req, b.devices)
+                    state.allocate(node, req, b.devices, until=until)
                 except InfeasibleDecisionError as e:
-                    raise SmartSchedError(
-                        f"nodes.{self.state.names[b.node]}: the update does not leave room for "
+                    name = self.state.names[b.node]
+                    raise NodeUpdateConflict(
+                        f"nodes.{name}", f"the update of node {name} does not leave room for "
                         f"reservation {rid} ({e}); release it first") from None
                 rebooked[rid].append(Booking(b.pod, node, b.devices, req))
         if not commit:
@@ -701,12 +740,12 @@ class SitePlacer:
                             e.get("request_id"))
             self.reservations[rid] = r
             self._track(r)
-            if r.request_id is not None:
+            if r.request_id is not None:  # a request's reservations share its answer
                 zone_names = self.state.zone_names
-                self.answers[r.request_id] = [SiteResult(
+                self.answers.setdefault(r.request_id, []).extend(SiteResult(
                     b.pod.id, True, node=self.state.names[b.node],
                     zone=zone_names[int(self.state.zone_id[b.node])], devices=b.devices,
-                    reservation_id=rid, expires_at=r.expires_at) for b in bookings]
+                    reservation_id=rid, expires_at=r.expires_at) for b in bookings)
         # Start the file afresh with the live state only.
         journal.rewrite(self._snapshot_events())
 

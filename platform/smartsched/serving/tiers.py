@@ -42,6 +42,7 @@ import numpy as np
 from smartsched.model.errors import SmartSchedError, remote_cause
 from smartsched.model.pod import Pod, PodClass
 from smartsched.serving.hierarchy import Hierarchy, RankWeights
+from smartsched.serving.journal import Journal
 from smartsched.serving.site import IDEMPOTENCY_KEEP, SitePlacer, SiteResult, site_subspec
 from smartsched.twin.green import node_scores, node_use, site_terms
 from smartsched.twin.state import POWER_OFF
@@ -437,9 +438,12 @@ class CloudTier:
                  free_of: Callable[[], Awaitable[dict[str, dict[str, float]]]],
                  weights: RankWeights | None = None, clock: Callable[[], float] = time.time,
                  drop_holds: dict[str, Callable[[str], Awaitable[Any]]] | None = None,
-                 ) -> None:
+                 journal: Journal | None = None) -> None:
         """``drop_holds``: per site, drop the room it holds for a gang (``gang_room``), so a
-        gang placed elsewhere, or held by another site already, does not keep it."""
+        gang placed elsewhere, or held by another site already, does not keep it.
+        ``journal``: where the answers to requests with an id are kept across a restart
+        (else a retry after one is placed again, possibly at another site than the first
+        time: booked twice)."""
         self.h = hierarchy
         self.regions = regions
         self.edges = edges
@@ -455,6 +459,30 @@ class CloudTier:
         # first await: concurrent requests with one key and different bodies get a 409
         # instead of each placing (an answer is stored only when its request is done).
         self._bodies: OrderedDict[str, str] = OrderedDict()
+        self.journal = journal
+        if journal is not None:
+            for e in journal.replay():
+                if e.get("op") == "answer":
+                    self._remember(e["key"], e["body"], e["results"], log=False)
+            journal.rewrite(self._answer_events())
+
+    def _remember(self, key: str, body: str, results: list[dict[str, Any]],
+                  log: bool = True) -> None:
+        """Keep the answer to request ``key`` (the last IDEMPOTENCY_KEEP), journaled."""
+        self.answers[key] = (body, results)
+        self.answers.move_to_end(key)
+        while len(self.answers) > IDEMPOTENCY_KEEP:
+            self.answers.popitem(last=False)
+        self._bodies.setdefault(key, body)
+        if log and self.journal is not None:
+            self.journal.append({"op": "answer", "key": key, "body": body,
+                                 "results": results})
+            if self.journal.needs_compaction():  # as the kept answers only
+                self.journal.rewrite(self._answer_events())
+
+    def _answer_events(self) -> list[dict[str, Any]]:
+        return [{"op": "answer", "key": k, "body": body, "results": res}
+                for k, (body, res) in self.answers.items()]
 
     async def place(self, pods: Sequence[Pod], ttl_s: float,
                     request_id: str | None, validate: bool = False,
@@ -506,9 +534,7 @@ class CloudTier:
         # An answer with escalations queued at an edge is not final: a retry goes back to
         # the edge, which answers it from its queue or from the reconciled answer.
         if request_id is not None and not any(r.get("escalation") for r in results):
-            self.answers[request_id] = (body, results)
-            while len(self.answers) > IDEMPOTENCY_KEEP:
-                self.answers.popitem(last=False)
+            self._remember(request_id, body, results)
         return results
 
     async def _release_extra_holds(self, plans: list[_Plan]) -> None:
