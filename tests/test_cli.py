@@ -60,6 +60,11 @@ def test_simulate_mixed_replay_writes_report(tmp_path: Path) -> None:
           "--json", "/proc/nope/r.json"], "'--json'"),
         # a settings model's own check (NaN passes click's range) is one line too
         (["bench", "gate", "--hours", "nan"], "hours"),
+        # a list that names nothing printed an empty table (or nothing) and exited 0
+        (["bench", "fgd", "--variants", ",", "--seeds", "1"], "'--variants'"),
+        (["bench", "quality", "--schedulers", ",", "--seeds", "0"], "'--schedulers'"),
+        (["bench", "telemetry", "--clusters", ""], "'--clusters'"),
+        (["bench", "gate", "--kinds", ",,"], "'--kinds'"),
     ],
 )
 def test_bad_paths_seeds_and_workers_are_one_line_errors(args: list[str], needle: str) -> None:

@@ -77,3 +77,52 @@ def test_a_binary_file_is_named_not_a_decode_traceback(tmp_path) -> None:
     with pytest.raises(ValidationError, match="not UTF-8") as e:
         read_yaml(bad, "nodes")
     assert e.value.field == "nodes"
+
+
+LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n"
+    for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    # a few lines of aliases of aliases stand for 9^9 values: pydantic's error for them
+    # exhausted memory (the process aborted)
+    (LAUGHS + "filters: *i\n", "more than 1,000,000 values"),
+    ("a: " + "[" * 3000 + "]" * 3000 + "\n", "deeper than 100"),  # was a RecursionError
+    ("a: " + "[" * 150 + "]" * 150 + "\n", "deeper than 100"),
+    ("a: &x [*x]\n", "deeper than 100"),  # a document that contains itself
+    # safe_load kept the second silently: a profile's second ``score:`` dropped the first
+    ("score: [a]\nfilters: [b]\nscore: [c]\n", "duplicate key 'score'"),
+])
+def test_a_document_too_big_deep_or_ambiguous_is_one_error(text: str, says: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        read_yaml_text(text, "profile", source="p.yaml")
+    assert e.value.field == "profile" and says in e.value.message
+    assert "\n" not in str(e.value)
+
+
+def test_yaml_errors_fit_on_one_line_with_the_place() -> None:
+    with pytest.raises(ValidationError) as e:
+        read_yaml_text("a: [unclosed", "config")
+    assert "\n" not in str(e.value) and "(line 1, column 13)" in e.value.message
+
+
+def test_merge_keys_may_still_be_overridden() -> None:
+    doc = read_yaml_text("base: &b {x: 1, y: 2}\nmine: {<<: *b, y: 3}\n", "config")
+    assert doc["mine"] == {"x": 1, "y": 3}
+
+
+def test_a_fifo_or_device_is_refused_not_waited_on(tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "c.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ValidationError) as e:  # reading it waited for a writer forever
+        read_yaml(fifo, "config")
+    assert "not a regular file" in e.value.message
+    with pytest.raises(ValidationError) as e:  # /dev/zero ended in a MemoryError
+        read_yaml("/dev/zero", "config")
+    assert "not a regular file" in e.value.message
+    with pytest.raises(ValidationError) as e:
+        read_yaml(tmp_path, "config")
+    assert "is a directory" in e.value.message

@@ -68,6 +68,7 @@ def _write_json(path: str | None, doc: Any) -> None:
         Path(path).write_text(json.dumps(doc, indent=2) + "\n")
 
 
+MAX_PROOF_BYTES = 16 << 20  # an inclusion proof or one record: a few KiB
 MAX_SEEDS = 10_000  # runs one benchmark may ask for (each is a whole simulation)
 MAX_SEED = 2**32 - 1  # numpy's seed range
 
@@ -79,6 +80,15 @@ def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None
     return None if value is None else _seeds(value)
 
 
+def _name_list(_ctx: click.Context, _param: click.Parameter, value: str | None
+               ) -> str | None:
+    """A comma-separated list option that names nothing (``,``) is refused: a benchmark
+    over no variants printed an empty table and exited 0."""
+    if value is not None and not [x for x in value.split(",") if x.strip()]:
+        raise click.BadParameter("names nothing (a comma-separated list of names)")
+    return value
+
+
 def _scheduler_names(_ctx: click.Context, param: click.Parameter, value: str | None
                      ) -> str | None:
     """A comma-separated scheduler option checked as the command line is read: each name
@@ -87,6 +97,7 @@ def _scheduler_names(_ctx: click.Context, param: click.Parameter, value: str | N
     from smartsched.model.errors import ValidationError
     from smartsched.scheduling.base import make_scheduler
 
+    _name_list(_ctx, param, value)
     for name in (value or "").split(","):
         if not name.strip():
             continue
@@ -1027,17 +1038,24 @@ def audit_check_proof(proof: str, record_path: str, public_key: str,
     from smartsched.audit.keys import load_public_key
     from smartsched.audit.verify import check_proof
     from smartsched.model.errors import ValidationError
+    from smartsched.paths import read_regular_file
 
-    try:
-        record = json.loads(Path(record_path).read_text(encoding="utf-8"))
+    try:  # a FIFO or /dev/zero given as a file is refused, not waited on or read forever
+        record = json.loads(read_regular_file(record_path, MAX_PROOF_BYTES).decode("utf-8"))
     except ValueError as e:  # not JSON, or not UTF-8 text
         raise ValidationError("record", f"not a JSON record ({type(e).__name__}: {e})",
+                              source=record_path) from None
+    except OSError as e:
+        raise ValidationError("record", f"cannot read: {e.strerror or e}",
                               source=record_path) from None
     if not isinstance(record, dict):
         raise ValidationError("record", "not a JSON object (a record's fields)",
                               source=record_path)
-    ok, why = check_proof(Path(proof).read_bytes(), record, load_public_key(public_key),
-                          log_id)
+    try:
+        proof_bytes = read_regular_file(proof, MAX_PROOF_BYTES)
+    except OSError as e:
+        raise ValidationError("proof", f"cannot read: {e.strerror or e}", source=proof) from None
+    ok, why = check_proof(proof_bytes, record, load_public_key(public_key), log_id)
     click.echo(("OK: " if ok else "FAILED: ") + why)
     if not ok:
         raise SystemExit(1)
@@ -1063,7 +1081,7 @@ def _int_list(text: str, param: str, low: int, high: int) -> list[int]:
 
 
 @bench.command("fgd")
-@click.option("--variants", default="default", show_default=True,
+@click.option("--variants", callback=_name_list, default="default", show_default=True,
               help="openb trace variants, comma-separated (default,cpu050,gpushare40,...).")
 @click.option("--schedulers", callback=_scheduler_names,
               default="random,dotprod,gpu-clustering,gpu-packing,bestfit,fgd,"
@@ -1086,9 +1104,11 @@ def bench_fgd(variants: str, schedulers: str, seeds: list[int], inflate: float, 
 
 
 @bench.command("quality")
-@click.option("--workload", "workloads", default="mixed,openb:default", show_default=True,
+@click.option("--workload", "workloads", callback=_name_list, default="mixed,openb:default",
+              show_default=True,
               help="Workloads, comma-separated; paired with --cluster by position.")
-@click.option("--cluster", "clusters", default="medium,openb-all", show_default=True)
+@click.option("--cluster", "clusters", callback=_name_list, default="medium,openb-all",
+              show_default=True)
 @click.option("--schedulers", callback=_scheduler_names,
               default=None, help="Default: every packaged profile.")
 @click.option("--seeds", callback=_seed_list, default="0", show_default=True)
@@ -1195,7 +1215,8 @@ def bench_sandbox(profiles: str, nodes: int, decisions: int, cluster: str, workl
 @click.option("--degrade", type=FiniteRange(min=0, max=1), default=0.5, show_default=True,
               help="The 'better' case: the incumbent vs itself with this share of decisions "
               "made by k8s-default.")
-@click.option("--kinds", default="random,worst,nofilter,identical,better", show_default=True)
+@click.option("--kinds", callback=_name_list, default="random,worst,nofilter,identical,better",
+              show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
@@ -1294,7 +1315,8 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
 
 
 @bench.command("carbon")
-@click.option("--series", default="ger-2020,gb-2020,ca-2022", show_default=True,
+@click.option("--series", callback=_name_list, default="ger-2020,gb-2020,ca-2022",
+              show_default=True,
               help="Public grid series under the data dir.")
 @click.option("--slack-hours", default="24,48", show_default=True,
               help="Deadlines after arrival, comma-separated (at most 168).")
@@ -1310,7 +1332,8 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
               help="--twin: start days in the grid series (one run each).")
 @click.option("--hours", type=FiniteRange(min=1, max=24 * 30), default=72.0,
               show_default=True, help="--twin: simulated hours per run.")
-@click.option("--variants", default="agnostic,time,space,time+space", show_default=True,
+@click.option("--variants", callback=_name_list, default="agnostic,time,space,time+space",
+              show_default=True,
               help="--twin: batch placement variants (also: green, time+green -- "
               "GreenScore instead of GridCarbon; green-run, time+green-run -- GreenScore "
               "on the renewable share expected over the pod's run).")
@@ -1356,7 +1379,8 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
               help="gap: ruin-and-recreate rounds after polish (default: the placer's).")
 @click.option("--window", type=click.IntRange(min=1, max=20_000), default=1000,
               show_default=True, help="speed: pods in the window.")
-@click.option("--variants", default="default,cpu050,gpushare40,multigpu50", show_default=True,
+@click.option("--variants", callback=_name_list, default="default,cpu050,gpushare40,multigpu50",
+              show_default=True,
               help="fill: openb trace variants.")
 @click.option("--fill-seeds", callback=_seed_list, default="42-44", show_default=True)
 @click.option("--fill-spec", default="anneal:fgd?window=1000&value=gpu&homes=profile",
@@ -1425,7 +1449,7 @@ def bench_federation(data: str, cluster: str, sites: str | None, partition: str,
 
 
 @bench.command("telemetry")
-@click.option("--clusters", default="small,medium,large", show_default=True)
+@click.option("--clusters", callback=_name_list, default="small,medium,large", show_default=True)
 @click.option("--hours", default=2.0, show_default=True, help="Simulated before measuring.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)

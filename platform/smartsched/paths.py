@@ -8,6 +8,7 @@ and the audit log take on what they write.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import time
@@ -19,6 +20,21 @@ DATA_DIR_ENV = "SMARTSCHED_DATA_DIR"
 def data_dir() -> Path:
     """The public-trace root: ``$SMARTSCHED_DATA_DIR`` or ``../shared/data``."""
     return Path(os.environ.get(DATA_DIR_ENV, "../shared/data")).expanduser()
+
+
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them; an OSError (its
+    strerror says why) for anything else: a FIFO would wait for a writer forever and
+    /dev/zero never ends, where a user meant to name a file."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        why = "is a directory" if path.is_dir() else "not a regular file"
+        raise OSError(errno.EINVAL, why, str(path))
+    with path.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit:,} bytes", str(path))
+    return data
 
 
 def lock_exclusive(path: Path, wait_s: float) -> int | None:

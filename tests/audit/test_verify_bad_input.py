@@ -130,3 +130,23 @@ def test_a_public_key_that_is_neither_form_says_both_are_accepted() -> None:
     with pytest.raises(ValidationError, match="64 hex digits") as e:
         load_public_key("00")
     assert e.value.field == "public_key"
+
+
+def test_a_fifo_or_device_given_as_a_file_is_refused_not_waited_on(tmp_path: Path,
+                                                                   pub: str) -> None:
+    """A FIFO waited for a writer forever; /dev/zero was read until memory ran out."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for spec in (fifo, "/dev/zero"):
+        with pytest.raises(ValidationError, match="not a regular file") as e:
+            load_public_key(spec)
+        assert e.value.field == "public_key"
+    record = tmp_path / "r.json"
+    record.write_text("{}")
+    for args in (("--proof", str(fifo), "--record", str(record)),
+                 ("--proof", str(record), "--record", str(fifo)),
+                 ("--proof", str(record), "--record", "/dev/zero")):
+        res = _cli("audit", "check-proof", *args, "--public-key", pub)
+        assert res.exit_code == 2 and "not a regular file" in res.output, res.output

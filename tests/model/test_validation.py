@@ -175,15 +175,33 @@ def test_cluster_yaml_site_fields_are_typed_and_bounded(
 @pytest.mark.parametrize(
     ("node", "field"),
     [("count: true", "nodes[0].count"), ("labels: 5", "nodes[0].labels"),
-     ("taints: 5", "nodes[0].taints")],
+     ("taints: 5", "nodes[0].taints"),
+     # each of these was taken without a word: a cordon written as text ('false' is
+     # truthy), a label no selector can match, a node called 'None' or "{'a': 1}"
+     ("unschedulable: 'false'", "nodes.n.unschedulable"),
+     ("labels: {edge: true}", "nodes.n.labels"), ("labels: {x: {y: 1}}", "nodes.n.labels"),
+     ("name: null", "nodes[0].name"), ("name: {a: 1}", "nodes[0].name")],
 )
 def test_cluster_yaml_node_pool_fields_are_typed(tmp_path: Path, node: str, field: str) -> None:
     f = tmp_path / "c.yaml"
+    name = "" if node.startswith("name:") else "name: n, "
     f.write_text("sites: [{name: r1}]\nzones: [{name: z1, site: r1}]\n"
-                 f"nodes: [{{name: n, zone: z1, cpu_milli: 1000, memory_mib: 1024, {node}}}]\n")
+                 f"nodes: [{{{name}zone: z1, cpu_milli: 1000, memory_mib: 1024, {node}}}]\n")
     with pytest.raises(ValidationError) as e:
         cluster_from_yaml(f)
     assert e.value.field == field
+
+
+def test_cluster_yaml_pools_are_bounded_in_all(tmp_path: Path) -> None:
+    """Each pool's count was bounded but not their sum: five pools of a million built five
+    million nodes (and gigabytes) before anything ran."""
+    pools = ", ".join(f"{{name: p{i}, zone: z1, cpu_milli: 1000, memory_mib: 1024, "
+                      "count: 1000000}" for i in range(5))
+    f = tmp_path / "c.yaml"
+    f.write_text(f"sites: [{{name: r1}}]\nzones: [{{name: z1, site: r1}}]\nnodes: [{pools}]\n")
+    with pytest.raises(ValidationError) as e:
+        cluster_from_yaml(f)
+    assert e.value.field == "nodes" and "5,000,000" in e.value.message
 
 
 def test_node_topology_graph() -> None:

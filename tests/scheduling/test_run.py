@@ -105,3 +105,18 @@ def test_a_replay_starting_after_the_trace_ends_is_refused() -> None:
     with pytest.raises(ValidationError, match="past the trace's end") as e:
         build_run("small", "mixed", "k8s-default", hours=2.0, start_hours=500.0)
     assert e.value.field == "start_hours"
+
+
+def test_a_trace_running_past_the_longest_run_is_refused_without_hours() -> None:
+    """A pod at year 9999 made the whole-trace replay tick every 5 minutes for 8000
+    years (it never finished); with --hours the run stops there, as it always did."""
+    from smartsched.model.errors import ValidationError
+    from smartsched.model.pod import Pod
+
+    pods = [Pod(id="p0", cpu_milli=1000, memory_mib=64, arrival=0.0, duration=60.0),
+            Pod(id="p1", cpu_milli=1000, memory_mib=64, arrival=253402300799.0,
+                duration=1.0)]
+    with pytest.raises(ValidationError, match="pass --hours") as e:
+        build_run("small", pods, "k8s-default")
+    assert e.value.field == "hours" and "'p1'" in e.value.message
+    assert build_run("small", pods, "k8s-default", hours=1.0).drive() >= 1

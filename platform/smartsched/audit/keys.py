@@ -21,6 +21,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from smartsched.model.errors import ValidationError
+from smartsched.paths import read_regular_file
+
+MAX_PEM_BYTES = 64 * 1024  # a PEM key is a few hundred bytes
 
 
 def key_id(public: Ed25519PublicKey) -> str:
@@ -50,9 +53,13 @@ def _load_pem(path: str | Path, field: str, kind: type, what: str) -> Any:
     loader = (serialization.load_pem_private_key if kind is Ed25519PrivateKey
               else serialization.load_pem_public_key)
     try:
-        raw = Path(path).read_bytes()
+        raw = read_regular_file(path, MAX_PEM_BYTES)
+    except OSError as e:
+        raise ValidationError(field, f"{path}: not a readable PEM {what} "
+                              f"({e.strerror or e})") from None
+    try:
         key = loader(raw, password=None) if kind is Ed25519PrivateKey else loader(raw)
-    except (OSError, ValueError, TypeError) as e:
+    except (ValueError, TypeError) as e:
         raise ValidationError(field, f"{path}: not a readable PEM {what} "
                               f"({type(e).__name__})") from None
     if not isinstance(key, kind):

@@ -139,6 +139,17 @@ class NodeSpec:
                 f"(known: {', '.join(FPGA_MODEL_NAMES)})")
         for t in self.taints:
             check_taint(f"{f}.taints", t)
+        # A label a selector can never match (``edge: true`` is a bool, not "true"), or a
+        # cordon written as text ("false" is truthy), would be wrong without a word.
+        if not isinstance(self.labels, Mapping):
+            raise ValidationError(f"{f}.labels", f"must be a mapping, got {self.labels!r}")
+        for k, v in self.labels.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise ValidationError(f"{f}.labels", f"keys and values must be strings "
+                                      f"(quote them), got {k!r}: {v!r}")
+        if not isinstance(self.unschedulable, bool):
+            raise ValidationError(f"{f}.unschedulable",
+                                  f"must be true or false, got {self.unschedulable!r}")
         for name in ("idle_watts", "max_watts"):
             w = getattr(self, name)
             if w is not None and (isinstance(w, bool) or not isinstance(w, int | float)

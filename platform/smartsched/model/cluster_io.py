@@ -115,11 +115,11 @@ def load_openb_nodes(path: str | Path, zone: str, rack_size: int = 32) -> list[N
     src = str(path)
     df = read_frame(path)
     require_columns(df, NODE_COLUMNS, src)
-    names = text_column(df, "sn")
+    names = text_column(df, "sn", src)
     cpu = numeric_column(df, "cpu_milli", src, integral=True).astype(np.int64)
     mem = numeric_column(df, "memory_mib", src, integral=True).astype(np.int64)
     gpu = numeric_column(df, "gpu", src, integral=True).astype(np.int64)
-    model = text_column(df, "model")
+    model = text_column(df, "model", src)
     nodes = []
     for i in range(len(df)):
         try:

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from pydantic import ValidationError as PydanticError
 
 from smartsched.model.errors import ValidationError
+from smartsched.paths import read_regular_file
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -39,22 +40,83 @@ def read_yaml(path: str | Path, field: str, *, kind: str = "YAML",
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_file(path, MAX_YAML_BYTES).decode("utf-8")
     except OSError as e:
-        raise ValidationError(field, f"cannot read {path}: {e}") from None
+        raise ValidationError(field, f"cannot read {path}: {e.strerror or e}") from None
     except UnicodeDecodeError as e:  # a binary file, or another encoding
         raise ValidationError(field, f"{path} is not UTF-8 text: {e.reason} at byte "
                               f"{e.start}") from None
     return read_yaml_text(text, field, source=str(path) if cite_source else None, kind=kind)
 
 
+# What one document may hold once its aliases are expanded, and how deep it may nest: a
+# few lines of aliases of aliases ("billion laughs") stand for ~10^9 values, which
+# validating, copying or printing the document would expand for real; no config is
+# anywhere near either bound.
+MAX_YAML_VALUES = 1_000_000
+MAX_YAML_DEPTH = 100
+MAX_YAML_BYTES = 256 << 20  # a config (or a cluster's node list) file
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a mapping that gives one key twice (safe_load
+    keeps the last silently: a second ``nodes:`` would drop the first's nodes). Keys
+    brought in by a merge (``<<: *base``) may still be overridden, as YAML allows."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                        key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml_text(text: str, field: str, source: str | None = None, *,
                    kind: str = "YAML") -> Any:
-    """The parsed YAML document in ``text`` (read from ``source``); errors are named ``field``."""
+    """The parsed YAML document in ``text`` (read from ``source``); errors are named ``field``
+    and fit on one line."""
     try:
-        return yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: no tag runs code
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        what = "; ".join(str(x) for x in (e.context, e.problem) if x)
+        raise ValidationError(field, f"not valid {kind}: {what}{where}", source=source) from None
     except yaml.YAMLError as e:
         raise ValidationError(field, f"not valid {kind}: {e}", source=source) from None
+    except RecursionError:
+        raise ValidationError(field, f"not valid {kind}: nested deeper than "
+                              f"{MAX_YAML_DEPTH} levels", source=source) from None
+    # Each value written out takes a character at least: only aliases make more.
+    _check_size(doc, max(MAX_YAML_VALUES, len(text)), field, source)
+    return doc
+
+
+def _check_size(doc: Any, limit: int, field: str, source: str | None) -> None:
+    """Refuse a document of more than ``limit`` values (aliases counted at each use) or
+    nested deeper than MAX_YAML_DEPTH (a document that contains itself is both)."""
+    stack = [(doc, 0)]
+    count = 0
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > limit:
+            raise ValidationError(field, f"document expands to more than {limit:,} "
+                                  "values (aliases of aliases?)", source=source)
+        if depth > MAX_YAML_DEPTH:
+            raise ValidationError(field, f"document nests deeper than {MAX_YAML_DEPTH} "
+                                  "levels", source=source)
+        if isinstance(value, dict):
+            stack.extend((x, depth + 1) for kv in value.items() for x in kv)
+        elif isinstance(value, list):
+            stack.extend((x, depth + 1) for x in value)
 
 
 def read_resource(package: str, name: str, field: str) -> Any:

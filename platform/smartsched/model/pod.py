@@ -122,8 +122,9 @@ class Pod:
     image_layers: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.id:
-            raise ValidationError("id", "must be a non-empty string")
+        if not isinstance(self.id, str) or not self.id:
+            raise ValidationError("id", f"must be a non-empty string, got {self.id!r}")
+        _check_names(self)
         object.__setattr__(self, "pod_class", _enum(PodClass, self.pod_class, "class"))
         check_int("cpu_milli", self.cpu_milli, 0, MAX_NODE_CPU_MILLI)
         check_int("memory_mib", self.memory_mib, 0, MAX_NODE_MEMORY_MIB)
@@ -177,6 +178,25 @@ class Pod:
     def is_gpu_share(self) -> bool:
         """True for a pod that takes a fraction of one GPU."""
         return self.num_gpu == 1 and self.gpu_milli < MILLI_PER_DEVICE
+
+
+def _check_names(pod: Pod) -> None:
+    """Every name a pod carries is a string (a file's column of lists or numbers would
+    otherwise reach the twin, which keys tenants, regions and labels by name)."""
+    if not isinstance(pod.tenant, str) or not pod.tenant:
+        raise ValidationError("tenant", f"must be a non-empty string, got {pod.tenant!r}")
+    for name in ("origin_site", "app", "gang_id"):
+        v = getattr(pod, name)
+        if v is not None and not isinstance(v, str):
+            raise ValidationError(name, f"must be a string, got {v!r}")
+    for name in ("gpu_models", "tolerations", "allowed_regions"):
+        v = getattr(pod, name)
+        if not isinstance(v, tuple | list) or not all(isinstance(x, str) for x in v):
+            raise ValidationError(name, f"must be a list of strings, got {v!r}")
+    for pair in pod.node_selector:
+        if not isinstance(pair, tuple | list) or len(pair) != 2 or not all(
+                isinstance(x, str) for x in pair):
+            raise ValidationError("node_selector", f"must be key=value pairs, got {pair!r}")
 
 
 def _enum(enum: type[_E], value: object, field_name: str) -> _E:

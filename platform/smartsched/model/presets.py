@@ -9,6 +9,7 @@ cluster; the openb presets read the public trace's node lists.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,6 +21,8 @@ from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.paths import data_dir
 
 GPU_NODE_TAINT = "nvidia.com/gpu=present:NoSchedule"
+# Nodes one cluster file may describe in all (``count`` summed over its entries).
+MAX_CLUSTER_NODES = 1_000_000
 
 
 def _pool(
@@ -261,15 +264,30 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "cluster") -> ClusterSp
     """Build a ``ClusterSpec`` from plain data (the YAML schema of :func:`cluster_from_yaml`)."""
     try:
         sites = [_site(s) for s in _list(doc, "sites", source)]
-        zones = [Zone(str(z["name"]), str(z["site"])) for z in _list(doc, "zones", source)]
+        zones = [Zone(_name(z, "name", f"zones[{i}]"), _name(z, "site", f"zones[{i}]"))
+                 for i, z in enumerate(_list(doc, "zones", source))]
+        entries = _list(doc, "nodes", source)
+        total = sum(n.get("count", 1) for n in entries if isinstance(n.get("count", 1), int))
+        if total > MAX_CLUSTER_NODES:
+            raise ValidationError("nodes", f"{total:,} nodes in all (counts summed), more than "
+                                  f"{MAX_CLUSTER_NODES:,}", source=source)
         nodes: list[NodeSpec] = []
-        for i, n in enumerate(_list(doc, "nodes", source)):
+        for i, n in enumerate(entries):
             nodes.extend(_nodes(n, i))
     except KeyError as e:
         raise ValidationError(str(e.args[0]), "missing field", source=source) from None
     except TypeError as e:
         raise ValidationError("cluster", f"wrong type: {e}", source=source) from None
     return ClusterSpec(str(doc.get("name", source)), tuple(sites), tuple(zones), tuple(nodes))
+
+
+def _name(doc: dict[str, Any], key: str, where: str) -> str:
+    """``doc[key]`` as a name: a string or a number, never null or a list (which ``str``
+    would have turned into a node called 'None')."""
+    v = doc[key]
+    if isinstance(v, bool) or not isinstance(v, str | int | float | datetime.date):
+        raise ValidationError(f"{where}.{key}", f"must be a name, got {v!r}")
+    return str(v)
 
 
 def _list(doc: dict[str, Any], key: str, source: str) -> list[dict[str, Any]]:
@@ -334,7 +352,7 @@ def _site(s: dict[str, Any]) -> Site:
     for c in xy:  # the bound holds for |x| and |y|
         _site_number({"coords_km": abs(c) if _is_number(c) else c}, "coords_km", 0.0, where)
         coords.append(float(c))
-    name = str(s["name"])
+    name = _name(s, "name", where)
     kind = s.get("kind", "cloud")
     return Site(
         name=name,
@@ -360,7 +378,7 @@ def _nodes(n: dict[str, Any], i: int) -> Iterable[NodeSpec]:
     if unknown:
         raise ValidationError(f"nodes[{i}].{sorted(unknown)[0]}", "unknown field")
     count = n.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1_000_000:
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_CLUSTER_NODES:
         raise ValidationError(f"nodes[{i}].count", f"must be a positive integer, got {count!r}")
     base = {k: v for k, v in n.items() if k not in ("count", "name")}
     taints, labels = base.get("taints", ()), base.get("labels", {})
@@ -370,6 +388,8 @@ def _nodes(n: dict[str, Any], i: int) -> Iterable[NodeSpec]:
         raise ValidationError(f"nodes[{i}].labels", f"must be a mapping, got {labels!r}")
     base["taints"] = tuple(taints)
     base["labels"] = dict(labels)
-    name = str(n["name"])
+    name = _name(n, "name", f"nodes[{i}]")
+    if "zone" in base:
+        base["zone"] = _name(n, "zone", f"nodes[{i}]")
     for j in range(count):
         yield NodeSpec(name=name if count == 1 else f"{name}-{j:05d}", **base)

@@ -31,10 +31,43 @@ def read_frame(path: Path) -> pd.DataFrame:
         raise ValidationError("path", f"no such file: {path}{_data_dir_hint(path)}")
     try:
         if path.suffix == ".parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+            import pyarrow.parquet as pq
+
+            check_column_names(pq.read_schema(path).names, str(path))  # arrow: unclearly
+            df = pd.read_parquet(path)
+        else:
+            df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except (ValueError, OSError) as e:  # pandas' parser errors derive from ValueError
-        raise ValidationError("file", f"cannot parse: {e}", source=str(path)) from None
+        if isinstance(e, ValidationError):
+            raise
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValidationError("file", f"cannot parse: {first}", source=str(path)) from None
+    _check_shape(df, str(path), csv=path.suffix != ".parquet")
+    return df
+
+
+def _check_shape(df: pd.DataFrame, source: str, *, csv: bool) -> None:
+    """Refuse what pandas reads without a word but a loader would misread: rows with more
+    fields than the header (pandas makes the first fields an index, shifting every
+    column by one: a trailing comma does it) and a column named twice (pandas renames
+    the second ``x.1``, and the loader would use one of the two)."""
+    import pandas as pd
+
+    if csv and not isinstance(df.index, pd.RangeIndex):  # (Parquet may store an index)
+        extra = df.index.nlevels
+        raise ValidationError("file", f"rows have {extra} field(s) more than the header's "
+                              f"{len(df.columns)} columns (a trailing comma?)", source=source)
+    check_column_names([str(c) for c in df.columns], source, renamed=csv)
+
+
+def check_column_names(names: Sequence[str], source: str, *, renamed: bool = False) -> None:
+    """A column named twice (``renamed``: pandas' ``x.1`` for the second ``x`` counts)."""
+    for i, name in enumerate(names):
+        base, dot, n = name.rpartition(".")
+        if name in names[:i]:
+            raise ValidationError(name, "column appears twice in the header", source=source)
+        if renamed and dot and n.isdigit() and base in names[:i]:
+            raise ValidationError(base, "column appears twice in the header", source=source)
 
 
 def _data_dir_hint(path: Path) -> str:
@@ -115,8 +148,20 @@ def _shown(cell: object) -> str:
     return str(cell)[:80]
 
 
-def text_column(df: pd.DataFrame, col: str) -> np.ndarray:
-    """Column ``col`` as an object array of stripped strings ('' for missing)."""
+def text_column(df: pd.DataFrame, col: str, source: str | None = None) -> np.ndarray:
+    """Column ``col`` as an object array of stripped strings ('' for missing); a cell that
+    is no text (a Parquet list or struct, bytes that are not UTF-8) names its row."""
     raw = df[col]
     text = raw.astype(object).where(raw.notna(), "")  # a Parquet column of floats may be NaN
-    return text.astype(str).str.strip().to_numpy(dtype=object)
+    cells = list(text)
+    for row, cell in enumerate(cells):
+        if isinstance(cell, bytes):
+            try:
+                cells[row] = cell.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValidationError(col, f"not UTF-8 text: {cell[:40]!r}", row=row,
+                                      source=source) from None
+        elif not isinstance(cell, str | int | float | np.integer | np.floating):
+            raise ValidationError(col, f"expected text, got {_shown(cell)}", row=row,
+                                  source=source)
+    return np.array([str(c).strip() for c in cells], dtype=object)

@@ -38,6 +38,9 @@ from smartsched.twin.decision import DecisionRequest
 from smartsched.twin.engine import Engine, EngineConfig
 
 DEFAULT_GENERATOR_HOURS = 24.0
+# The longest span one run simulates (a leap year); the twin ticks every few minutes
+# through it, so a trace stretching to year 9999 would never finish.
+MAX_RUN_HOURS = 24 * 366
 # Workload names that generate pods for the run's span (``hours``) rather than read a trace.
 GENERATORS = frozenset({"mixed", "finance"})
 # EngineConfig fields build_run derives from its own arguments.
@@ -152,6 +155,8 @@ def build_run(
     horizon = None
     if mode == "replay" and (hours is not None or is_generator):
         horizon = (warm + gen_hours) * 3600.0
+    elif mode == "replay":
+        _check_trace_span(pods)
     overrides = dict(engine_overrides or {})
     for key in overrides:
         if key not in EngineConfig.__dataclass_fields__ or key in _RUN_OWNED:
@@ -216,10 +221,27 @@ def _check_run_numbers(seed: Any, hours: Any, warmup_hours: Any, start_hours: An
         if value is None and not required:
             continue
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-                math.isfinite(value) and 0 <= value <= 24 * 366):
-            raise ValidationError(name, f"must be within [0, 8784] hours, got {value!r}")
+                math.isfinite(value) and 0 <= value <= MAX_RUN_HOURS):
+            raise ValidationError(name, f"must be within [0, {MAX_RUN_HOURS}] hours, "
+                                  f"got {value!r}")
     if hours is not None and hours <= 0:
         raise ValidationError("hours", f"must be positive, got {hours!r}")
+
+
+def _check_trace_span(pods: Sequence[Pod]) -> None:
+    """A replay without ``hours`` runs to the trace's last arrival or departure: refuse one
+    past MAX_RUN_HOURS, naming the pod (a time in ms where s were meant, or year 9999)."""
+    from smartsched.model.errors import ValidationError
+
+    limit = MAX_RUN_HOURS * 3600.0
+    for row, p in enumerate(pods):
+        end = p.arrival + (p.duration or 0.0)
+        if end > limit:
+            h = end / 3600
+            shown = f"{h:,.0f}" if h < 1e9 else f"{h:.3g}"
+            raise ValidationError(
+                "hours", f"the workload runs until hour {shown} (pod {p.id!r}, row {row}), "
+                f"past the longest run ({MAX_RUN_HOURS} h): pass --hours")
 
 
 def attach_hooks(engine: Engine, needs: TwinNeeds) -> None:

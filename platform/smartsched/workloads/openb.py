@@ -64,7 +64,7 @@ def load_openb_pods(path: str | Path) -> list[Pod]:
     if has_times:
         require_columns(df, FULL_COLUMNS, src)
     n = len(df)
-    names = text_column(df, "name")
+    names = text_column(df, "name", src)
     empty = names == ""
     if empty.any():
         raise ValidationError("name", "empty", row=int(np.flatnonzero(empty)[0]), source=src)
@@ -75,8 +75,8 @@ def load_openb_pods(path: str | Path) -> list[Pod]:
     if has_times:
         created = numeric_column(df, "creation_time", src)
         deleted = numeric_column(df, "deletion_time", src, allow_empty=True)
-        specs = text_column(df, "gpu_spec")
-        qos = text_column(df, "qos")
+        specs = text_column(df, "gpu_spec", src)
+        qos = text_column(df, "qos", src)
         unknown = ~np.isin(qos, QOS_VALUES)
         if unknown.any():
             row = int(np.flatnonzero(unknown)[0])

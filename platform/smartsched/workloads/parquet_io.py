@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from smartsched.model.cluster_io import read_cluster, write_cluster
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, UsageProfile
+from smartsched.model.table import check_column_names
 
 __all__ = ["read_cluster", "read_pods", "write_cluster", "write_pods"]
 
@@ -35,6 +36,13 @@ def _layer(text: str) -> tuple[str, int]:
     if not sep or not mib.isdigit():
         raise ValidationError("image_layers", f"expected digest@MiB, got {text!r}")
     return digest, int(mib)
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = str(text).partition("=")
+    if not sep or not key:
+        raise ValidationError("node_selector", f"expected key=value, got {text!r}")
+    return key, value
 
 
 def write_pods(pods: Sequence[Pod], path: str | Path) -> None:
@@ -56,23 +64,29 @@ def read_pods(path: str | Path) -> list[Pod]:
     """Read pods written by :func:`write_pods`, validating every row."""
     src = str(path)
     try:
+        check_column_names(pq.read_schema(path).names, src)
         rows = pq.read_table(path).to_pylist()
     except (OSError, pa.ArrowInvalid) as e:
-        raise ValidationError("file", f"cannot read Parquet: {e}", source=src) from None
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValidationError("file", f"cannot read Parquet: {first}", source=src) from None
     pods = []
-    required = {*_POD_SCALARS[:3]}
+    required = _POD_SCALARS[:3]
     for i, r in enumerate(rows):
-        missing = required - r.keys()
+        missing = [k for k in required if k not in r]
         if missing:
-            raise ValidationError(sorted(missing)[0], "missing column", source=src)
+            raise ValidationError(missing[0], "missing column", source=src)
+        empty = [k for k in required if r[k] is None]
+        if empty:
+            raise ValidationError(empty[0], "empty cell", row=i, source=src)
         try:
             kw = {k: r[k] for k in _POD_SCALARS if k in r and r[k] is not None}
-            for k in _POD_LISTS:
-                kw[k] = tuple(r.get(k) or ())
-            kw["node_selector"] = tuple(
-                tuple(s.split("=", 1)) for s in (r.get("node_selector") or ())
-            )
-            kw["image_layers"] = tuple(_layer(s) for s in (r.get("image_layers") or ()))
+            for k in (*_POD_LISTS, "node_selector", "image_layers"):
+                v = r.get(k)
+                if v is not None and not isinstance(v, list):  # tuple("ab") is 2 names
+                    raise ValidationError(k, f"must be a list column, got {v!r}")
+                kw[k] = tuple(v or ())
+            kw["node_selector"] = tuple(_pair(s) for s in kw["node_selector"])
+            kw["image_layers"] = tuple(_layer(s) for s in kw["image_layers"])
             if "pod_class" in r:
                 kw["pod_class"] = r["pod_class"]
             usage = {f: r[f"usage_{f}"] for f in _USAGE_FIELDS if r.get(f"usage_{f}") is not None}
