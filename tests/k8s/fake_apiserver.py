@@ -6,14 +6,22 @@ terminates until ``finish_terminating``; 429 for ``protected`` pods, as a
 PodDisruptionBudget would answer), events, and coordination.k8s.io/v1 leases
 (409 on a stale resourceVersion), so tests drive the official ``kubernetes``
 client against it.
+
+Faults, all off by default: ``inject`` answers the next matching requests with an
+error (optionally after carrying the request out, or late, as a timeout would);
+``watch_lines`` are raw lines the next watch sends first (garbage, ERROR events);
+``hang_next_watch`` sends a watch's headers and then nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import re
 import threading
+import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -61,6 +69,10 @@ class FakeAPIServer:
         self.evictions: list[str] = []  # pod keys evicted through the Eviction API
         self.patches: list[str] = []  # pod keys whose tolerations were patched
         self.protected: set[tuple[str, str]] = set()  # pods a disruption budget keeps
+        self.faults: list[dict[str, Any]] = []  # see ``inject``
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request
+        self.watch_lines: list[bytes] = []  # sent first by the next watch
+        self.hang_next_watch = 0.0  # seconds the next watch sends nothing at all
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -81,24 +93,56 @@ class FakeAPIServer:
                 n = int(self.headers.get("Content-Length") or 0)
                 return json.loads(self.rfile.read(n) or b"{}")
 
+            def _answer(self, method: str, path: str, serve: Any) -> None:
+                """``serve()`` as it is, or as an injected fault says."""
+                server.requests.append((method, path))
+                fault = server.fault(method, path)
+                if fault is None:
+                    self._send(*serve())
+                    return
+                result = serve() if fault["after"] else None
+                time.sleep(fault["delay"])
+                if fault["code"] is None:
+                    self._send(*(result or serve()))
+                    return
+                data = json.dumps(_status(fault["code"], fault["reason"],
+                                          "injected fault")).encode()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # gave up
+                    self.send_response(fault["code"])
+                    for k, v in fault["headers"].items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+
             def do_GET(self) -> None:
                 path, _, query = self.path.partition("?")
+                path = urllib.parse.unquote(path)
                 q = dict(x.split("=", 1) for x in query.split("&") if "=" in x)
                 if path == "/api/v1/pods" and q.get("watch") in ("true", "True", "1"):
+                    server.requests.append(("WATCH", path))
                     server.watch(self, int(q.get("resourceVersion") or 0),
                                  float(q.get("timeoutSeconds") or 5))
                     return
-                self._send(*server.get(path))
+                self._answer("GET", path, lambda: server.get(path))
 
             def do_POST(self) -> None:
-                self._send(*server.post(self.path.split("?")[0], self._body()))
+                path, body = urllib.parse.unquote(self.path.split("?")[0]), self._body()
+                self._answer("POST", path, lambda: server.post(path, body))
 
             def do_PUT(self) -> None:
-                self._send(*server.put(self.path.split("?")[0], self._body()))
+                path, body = urllib.parse.unquote(self.path.split("?")[0]), self._body()
+                self._answer("PUT", path, lambda: server.put(path, body))
 
             def do_PATCH(self) -> None:
-                self._send(*server.patch(self.path.split("?")[0], self._body(),
-                                         self.headers.get("Content-Type", "")))
+                path, body = urllib.parse.unquote(self.path.split("?")[0]), self._body()
+                ctype = self.headers.get("Content-Type", "")
+                self._answer("PATCH", path, lambda: server.patch(path, body, ctype))
+
+            def do_DELETE(self) -> None:
+                path = urllib.parse.unquote(self.path.split("?")[0])
+                self._answer("DELETE", path, lambda: server.delete(path))
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -119,6 +163,46 @@ class FakeAPIServer:
         pod["metadata"]["resourceVersion"] = self._bump()
         self.log.append((self.rv, kind, copy.deepcopy(pod)))
         self.changed.notify_all()
+
+    def inject(self, method: str, path: str, code: int | None, *, times: int = 1,
+               reason: str = "InjectedFault", headers: dict[str, str] | None = None,
+               delay: float = 0.0, after: bool = False) -> None:
+        """Answer the next ``times`` ``method`` requests whose path matches the regex
+        ``path`` with ``code`` (a Status, with ``headers``: e.g. ``Retry-After``) instead
+        of serving them. ``after``: the request is carried out first and only its answer
+        is lost (a 500 or a timeout after the write); ``delay``: the answer comes that
+        many seconds late (a client with a shorter timeout gives up); ``code`` None: the
+        real answer, late."""
+        self.faults.append({"method": method, "path": re.compile(path), "code": code,
+                            "times": times, "reason": reason, "headers": headers or {},
+                            "delay": delay, "after": after})
+
+    def fault(self, method: str, path: str) -> dict[str, Any] | None:
+        with self.lock:
+            for f in self.faults:
+                if f["method"] == method and f["path"].fullmatch(path) and f["times"] > 0:
+                    f["times"] -= 1
+                    return f
+        return None
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """A pod is deleted (no grace): watchers see DELETED."""
+        with self.lock:
+            pod = self.pods.pop((namespace, name))
+            self._record("DELETED", pod)
+
+    def delete(self, path: str) -> tuple[int, dict]:
+        with self.lock:
+            if m := re.fullmatch(r"/apis/coordination.k8s.io/v1/namespaces/([^/]+)/leases/([^/]+)",
+                                 path):
+                if self.leases.pop((m[1], m[2]), None) is None:
+                    return 404, _status(404, "NotFound", "no lease")
+                return 200, _status(200, "Success", "deleted")
+            if m := re.fullmatch(r"/api/v1/nodes/([^/]+)", path):
+                if self.nodes.pop(m[1], None) is None:
+                    return 404, _status(404, "NotFound", "no node")
+                return 200, _status(200, "Success", "deleted")
+            return 404, _status(404, "NotFound", path)
 
     def add_pod(self, pod: dict) -> None:
         """A new pod appears (as if created by a user): watchers see ADDED."""
@@ -145,8 +229,6 @@ class FakeAPIServer:
 
     def watch(self, handler: Any, since: int, timeout_s: float) -> None:
         """Stream watch events newer than ``since`` (one JSON per line) until the timeout."""
-        import time
-
         def chunk(data: bytes) -> None:
             handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             handler.wfile.flush()
@@ -157,6 +239,13 @@ class FakeAPIServer:
         handler.send_header("Connection", "close")
         handler.end_headers()
         handler.close_connection = True
+        if self.hang_next_watch:  # a half-open connection: nothing comes, not even the end
+            hang, self.hang_next_watch = self.hang_next_watch, 0.0
+            time.sleep(hang)
+            return
+        lines, self.watch_lines = self.watch_lines, []
+        for line in lines:
+            chunk(line + b"\n")
         if self.drop_next_watch:  # the connection breaks mid-stream
             self.drop_next_watch = False
             handler.wfile.write(b"ff\r\n{\"type\": \"ADD")  # a torn chunk, then EOF
@@ -182,7 +271,8 @@ class FakeAPIServer:
                 except (BrokenPipeError, ConnectionResetError):
                     return  # the client stopped watching
                 sent = rv
-        handler.wfile.write(b"0\r\n\r\n")
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            handler.wfile.write(b"0\r\n\r\n")
 
     def get(self, path: str) -> tuple[int, dict]:
         with self.lock:

@@ -5,13 +5,18 @@ built by the caller): take or renew the lease (a replica without it waits an
 interval and tries again), run one pass, then watch pods until one of this
 scheduler's pods is pending, a pod frees room, or the lease needs renewing
 (at most ``max(interval, 5)`` s); a failed watch is reported and retried after
-a backoff that doubles up to 60 s and resets on the next good watch. With
-``once`` it runs one pass (if leader) and returns. Sleeping and the clock are
-injected, so tests drive it without real waiting. ``kube_clients`` builds the
-API clients from a kubeconfig or the in-cluster service account (a bad one is a
-``ValidationError`` naming ``kubeconfig``); ``api_failure`` words an API server that
-cannot be reached, or that refuses, as one line; ``check_name`` checks the names the
-command puts in API paths (the scheduler's name is its Lease's name).
+a backoff that doubles up to 60 s and resets on the next good watch. A lease attempt
+or a pass that fails (the API server down, refusing, timing out) is reported the same
+way and tried again after the same backoff (or the ``Retry-After`` a 429 gives),
+never ending the daemon; a pass the API server stopped with a 429 waits as it asks.
+Each pass binds only while the lease it renewed lasts (``SchedulerLoop.leader_until``).
+With ``once`` it runs one pass (if leader) and returns (a failure is raised).
+Sleeping and the clock are injected, so tests drive it without real waiting.
+``kube_clients`` builds the API clients from a kubeconfig or the in-cluster service
+account (a bad one is a ``ValidationError`` naming ``kubeconfig``); ``api_failure``
+words an API server that cannot be reached, or that refuses, as one line;
+``check_name`` checks the names the command puts in API paths (the scheduler's name
+is its Lease's name).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
+from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop, retry_after
 from smartsched.model.errors import ValidationError
 
 MAX_BACKOFF_S = 60.0
@@ -44,6 +49,7 @@ class DaemonStats:
     conflicts: int = 0
     not_leader: int = 0  # lease attempts another replica won
     watch_errors: int = 0
+    pass_errors: int = 0  # lease attempts or passes that failed (then retried after a backoff)
 
 
 # DNS-1123: a label (a namespace) is at most 63 lowercase alphanumerics or '-', starting and
@@ -137,6 +143,19 @@ def api_failure(e: BaseException, host: str) -> str | None:
     return f"cannot reach the Kubernetes API at {host}: {' '.join(reason.split())}"
 
 
+def _why(e: BaseException) -> str:
+    """An error in one short line (an ``ApiException``'s text runs to its headers and
+    body)."""
+    from urllib3.exceptions import MaxRetryError
+
+    status = getattr(e, "status", None)
+    if isinstance(status, int):
+        return f"HTTP {status} {getattr(e, 'reason', '')}".strip()
+    if isinstance(e, MaxRetryError) and e.reason is not None:  # the client's retries ran out
+        e = e.reason
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+
+
 def run_scheduler_daemon(
     loop: SchedulerLoop,
     lock: LeaseLock,
@@ -153,19 +172,33 @@ def run_scheduler_daemon(
     without it; with ``once``, one pass if this replica holds the lease.
 
     ``echo`` gets a line per pass that bound, failed or conflicted (and "not the
-    leader" under ``once``); ``warn`` a line per failed watch.
+    leader" under ``once``); ``warn`` a line per failed watch, lease attempt or pass.
     """
     stats = DaemonStats()
     backoff = interval
     while stop is None or not stop():
-        if not lock.try_acquire():
+        try:
+            leader = lock.try_acquire()
+            if leader:
+                loop.leader_until = getattr(lock, "valid_until", None)
+                res = loop.run_once()
+        except Exception as e:  # the API server down, refusing, timing out: back off
+            if once:
+                raise
+            stats.pass_errors += 1
+            wait = retry_after(e)
+            wait = backoff if wait is None else max(wait, interval)
+            warn(f"scheduling pass failed ({_why(e)}); retrying in {wait:.0f} s")
+            sleep(wait)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            continue
+        if not leader:
             stats.not_leader += 1
             if once:
                 echo("not the leader: another replica holds the lease")
                 return stats
             sleep(interval)
             continue
-        res = loop.run_once()
         stats.passes += 1
         stats.bound += len(res.bound)
         stats.unschedulable += len(res.failed)
@@ -175,6 +208,9 @@ def run_scheduler_daemon(
                  f"conflicts {len(res.conflicts)}")
         if once:
             return stats
+        if res.retry_after is not None:  # the API server asked to wait before more binds
+            sleep(max(res.retry_after, interval))
+            continue
         # Until one of our pods is pending or a pod frees room (or the lease needs renewing).
         rv, work = loop.last_rv, False
         deadline = clock() + max(interval, MIN_WATCH_S)

@@ -8,15 +8,24 @@ count as allocated), take this scheduler's pending pods in kube's queue order
 Binding API. A pod-group (Coscheduling label + min-member annotation) binds
 all-or-nothing: its members are decided on a fork of the state and bound only
 if every member fits. A pod that fits nowhere gets a Kubernetes Event with the
-per-check reasons ("0/12 nodes are available: 10 Insufficient gpu, ...").
+per-check reasons ("0/12 nodes are available: 10 Insufficient gpu, ..."), again
+when the reason changes or after ``EVENT_REPEAT_S``, not at every pass.
 A bind that conflicts (409: bound meanwhile) re-reads the pod instead of
-retrying. A profile that sets ``failure_toleration_s`` adds, before binding, the
-tolerations of ``node.kubernetes.io/unreachable`` and ``not-ready`` (NoExecute) with
-that ``tolerationSeconds`` to the pod (tolerations may only be added to a pod; the
+retrying; one whose answer is lost (a 5xx, a timeout: it may have bound) keeps its
+room taken for the rest of the pass; a 429 stops the pass's binds and the daemon
+waits as long as its ``Retry-After`` asks. Every API call has a timeout, so a
+half-open connection cannot stall the loop; the lists are read as plain JSON, so
+one object the client's models refuse cannot stop every pass. A profile that sets
+``failure_toleration_s`` adds, before binding, the tolerations of
+``node.kubernetes.io/unreachable`` and ``not-ready`` (NoExecute) with that
+``tolerationSeconds`` to the pod (tolerations may only be added to a pod; the
 taint manager evicts after the smallest matching one), so a failed node's pods are
 evicted and placed again that long after it is NotReady instead of after 300 s.
 ``LeaseLock`` is leader election on a ``coordination.k8s.io`` Lease,
-so two replicas never bind the same pod.
+so two replicas never bind the same pod: a lease counts as expired when it has not
+changed for its duration on this replica's own clock (client-go's rule: a holder's
+skewed ``renewTime`` neither keeps nor gives up the lease), and a pass binds only
+until the lease it renewed runs out (``SchedulerLoop.leader_until``).
 
 Between passes ``watch_pods`` watches pods from the list's resourceVersion and
 returns as soon as one of this scheduler's pods is pending or a pod frees room
@@ -33,7 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from smartsched.k8s.snapshot import POD_GROUP_LABEL, POD_GROUP_LABEL_OLD, build_snapshot, to_plain
+from smartsched.k8s.snapshot import POD_GROUP_LABEL, POD_GROUP_LABEL_OLD, build_snapshot
+from smartsched.model.errors import SmartSchedError
 from smartsched.scheduling.base import NeedsTwin, WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import unschedulable_message
 from smartsched.twin.decision import Decision
@@ -43,6 +53,14 @@ log = logging.getLogger(__name__)
 # A gang hold outlives its due time by this much at most when its group is not tried
 # again (deleted, or no longer this scheduler's).
 HOLD_GRACE_S = 300.0
+# Seconds any API call may take (a watch: its own timeout plus this), so a half-open
+# connection raises instead of blocking the loop forever.
+API_TIMEOUT_S = 30.0
+# A pod's unchanged FailedScheduling event is recorded again after this long at most
+# (the reason is checked every pass; a new Event each pass would flood the API server).
+EVENT_REPEAT_S = 300.0
+# The longest ``Retry-After`` honoured (a larger or unreadable one counts as this).
+MAX_RETRY_AFTER_S = 60.0
 
 
 @dataclass
@@ -52,6 +70,22 @@ class PassResult:
     conflicts: list[str] = field(default_factory=list)
     # pod key -> (node nominated, victims evicted through the Eviction API)
     preempting: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    # Seconds the API server asked to wait (a 429's Retry-After): the pass stopped binding.
+    retry_after: float | None = None
+
+
+def retry_after(e: BaseException) -> float | None:
+    """Seconds an ``ApiException`` asks to wait (429, or 503 with ``Retry-After``), capped
+    at ``MAX_RETRY_AFTER_S``; None for any other error."""
+    status = getattr(e, "status", None)
+    raw = (getattr(e, "headers", None) or {}).get("Retry-After")
+    if status != 429 and raw is None:
+        return None
+    try:
+        secs = float(raw)
+    except (TypeError, ValueError):  # absent, or an HTTP date: wait the most
+        return MAX_RETRY_AFTER_S
+    return min(max(secs, 0.0), MAX_RETRY_AFTER_S) if secs == secs else MAX_RETRY_AFTER_S
 
 
 def _now() -> dt.datetime:
@@ -105,6 +139,9 @@ class SchedulerLoop:
         self._nominated: dict[str, tuple[str, set[str]]] = {}
         self._terminating: set[str] = set()
         self.last_rv: str | None = None
+        # time.monotonic() past which this replica's lease may have run out: no bind or
+        # eviction after it (set by the daemon at each renewal; None: no election).
+        self.leader_until: float | None = None
         self.metrics = SchedulerMetrics()
         self._started = time.time()
         self.name = scheduler_name
@@ -116,6 +153,8 @@ class SchedulerLoop:
         # tried every pass; its unchanged reason is not logged again).
         self.audit = audit
         self._said: dict[str, str] = {}
+        # pod key -> (its last FailedScheduling message, when: time.monotonic())
+        self._evented: dict[str, tuple[str, float]] = {}
         # Hard constraints on every pass's snapshot (scheduling.compliance): the node list
         # changes between passes, so node names the policy gives are matched leniently.
         self.compliance = None
@@ -139,10 +178,26 @@ class SchedulerLoop:
 
     def _mine(self, pod: dict[str, Any]) -> bool:
         spec = pod.get("spec") or {}
+        meta = pod.get("metadata") or {}
         phase = (pod.get("status") or {}).get("phase", "Pending")
-        return (spec.get("schedulerName") == self.name and not spec.get("nodeName")
-                and phase == "Pending" and not (pod.get("metadata") or {}).get(
-                    "deletionTimestamp"))
+        return (isinstance(spec, dict) and isinstance(meta, dict)
+                and spec.get("schedulerName") == self.name and not spec.get("nodeName")
+                and phase == "Pending" and not meta.get("deletionTimestamp")
+                and isinstance(meta.get("name"), str))
+
+    def _list(self, call: Callable[..., Any]) -> dict[str, Any]:
+        """A list as the API's plain JSON (the client's models refuse some objects the
+        API holds, and one such object must not stop every pass)."""
+        import json
+
+        resp = call(_preload_content=False, _request_timeout=API_TIMEOUT_S)
+        try:
+            doc = json.loads(resp.data)
+        finally:
+            resp.release_conn()
+        if not isinstance(doc, dict) or not isinstance(doc.get("items") or [], list):
+            raise ValueError("the API server's list is not a list object")
+        return doc
 
     def run_once(self) -> PassResult:
         t0 = time.perf_counter()
@@ -172,18 +227,16 @@ class SchedulerLoop:
             add("placement", key, {"node": node})
         for key, (node, victims) in res.preempting.items():
             add("preemption", key, {"node": node, "victims": victims})
-        if len(self._said) > 100_000:  # pods deleted while pending never bind: forget them
-            self._said.clear()
         for key, why in res.failed.items():
             if self._said.get(key) != why:
                 self._said[key] = why
                 add("rejection", key, {"reason": why})
 
     def _pass(self) -> PassResult:
-        nodes = [to_plain(n) for n in self.core.list_node().items]
-        pod_list = self.core.list_pod_for_all_namespaces()
-        self.last_rv = pod_list.metadata.resource_version if pod_list.metadata else None
-        pods = [to_plain(p) for p in pod_list.items]
+        nodes = self._list(self.core.list_node).get("items") or []
+        pod_list = self._list(self.core.list_pod_for_all_namespaces)
+        self.last_rv = (pod_list.get("metadata") or {}).get("resourceVersion")
+        pods = [p for p in pod_list.get("items") or [] if isinstance(p, dict)]
         others = [p for p in pods if not self._mine(p)]
         self._terminating = {
             f"{(p.get('metadata') or {}).get('namespace') or 'default'}/"
@@ -193,7 +246,18 @@ class SchedulerLoop:
         mine = sorted((p for p in pods if self._mine(p)), key=lambda p: (
             -_priority_or_0((p.get("spec") or {}).get("priority")),
             str((p.get("metadata") or {}).get("creationTimestamp") or "")))
-        snap = build_snapshot(nodes, others, time_origin=self._started)
+        pending = {_key(p) for p in mine}
+        for seen in (self._nominated, self._evented, self._said):  # bound, or gone: forget
+            for k in [k for k in seen if k not in pending]:
+                del seen[k]
+        res = PassResult()
+        try:
+            snap = build_snapshot(nodes, others, time_origin=self._started)
+        except SmartSchedError as e:  # no node it can use (all gone, or all malformed)
+            for obj in mine:
+                res.failed[_key(obj)] = str(e)
+                self._event(obj, "FailedScheduling", str(e))
+            return res
         snap.state.compliance = self.compliance
         # Seconds since this scheduler started: schedulers that keep a history of the pods
         # offered (sandboxed:, lookahead:) draw arrival rates from it. When bound pods
@@ -205,10 +269,9 @@ class SchedulerLoop:
             self._read_usage(snap.state)
         from smartsched.k8s.snapshot import pod_model
 
-        res = PassResult()
         groups: dict[str, list[tuple[dict, Any]]] = {}
         for obj in mine:
-            key = f"{obj['metadata'].get('namespace') or 'default'}/{obj['metadata']['name']}"
+            key = _key(obj)
             try:
                 pod = pod_model(obj, enforce_affinity=True)  # it binds: nothing ignored
             except ValueError as e:
@@ -255,8 +318,12 @@ class SchedulerLoop:
         w = watch.Watch()
         try:
             for ev in w.stream(self.core.list_pod_for_all_namespaces, resource_version=rv,
-                               timeout_seconds=max(1, int(timeout_s))):
-                obj = ev["raw_object"]
+                               timeout_seconds=max(1, int(timeout_s)),
+                               _request_timeout=(API_TIMEOUT_S, max(1, int(timeout_s))
+                                                 + API_TIMEOUT_S)):
+                obj = ev.get("raw_object") if isinstance(ev, dict) else None
+                if not isinstance(obj, dict):  # a line that is not an event: skip it
+                    continue
                 rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
                 phase = (obj.get("status") or {}).get("phase")
                 if self._mine(obj) or ev["type"] == "DELETED" or phase in ("Succeeded",
@@ -316,9 +383,10 @@ class SchedulerLoop:
         for ((obj, pod), k), (node, devices) in zip(zip(members, keys, strict=True), chosen,
                                                     strict=True):
             name = snap.state.names[node]
-            if self._bind(obj, name, res, k):
-                req = snap.state.compile(pod)
-                snap.state.allocate(node, req, devices)
+            bound = self._bind(obj, name, res, k)
+            if bound is not False:  # bound, or perhaps (its answer lost): its room is taken
+                snap.state.allocate(node, snap.state.compile(pod), devices)
+            if bound:
                 res.bound[k] = name
                 self._nominated.pop(k, None)
 
@@ -362,6 +430,7 @@ class SchedulerLoop:
         nothing now; a later pass binds once the victims have terminated. A pod whose
         earlier victims are still terminating does not evict more (upstream's
         PodEligibleToPreemptOthers)."""
+        import urllib3
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
@@ -371,6 +440,8 @@ class SchedulerLoop:
                    f"{waiting[0]} to terminate")
             res.failed[key] = why
             return
+        if not self._may_write(res, key):
+            return
         evicted: list[str] = []
         for v in victims:
             if v.id in self._terminating:  # already going (another pod's victim): wait
@@ -379,15 +450,17 @@ class SchedulerLoop:
             ns, _, name = v.id.partition("/")
             body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=ns))
             try:
-                self.core.create_namespaced_pod_eviction(name, ns, body)
+                self.core.create_namespaced_pod_eviction(name, ns, body,
+                                                         _request_timeout=API_TIMEOUT_S)
                 evicted.append(v.id)
                 self._terminating.add(v.id)  # later pods of this pass must not pick it
-            except ApiException as e:
-                if e.status == 404:  # gone already: its room is coming anyway
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+                if getattr(e, "status", None) == 404:  # gone already: its room is coming
                     evicted.append(v.id)
                     continue
-                why = (f"preemption on {node} stopped: evicting {v.id} was refused "
-                       f"({e.status} {e.reason}, e.g. a PodDisruptionBudget)")
+                answer = (f"{e.status} {e.reason}, e.g. a PodDisruptionBudget"
+                          if isinstance(e, ApiException) else f"no answer: {type(e).__name__}")
+                why = f"preemption on {node} stopped: evicting {v.id} was refused ({answer})"
                 if evicted:  # those already evicted are going: wait for them, evict no more
                     self._nominated[key] = (node, set(evicted))
                 res.failed[key] = why
@@ -398,11 +471,30 @@ class SchedulerLoop:
         self._event(obj, "Preempting", f"evicted {len(evicted)} lower-priority pod(s) on "
                     f"{node}: {', '.join(evicted)}; nominated {node}")
 
-    def _bind(self, obj: dict[str, Any], node: str, res: PassResult, key: str) -> bool:
+    def _may_write(self, res: PassResult, key: str) -> bool:
+        """Whether this pass may still bind or evict (else why not, in ``res.failed``): not
+        after the API server asked to wait, nor once this replica's lease may have run
+        out (another replica may be binding)."""
+        if res.retry_after is not None:
+            res.failed[key] = (f"not tried: the API server asked to retry after "
+                               f"{res.retry_after:g} s")
+            return False
+        if self.leader_until is not None and time.monotonic() >= self.leader_until:
+            res.failed[key] = "not tried: this replica's lease ran out during the pass"
+            return False
+        return True
+
+    def _bind(self, obj: dict[str, Any], node: str, res: PassResult, key: str
+              ) -> bool | None:
+        """True when bound; False when not (why in ``res``); None when the answer was lost
+        (a 5xx, a timeout, a dropped connection): it may have bound."""
+        import urllib3
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
         meta = obj["metadata"]
+        if not self._may_write(res, key):
+            return False
         if self.toleration_s is not None:
             self._tolerate(obj, key)
         body = client.V1Binding(
@@ -411,23 +503,38 @@ class SchedulerLoop:
         try:
             # _preload_content=False: the client cannot deserialize a Binding response.
             self.core.create_namespaced_pod_binding(meta["name"], meta.get("namespace") or
-                                                    "default", body, _preload_content=False)
+                                                    "default", body, _preload_content=False,
+                                                    _request_timeout=API_TIMEOUT_S)
             return True
         except ApiException as e:
             if e.status == 409:  # bound meanwhile (another scheduler): re-read, do not retry
                 res.conflicts.append(key)
                 try:
-                    now = self.core.read_namespaced_pod(meta["name"], meta.get("namespace"))
+                    now = self.core.read_namespaced_pod(meta["name"], meta.get("namespace")
+                                                        or "default",
+                                                        _request_timeout=API_TIMEOUT_S)
                     log.info("pod %s already bound to %s", key, now.spec.node_name)
-                except ApiException:
+                except (ApiException, urllib3.exceptions.HTTPError, OSError, ValueError):
                     pass
                 return False
-            res.failed[key] = f"bind failed: HTTP {e.status} {e.reason}"
-            return False
+            res.failed[key] = f"bind to {node} failed: HTTP {e.status} {e.reason}"
+            wait = retry_after(e)
+            if wait is not None:  # the API server is overloaded: stop this pass's binds
+                res.retry_after = wait
+                res.failed[key] += f" (retry after {wait:g} s)"
+                return None if e.status >= 500 else False
+            if e.status == 404:  # deleted meanwhile
+                return False
+            self._event(obj, "FailedScheduling", res.failed[key])
+            return None if e.status >= 500 else False
+        except (urllib3.exceptions.HTTPError, OSError) as e:  # timed out, dropped
+            res.failed[key] = f"bind to {node} failed: {type(e).__name__} (no answer)"
+            return None
 
     def _tolerate(self, obj: dict[str, Any], key: str) -> None:
         """Add the profile's NotReady/unreachable tolerations to the pod (best effort: a
         refusal is logged and the pod is bound with the tolerations it has)."""
+        import urllib3
         from kubernetes.client.rest import ApiException
 
         meta = obj["metadata"]
@@ -437,17 +544,27 @@ class SchedulerLoop:
             return
         try:
             self.core.patch_namespaced_pod(meta["name"], meta.get("namespace") or "default",
-                                           {"spec": {"tolerations": new}})
+                                           {"spec": {"tolerations": new}},
+                                           _request_timeout=API_TIMEOUT_S)
         except ApiException as e:
             log.warning("could not add failover tolerations to %s: HTTP %s %s", key, e.status,
                         e.reason)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            log.warning("could not add failover tolerations to %s: %s", key,
+                        type(e).__name__)
 
     def _event(self, obj: dict[str, Any], reason: str, message: str) -> None:
+        import urllib3
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
         meta = obj["metadata"]
         ns = meta.get("namespace") or "default"
+        if reason == "FailedScheduling":
+            last, now = self._evented.get(_key(obj)), time.monotonic()
+            if last is not None and last[0] == message and now - last[1] < EVENT_REPEAT_S:
+                return
+            self._evented[_key(obj)] = (message, now)
         ev = client.CoreV1Event(
             metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=ns),
             involved_object=client.V1ObjectReference(kind="Pod", name=meta["name"], namespace=ns,
@@ -456,9 +573,12 @@ class SchedulerLoop:
             source=client.V1EventSource(component=self.name), first_timestamp=_now(),
             last_timestamp=_now(), count=1)
         try:
-            self.core.create_namespaced_event(ns, ev)
+            self.core.create_namespaced_event(ns, ev, _request_timeout=API_TIMEOUT_S)
         except ApiException as e:
             log.warning("could not record an event for %s: %s", meta["name"], e.reason)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            log.warning("could not record an event for %s: %s", meta["name"],
+                        type(e).__name__)
 
 
 FAILOVER_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
@@ -489,52 +609,79 @@ def failover_tolerations(have: Sequence[dict[str, Any]], seconds: float
 
 
 class LeaseLock:
-    """Leader election on a coordination.k8s.io/v1 Lease (optimistic concurrency)."""
+    """Leader election on a coordination.k8s.io/v1 Lease (optimistic concurrency).
+
+    Another holder's lease is valid until it has not changed for its duration as this
+    replica observed it (client-go's rule): its ``renewTime`` comes from the holder's
+    clock, and trusting it would let a skewed clock take a live lease (or keep a dead
+    one). ``valid_until``: ``time.monotonic()`` past which a lease this replica took
+    or renewed may have run out (counted from before the request)."""
 
     def __init__(self, coord: Any, name: str, namespace: str, identity: str,
                  lease_s: int = 15, clock: Callable[[], dt.datetime] = _now) -> None:
         self.coord, self.name, self.ns, self.identity = coord, name, namespace, identity
         self.lease_s, self.clock = lease_s, clock
+        self.valid_until: float | None = None
+        # Another holder's record as last read (holder, renewTime, resourceVersion) and
+        # when, on this clock, it was first seen so.
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = dt.datetime.min.replace(tzinfo=dt.UTC)
 
     def try_acquire(self) -> bool:
         """Take or renew the lease; False when another holder's lease is still valid."""
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
+        start = time.monotonic()
         now = self.clock()
         spec = client.V1LeaseSpec(holder_identity=self.identity,
                                   lease_duration_seconds=self.lease_s, renew_time=now,
                                   acquire_time=now)
         try:
-            lease = self.coord.read_namespaced_lease(self.name, self.ns)
+            lease = self.coord.read_namespaced_lease(self.name, self.ns,
+                                                     _request_timeout=API_TIMEOUT_S)
         except ApiException as e:
             if e.status != 404:
                 raise
             try:
                 self.coord.create_namespaced_lease(self.ns, client.V1Lease(
-                    metadata=client.V1ObjectMeta(name=self.name, namespace=self.ns), spec=spec))
+                    metadata=client.V1ObjectMeta(name=self.name, namespace=self.ns), spec=spec),
+                    _request_timeout=API_TIMEOUT_S)
+                self.valid_until = start + self.lease_s
                 return True
             except ApiException as e2:
                 if e2.status == 409:  # someone created it first
                     return False
                 raise
-        held = lease.spec.holder_identity
-        renew = lease.spec.renew_time
-        valid = (renew is not None and held and held != self.identity
-                 and renew + dt.timedelta(seconds=lease.spec.lease_duration_seconds or 0) > now)
-        if valid:
-            return False
+        old = lease.spec or client.V1LeaseSpec()  # a Lease's spec is optional
+        held = old.holder_identity
+        if held and held != self.identity:
+            record = (held, old.renew_time, (lease.metadata or client.V1ObjectMeta())
+                      .resource_version)
+            if record != self._observed:  # renewed (or a new holder) since the last read
+                self._observed, self._observed_at = record, now
+            duration = old.lease_duration_seconds or self.lease_s
+            if now < self._observed_at + dt.timedelta(seconds=duration):
+                return False
         if held == self.identity:
-            spec.acquire_time = lease.spec.acquire_time
+            spec.acquire_time = old.acquire_time or now
         lease.spec = spec
         try:
             # The lease read carries its resourceVersion: a concurrent change is a 409.
-            self.coord.replace_namespaced_lease(self.name, self.ns, lease)
+            self.coord.replace_namespaced_lease(self.name, self.ns, lease,
+                                                _request_timeout=API_TIMEOUT_S)
+            self.valid_until = start + self.lease_s
             return True
         except ApiException as e:
             if e.status == 409:  # changed since we read it: someone else won
                 return False
             raise
+
+
+def _key(obj: dict[str, Any]) -> str:
+    """``namespace/name`` of a pod this scheduler took (``_mine``: it has a name)."""
+    meta = obj["metadata"]
+    return f"{meta.get('namespace') or 'default'}/{meta['name']}"
 
 
 def _priority_or_0(v: Any) -> int:

@@ -17,7 +17,9 @@ twin's types, so the same profiles decide for a real cluster:
   selector and required node affinity (``In`` with one value -> a selector
   term), tolerations, priority, gang from the Coscheduling pod-group label and
   min-member annotation; pods already bound (``spec.nodeName``, not finished)
-  are allocated on their node.
+  are allocated on their node; one that does not fit it (its allocatable shrank,
+  its GPUs went away) or whose devices cannot be read takes what room the node
+  has left, so nothing more is bound onto a node already over its allocatable.
 
 A malformed object is skipped and its reason recorded in ``Snapshot.skipped``
 (and logged), never a crash.
@@ -447,6 +449,7 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
             if not _GPU_INDEX.fullmatch(raw_index):  # one bad pod must not stop the pass
                 skipped.append(("Pod", key, "annotations.alibabacloud.com/gpu-index: not "
                                 f"device numbers like 0-3 (got {raw_index[:32]!r})"))
+                _take_what_is_left(state, i, req)
                 continue
             devices = tuple(int(x) for x in raw_index.split("-"))
         until = float("inf")
@@ -460,6 +463,25 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
                            state.pick_devices(i, req), until=until)
         except (InfeasibleDecisionError, ValueError, OverflowError) as e:
             skipped.append(("Pod", key, f"does not fit its node {node_name}: {e}"))
+            _take_what_is_left(state, i, req)
             continue
         bound[key] = node_name
     return Snapshot(spec, state, pending, bound, skipped)
+
+
+def _take_what_is_left(state: ClusterState, node: int, req: Any) -> None:
+    """A bound pod that cannot be allocated on its node as it is (the node's allocatable
+    shrank below its pods' requests, its GPUs went away, its devices are unreadable) still
+    runs there: take the room the node has left of each resource it requests (on the
+    freest devices), so the node reads as full there and no pass binds more onto it."""
+    import numpy as np
+
+    take = np.minimum(state.charged(req), state.free_res[node])
+    state.allocated[node] += take
+    state.free_res[node] -= take
+    if req.num_gpu:
+        free = state.gpu_free[node]
+        for d in np.argsort(-free, kind="stable")[:req.num_gpu]:
+            free[d] -= min(int(free[d]), req.gpu_milli)
+        state._refresh_gpu_summary(node)  # the twin's own summaries of gpu_free
+    state.pod_count[node] += 1
