@@ -128,3 +128,19 @@ def test_demo_runs_two_schedulers(tmp_path: Path) -> None:
     reports = json.loads((tmp_path / "demo" / "comparison.json").read_text())
     assert [x["scheduler"] for x in reports] == ["first-fit", "random"]
     assert (tmp_path / "demo" / "first-fit" / "utilization.png").is_file()
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["--mode", "fill", "--warmup-hours", "3"], "'--warmup-hours'"),
+    (["--mode", "fill", "--start-hours", "2"], "'--start-hours'"),
+    (["--inflate", "2"], "'--inflate'"),
+])
+def test_an_option_of_the_other_simulation_mode_is_refused(args: list[str],
+                                                           option: str) -> None:
+    """Each was ignored without a word: a fill run with a warm-up measured from hour 0."""
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    r = CliRunner().invoke(main, ["simulate", "--cluster", "small", *args])
+    assert r.exit_code == 2 and option in r.output and "mode only" in r.output, r.output

@@ -193,6 +193,15 @@ def simulate(
     from smartsched.bench.compare import comparison_table
     from smartsched.bench.simulate import simulate as run_sim
 
+    # Options of the other mode would be dropped without a word.
+    ctx = click.get_current_context()
+    given = {name for name in ("warmup_hours", "start_hours", "inflate")
+             if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
+    for name in sorted(given & ({"warmup_hours", "start_hours"} if mode == "fill"
+                                else {"inflate"})):
+        raise click.BadParameter(f"applies to {'replay' if mode == 'fill' else 'fill'} mode "
+                                 f"only, not --mode {mode}",
+                                 param_hint=f"'--{name.replace('_', '-')}'")
     if progress is None:
         progress = sys.stderr.isatty()
     report = run_sim(

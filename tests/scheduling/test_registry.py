@@ -176,9 +176,21 @@ def test_profile_documents_are_typed(tmp_path: Path) -> None:
         ({"name": "p", "filters": ["NodeResourcesFit"], "binder": "TaintToleration"}, "p.binder"),
         ({"name": "p", "filters": ["NodeResourcesFit"], "forecaster": ""}, "p.forecaster"),
         ({"filters": ["NodeResourcesFit"]}, "profile.name"),
+        # NaN was refused as "less than or equal to 10000"; a plugin twice ran twice.
+        ({"name": "p", "filters": ["NodeResourcesFit"], "score": [{"name": "TaintToleration",
+                                                                 "weight": float("nan")}]},
+         "p.score[0].weight"),
+        ({"name": "p", "filters": ["NodeResourcesFit"], "score": [
+            {"name": "TaintToleration", "weight": 2}, {"name": "TaintToleration"}]},
+         "p.score"),
+        ({"name": "p", "filters": ["NodeResourcesFit", "NodeResourcesFit"]}, "p.filters"),
     ],
 )
 def test_more_profile_errors_name_the_field(doc: dict, field: str) -> None:
     with pytest.raises(ValidationError) as e:
         profile_from_dict(doc)
     assert e.value.field == field
+    if field == "p.score[0].weight" and doc["score"][0]["weight"] != doc["score"][0]["weight"]:
+        assert "finite" in e.value.message, e.value.message  # NaN, named as such
+    if field in ("p.score", "p.filters"):
+        assert "listed twice" in e.value.message

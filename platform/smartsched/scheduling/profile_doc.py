@@ -75,7 +75,7 @@ class PluginRef(BaseModel):
 class ScoreRef(PluginRef):
     """A score plugin and its weight in the weighted sum."""
 
-    weight: Annotated[float, Field(strict=True, gt=0, le=MAX_WEIGHT)] = 1.0
+    weight: Annotated[float, Field(strict=True, gt=0, le=MAX_WEIGHT, allow_inf_nan=False)] = 1.0
 
 
 class RunSettings(BaseModel):
@@ -120,6 +120,19 @@ class ProfileDoc(RunSettings):
     def _some_filter(cls, v: list[PluginRef]) -> list[PluginRef]:
         if not v:
             raise ValueError("a profile needs at least one filter")
+        return v
+
+    @field_validator("filters", "score", "post_filter", "deschedule", "defer")
+    @classmethod
+    def _each_plugin_once(cls, v: list[PluginRef]) -> list[PluginRef]:
+        """A plugin listed twice would run twice (a scorer's weight silently doubled), as
+        kube-scheduler refuses in its own profiles."""
+        seen: set[str] = set()
+        for ref in v:
+            if ref.name in seen:
+                raise ValueError(f"plugin {ref.name} is listed twice (give it once, with "
+                                 "its weight and args)")
+            seen.add(ref.name)
         return v
 
 
