@@ -18,6 +18,8 @@ from smartsched.k8s import scheduler as sched_mod
 from smartsched.k8s.daemon import run_scheduler_daemon
 from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop
 from tests.k8s.fake_apiserver import FakeAPIServer
+from tests.k8s.test_daemon import Clock as DaemonClock
+from tests.k8s.test_daemon import _stop_after
 from tests.k8s.test_scheduler import _client
 
 V100 = {"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"}
@@ -48,31 +50,13 @@ def pod(name: str, cpu: str = "1", ns: str = "default", on: str | None = None,
     return p
 
 
-class Clock:
-    """A fake monotonic clock that moves when slept on and a little at every read (so
-    the daemon's watch deadline passes without a real watch)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
+class Clock(DaemonClock):
+    """``test_daemon``'s fake clock, also moving a little at every read (so the daemon's
+    watch deadline passes without a real watch)."""
 
     def __call__(self) -> float:
         self.now += 10.0
         return self.now
-
-    def sleep(self, s: float) -> None:
-        self.sleeps.append(s)
-        self.now += s
-
-
-def _stop_after(n: int) -> Any:
-    calls = [0]
-
-    def stop() -> bool:
-        calls[0] += 1
-        return calls[0] > n
-
-    return stop
 
 
 def _q(v: Any) -> Decimal:
