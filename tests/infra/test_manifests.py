@@ -53,7 +53,8 @@ def test_no_rbac_is_granted_to_the_extender() -> None:
 # What the scheduler may do, and nothing more: (apiGroup, resource) -> verbs.
 READ = {"get", "list", "watch"}
 SCHEDULER_ALLOWED = {("", "pods"): READ, ("", "nodes"): READ,
-                     ("", "pods/binding"): {"create"}, ("", "events"): {"create"},
+                     ("", "pods/binding"): {"create"}, ("", "pods/status"): {"patch"},
+                     ("", "events"): {"create"},
                      ("coordination.k8s.io", "leases"): {"get", "create", "update"}}
 
 

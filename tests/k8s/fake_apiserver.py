@@ -68,6 +68,7 @@ class FakeAPIServer:
         self.bindings: list[tuple[str, str]] = []  # (pod key, node), successful ones
         self.evictions: list[str] = []  # pod keys evicted through the Eviction API
         self.patches: list[str] = []  # pod keys whose tolerations were patched
+        self.status_patches: list[tuple[str, dict]] = []  # (pod key, status patch)
         self.protected: set[tuple[str, str]] = set()  # pods a disruption budget keeps
         self.faults: list[dict[str, Any]] = []  # see ``inject``
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
@@ -342,6 +343,8 @@ class FakeAPIServer:
         as it has no merge key), refused as the API server does when it removes or
         changes an existing toleration (only additions are allowed)."""
         with self.lock:
+            if st := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)/status", path):
+                return self._patch_status((st[1], st[2]), body, content_type)
             m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods/([^/]+)", path)
             if not m or "strategic-merge-patch" not in content_type:
                 return 415 if m else 404, _status(415 if m else 404, "Unsupported", path)
@@ -359,6 +362,30 @@ class FakeAPIServer:
             self.patches.append(f"{m[1]}/{m[2]}")
             self._record("MODIFIED", pod)
             return 200, pod
+
+    def _patch_status(self, key: tuple[str, str], body: dict, content_type: str
+                      ) -> tuple[int, dict]:
+        """A strategic-merge patch of a pod's status: ``conditions`` merged by ``type`` (the
+        list's merge key), other fields replaced; recorded in ``status_patches``."""
+        if "strategic-merge-patch" not in content_type:
+            return 415, _status(415, "Unsupported", content_type)
+        pod = self.pods.get(key)
+        if pod is None:
+            return 404, _status(404, "NotFound", "no such pod")
+        if set(body) != {"status"}:
+            return 422, _status(422, "Invalid", "the status subresource changes status only")
+        status = pod.setdefault("status", {})
+        for k, v in body["status"].items():
+            if k != "conditions":
+                status[k] = v
+                continue
+            have = {c["type"]: c for c in status.get("conditions") or []}
+            for c in v:
+                have[c["type"]] = {**have.get(c["type"], {}), **c}
+            status["conditions"] = list(have.values())
+        self.status_patches.append(("/".join(key), body["status"]))
+        self._record("MODIFIED", pod)
+        return 200, pod
 
     def put(self, path: str, body: dict) -> tuple[int, dict]:
         with self.lock:

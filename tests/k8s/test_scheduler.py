@@ -423,12 +423,12 @@ def test_a_pod_group_holds_the_room_that_frees_soonest_and_others_backfill(objec
         first = loop.run_once()
         why = first.failed["prod/w0"]
         assert "pod group not placed" in why and "room held on" in why
-        assert set(loop._holds["job"][0]) == set(names)
+        assert set(loop._holds["prod/job"][0]) == set(names)
         api.add_pod(_cpu_pod("long", "3", 0))  # would still run when the group is due
         api.add_pod(_timed(_cpu_pod("short", "3", 0), 60))  # ends well before
         second = loop.run_once()
         assert "reserved for a waiting gang" in second.failed["prod/long"]
-        assert "prod/short" in second.bound and "job" in loop._holds
+        assert "prod/short" in second.bound and "prod/job" in loop._holds
 
         off = SchedulerLoop(core, "smartsched", "composite-accelerators").run_once()
         assert "room held" not in off.failed["prod/w0"] and "prod/long" in off.bound

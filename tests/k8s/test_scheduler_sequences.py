@@ -139,6 +139,9 @@ def _mutate(api: FakeAPIServer, rng: random.Random, step: int) -> None:
                     p["spec"]["nodeName"] = rng.choice(names)
             elif odd < 0.3:  # terminating
                 p["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+            elif odd < 0.4:  # a member of a pod group (namespaced: the same name elsewhere)
+                p["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "g"}
+                p["metadata"]["annotations"] = {"scheduling.x-k8s.io/min-member": "2"}
             api.add_pod(p)
     elif kind == "finish":
         with api.lock:
@@ -157,6 +160,8 @@ def _mutate(api: FakeAPIServer, rng: random.Random, step: int) -> None:
                                   (500, True), (503, True), (429, False)])
         api.inject("POST", r".*/binding", code, after=after, times=rng.randint(1, 2),
                    headers={"Retry-After": "1"} if code == 429 else None)
+        if rng.random() < 0.3:  # the status subresource refused or lost too
+            api.inject("PATCH", r".*/status", rng.choice([403, 500]), after=rng.random() < 0.5)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -188,7 +193,8 @@ def test_many_passes_under_churn_and_faults_keep_the_invariants(seed: int) -> No
             assert pending - set(res.bound) <= set(res.failed) | set(res.conflicts), step
             assert all(res.failed.values())
             # Nothing remembered for pods that were gone (or bound) before the pass.
-            assert set(loop._evented) | set(loop._nominated) | set(loop._said) <= seen
+            assert (set(loop._evented) | set(loop._nominated) | set(loop._said)
+                    | set(loop._conditioned)) <= seen
             _mutate(api, rng, step)
         assert api.bindings  # it did schedule through all that
 

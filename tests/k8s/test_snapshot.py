@@ -92,7 +92,7 @@ def test_quantities_affinity_tolerations_and_gangs() -> None:
     assert (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli) == (1500, 4096, 2, 1000)
     assert p.node_selector == (("disk", "ssd"),) and p.allowed_regions == ("eu-west1",)
     assert p.tolerations == ("nvidia.com/gpu", "dedicated=ai:NoSchedule")
-    assert (p.gang_id, p.gang_size, p.priority, p.app) == ("g1", 4, 7, "web")
+    assert (p.gang_id, p.gang_size, p.priority, p.app) == (f"{p.tenant}/g1", 4, 7, "web")
     assert gpu_model("NVIDIA-A100-SXM4-40GB") == "A100"
     assert gpu_model("Tesla-V100-SXM2-32GB") == "V100M32" and gpu_model("MI300") is None
 

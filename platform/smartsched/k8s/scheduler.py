@@ -155,6 +155,10 @@ class SchedulerLoop:
         self._said: dict[str, str] = {}
         # pod key -> (its last FailedScheduling message, when: time.monotonic())
         self._evented: dict[str, tuple[str, float]] = {}
+        # pod key -> the PodScheduled=False status last patched (reason, message, nominated)
+        self._conditioned: dict[str, tuple[str, str, str | None]] = {}
+        # resourceVersions of this pass's own status patches: their watch events are no work
+        self._own_writes: set[str] = set()
         # Hard constraints on every pass's snapshot (scheduling.compliance): the node list
         # changes between passes, so node names the policy gives are matched leniently.
         self.compliance = None
@@ -179,7 +183,8 @@ class SchedulerLoop:
     def _mine(self, pod: dict[str, Any]) -> bool:
         spec = pod.get("spec") or {}
         meta = pod.get("metadata") or {}
-        phase = (pod.get("status") or {}).get("phase", "Pending")
+        status = pod.get("status")
+        phase = status.get("phase", "Pending") if isinstance(status, dict) else "Pending"
         return (isinstance(spec, dict) and isinstance(meta, dict)
                 and spec.get("schedulerName") == self.name and not spec.get("nodeName")
                 and phase == "Pending" and not meta.get("deletionTimestamp")
@@ -236,6 +241,7 @@ class SchedulerLoop:
         nodes = self._list(self.core.list_node).get("items") or []
         pod_list = self._list(self.core.list_pod_for_all_namespaces)
         self.last_rv = (pod_list.get("metadata") or {}).get("resourceVersion")
+        self._own_writes.clear()  # the watch resumes from this list
         pods = [p for p in pod_list.get("items") or [] if isinstance(p, dict)]
         others = [p for p in pods if not self._mine(p)]
         self._terminating = {
@@ -247,7 +253,8 @@ class SchedulerLoop:
             -_priority_or_0((p.get("spec") or {}).get("priority")),
             str((p.get("metadata") or {}).get("creationTimestamp") or "")))
         pending = {_key(p) for p in mine}
-        for seen in (self._nominated, self._evented, self._said):  # bound, or gone: forget
+        for seen in (self._nominated, self._evented, self._said,
+                     self._conditioned):  # bound, or gone: forget
             for k in [k for k in seen if k not in pending]:
                 del seen[k]
         res = PassResult()
@@ -257,6 +264,7 @@ class SchedulerLoop:
             for obj in mine:
                 res.failed[_key(obj)] = str(e)
                 self._event(obj, "FailedScheduling", str(e))
+                self._unschedulable(obj, str(e), res)
             return res
         snap.state.compliance = self.compliance
         # Seconds since this scheduler started: schedulers that keep a history of the pods
@@ -277,14 +285,14 @@ class SchedulerLoop:
             except ValueError as e:
                 res.failed[key] = f"not understood: {e}"
                 self._event(obj, "FailedScheduling", res.failed[key])
+                self._unschedulable(obj, res.failed[key], res)
                 continue
-            labels = obj["metadata"].get("labels") or {}
-            gid = labels.get(POD_GROUP_LABEL) or labels.get(POD_GROUP_LABEL_OLD) or "\0" + key
-            groups.setdefault(gid, []).append((obj, pod))
+            groups.setdefault(pod.gang_id or "\0" + key, []).append((obj, pod))
         if isinstance(self.sched, WorkloadAware):
             self.sched.prepare([p for g in groups.values() for _, p in g])
-        for members in groups.values():
-            self._place_group(snap, members, res)
+        running = _running_group_members(others)
+        for gid, members in groups.items():
+            self._place_group(snap, members, res, running.get(gid, 0))
         return res
 
     def _read_usage(self, state: Any) -> None:
@@ -325,7 +333,10 @@ class SchedulerLoop:
                 if not isinstance(obj, dict):  # a line that is not an event: skip it
                     continue
                 rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-                phase = (obj.get("status") or {}).get("phase")
+                if ev.get("type") == "MODIFIED" and rv in self._own_writes:
+                    continue  # this scheduler's own status patch of a pending pod
+                status = obj.get("status")
+                phase = status.get("phase") if isinstance(status, dict) else None
                 if self._mine(obj) or ev["type"] == "DELETED" or phase in ("Succeeded",
                                                                            "Failed"):
                     w.stop()
@@ -340,22 +351,34 @@ class SchedulerLoop:
             log.info("watch stream dropped (%s); reconnecting", e)
             return rv, False
 
-    def _place_group(self, snap: Any, members: list[tuple[dict, Any]], res: PassResult) -> None:
+    def _place_group(self, snap: Any, members: list[tuple[dict, Any]], res: PassResult,
+                     running: int = 0) -> None:
+        """Decide a pod group's pending members on a fork and bind them only if, with its
+        members already running, it reaches its min-member (the Coscheduling plugin's
+        Permit rule): a group whose bind failed half-way starts its remaining members once
+        they fit, instead of waiting for members it already has. A member that does not
+        fit when the group reaches its number anyway waits on its own reason."""
         size = members[0][1].gang_size
-        keys = [f"{o['metadata'].get('namespace') or 'default'}/{o['metadata']['name']}"
-                for o, _ in members]
-        if len(members) < size:
+        keys = [_key(o) for o, _ in members]
+        need = max(size - running, 1)
+        if len(members) < need:
+            why = (f"pod group has {len(members)} of its {size} members pending"
+                   + (f" and {running} running" if running else ""))
             for k in keys:
-                res.failed[k] = f"pod group has {len(members)} of its {size} members pending"
+                res.failed[k] = why
             return
         trial = snap.state.fork()
-        chosen: list[tuple[int, tuple[int, ...]]] = []
-        for (_, pod), k in zip(members, keys, strict=True):
+        chosen: list[tuple[int, int, tuple[int, ...]]] = []  # member, node, devices
+        missed: dict[int, str] = {}  # member -> why it fits nowhere
+        first_miss: tuple[int, Any] | None = None  # (member, its Decision.reserve)
+        for i, ((obj, pod), k) in enumerate(zip(members, keys, strict=True)):
+            if len(chosen) + len(members) - i < need:  # the group cannot reach its number
+                break
             req = trial.compile(pod)
             d = self.sched.decide(trial, req)
             if d.victims:
                 if len(members) == 1 and self.preemption:
-                    self._preempt(members[0][0], k, snap.state.names[d.node], d.victims, res)
+                    self._preempt(obj, k, snap.state.names[d.node], d.victims, res)
                     return
                 d = Decision.reject(
                     f"evicting {len(d.victims)} lower-priority pod(s) would make room, but "
@@ -365,23 +388,37 @@ class SchedulerLoop:
                 why = unschedulable_message(trial.num_nodes, d.rejections)
                 if d.rejected_by():
                     why += f" (rejected by {', '.join(d.rejected_by())})"
-                if len(members) > 1:
-                    why = f"pod group not placed ({k}: {why})"
-                    held = self._hold(snap.state, pod, d.reserve)
-                    if held:
-                        why += f"; {held}"
-                for (o, _), kk in zip(members, keys, strict=True):
-                    res.failed[kk] = why
-                    self._event(o, "FailedScheduling", why)
-                return
+                missed[i] = why
+                if first_miss is None:
+                    first_miss = (i, d.reserve)
+                continue
             devices = d.devices if d.devices is not None else trial.pick_devices(d.node, req)
             trial.allocate(d.node, req, tuple(devices))
-            chosen.append((d.node, tuple(devices)))
-        if len(members) > 1 and members[0][1].gang_id in self._holds:  # starting: let go
-            snap.state.reservations.remove(members[0][1].gang_id)
-            del self._holds[members[0][1].gang_id]
-        for ((obj, pod), k), (node, devices) in zip(zip(members, keys, strict=True), chosen,
-                                                    strict=True):
+            chosen.append((i, d.node, tuple(devices)))
+        if len(chosen) < need:  # nothing binds: say why on every member
+            i, reserve = first_miss if first_miss is not None else (0, None)
+            why = missed.get(i, "")
+            if len(members) > 1 or running:
+                why = f"pod group not placed ({keys[i]}: {why})"
+                held = self._hold(snap.state, members[i][1], reserve)
+                if held:
+                    why += f"; {held}"
+            for obj, k in zip((o for o, _ in members), keys, strict=True):
+                res.failed[k] = why
+                self._event(obj, "FailedScheduling", why)
+                self._unschedulable(obj, why, res)
+            return
+        gang = members[0][1].gang_id
+        if gang is not None and gang in self._holds:  # starting: let go of its room
+            snap.state.reservations.remove(gang)
+            del self._holds[gang]
+        for i, why in missed.items():  # the group starts without these: each waits
+            obj, k = members[i][0], keys[i]
+            res.failed[k] = why
+            self._event(obj, "FailedScheduling", why)
+            self._unschedulable(obj, why, res)
+        for i, node, devices in chosen:
+            (obj, pod), k = members[i], keys[i]
             name = snap.state.names[node]
             bound = self._bind(obj, name, res, k)
             if bound is not False:  # bound, or perhaps (its answer lost): its room is taken
@@ -465,11 +502,14 @@ class SchedulerLoop:
                     self._nominated[key] = (node, set(evicted))
                 res.failed[key] = why
                 self._event(obj, "FailedScheduling", why)
+                self._unschedulable(obj, why, res)
                 return
         self._nominated[key] = (node, set(evicted))
         res.preempting[key] = (node, evicted)
-        self._event(obj, "Preempting", f"evicted {len(evicted)} lower-priority pod(s) on "
-                    f"{node}: {', '.join(evicted)}; nominated {node}")
+        said = (f"evicted {len(evicted)} lower-priority pod(s) on {node}: "
+                f"{', '.join(evicted)}; nominated {node}")
+        self._event(obj, "Preempting", said)
+        self._unschedulable(obj, f"preempting: {said}", res, nominated=node)
 
     def _may_write(self, res: PassResult, key: str) -> bool:
         """Whether this pass may still bind or evict (else why not, in ``res.failed``): not
@@ -526,10 +566,68 @@ class SchedulerLoop:
             if e.status == 404:  # deleted meanwhile
                 return False
             self._event(obj, "FailedScheduling", res.failed[key])
+            self._unschedulable(obj, res.failed[key], res, reason="SchedulerError")
             return None if e.status >= 500 else False
         except (urllib3.exceptions.HTTPError, OSError) as e:  # timed out, dropped
             res.failed[key] = f"bind to {node} failed: {type(e).__name__} (no answer)"
             return None
+
+    def _unschedulable(self, obj: dict[str, Any], message: str, res: PassResult,
+                       reason: str = "Unschedulable", nominated: str | None = None) -> None:
+        """Mark a pod left pending as kube-scheduler does: condition PodScheduled=False with
+        the reason (Unschedulable; SchedulerError when its bind was refused) and the
+        message, and ``status.nominatedNodeName`` when it preempted. The Cluster Autoscaler
+        scales up only for pods marked Unschedulable so, and ``kubectl get``/``describe``
+        show why. Best effort (a refusal is logged), and no call when the pod already
+        says so (the list carries its status) or this loop already sent it: an unchanged
+        pending pod costs no call per pass."""
+        import json
+
+        import urllib3
+        from kubernetes.client.rest import ApiException
+
+        message = message[:1024]
+        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+        conditions = status.get("conditions")
+        have = next((c for c in (conditions if isinstance(conditions, list) else ())
+                     if isinstance(c, dict) and c.get("type") == "PodScheduled"), None)
+        if (have is not None and have.get("status") == "False"
+                and have.get("reason") == reason and have.get("message") == message
+                and (nominated is None or status.get("nominatedNodeName") == nominated)):
+            return
+        key = _key(obj)
+        if self._conditioned.get(key) == (reason, message, nominated):
+            return
+        if res.retry_after is not None or (self.leader_until is not None
+                                           and time.monotonic() >= self.leader_until):
+            return  # asked to wait, or no longer the leader: the next pass says it
+        self._conditioned[key] = (reason, message, nominated)
+        # The transition time moves only when the condition's status changes (upstream).
+        since = (have.get("lastTransitionTime") if have is not None
+                 and have.get("status") == "False" and have.get("lastTransitionTime")
+                 else _now().isoformat(timespec="seconds").replace("+00:00", "Z"))
+        body: dict[str, Any] = {"status": {"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": reason, "message": message,
+            "lastProbeTime": None, "lastTransitionTime": since}]}}
+        if nominated is not None:
+            body["status"]["nominatedNodeName"] = nominated
+        meta = obj["metadata"]
+        try:
+            resp = self.core.patch_namespaced_pod_status(
+                meta["name"], meta.get("namespace") or "default", body,
+                _preload_content=False, _request_timeout=API_TIMEOUT_S)
+            try:
+                rv = (json.loads(resp.data).get("metadata") or {}).get("resourceVersion")
+            except (ValueError, AttributeError):
+                rv = None
+            finally:
+                resp.release_conn()
+            if isinstance(rv, str):
+                self._own_writes.add(rv)
+        except ApiException as e:
+            log.warning("could not mark %s unschedulable: HTTP %s %s", key, e.status, e.reason)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            log.warning("could not mark %s unschedulable: %s", key, type(e).__name__)
 
     def _tolerate(self, obj: dict[str, Any], key: str) -> None:
         """Add the profile's NotReady/unreachable tolerations to the pod (best effort: a
@@ -676,6 +774,27 @@ class LeaseLock:
             if e.status == 409:  # changed since we read it: someone else won
                 return False
             raise
+
+
+def _running_group_members(pods: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Pods bound, not finished and not terminating, per pod group (``namespace/group``,
+    as ``pod_model`` names it): they count toward the group's min-member."""
+    count: dict[str, int] = {}
+    for p in pods:
+        meta, spec = p.get("metadata"), p.get("spec")
+        if not isinstance(meta, dict) or not isinstance(spec, dict) or not spec.get(
+                "nodeName") or meta.get("deletionTimestamp"):
+            continue
+        status = p.get("status")
+        if isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        labels = meta.get("labels")
+        group = (labels.get(POD_GROUP_LABEL) or labels.get(POD_GROUP_LABEL_OLD)
+                 if isinstance(labels, dict) else None)
+        if isinstance(group, str) and group:
+            gid = f"{meta.get('namespace') or 'default'}/{group}"
+            count[gid] = count.get(gid, 0) + 1
+    return count
 
 
 def _key(obj: dict[str, Any]) -> str:

@@ -48,6 +48,8 @@ GPU_MODEL_LABELS = ("alibabacloud.com/gpu-card-model", "nvidia.com/gpu.product")
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 POD_GROUP_LABEL_OLD = "pod-group.scheduling.sigs.k8s.io"
 MIN_MEMBER_ANNOTATION = "scheduling.x-k8s.io/min-member"
+# The most members a pod group may ask for (a larger number is a typo: it would wait for ever).
+MAX_GANG_SIZE = 10_000
 CLASS_LABEL = "smartsched.io/class"
 # How long a pod is expected to run once started (seconds): what gang reservations plan
 # on (a bound pod with it leaves at its start time plus this; without it, never).
@@ -352,7 +354,15 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     group = labels.get(POD_GROUP_LABEL) or labels.get(POD_GROUP_LABEL_OLD)
     gang_size = 1
     if group:
-        gang_size = int(ann.get(MIN_MEMBER_ANNOTATION) or (gang_sizes or {}).get(group, 1))
+        raw_size = ann.get(MIN_MEMBER_ANNOTATION) or (gang_sizes or {}).get(group, 1)
+        try:
+            gang_size = int(raw_size)
+        except (TypeError, ValueError):
+            gang_size = 0
+        if not 1 <= gang_size <= MAX_GANG_SIZE:
+            raise ValueError(f"metadata.annotations.{MIN_MEMBER_ANNOTATION}: must be a whole "
+                             f"number of pods in [1, {MAX_GANG_SIZE}], got "
+                             f"{str(raw_size)[:32]!r}")
     duration = None
     if DURATION_ANNOTATION in ann:
         try:
@@ -372,7 +382,8 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
                gpu_milli=gpu_milli, pod_class=pod_class, tenant=ns,
                priority=_priority(spec.get("priority")), gpu_models=models,
                node_selector=tuple(sorted(selector.items())), tolerations=tuple(tolerations),
-               allowed_regions=regions, arrival=arrival, gang_id=group,
+               allowed_regions=regions, arrival=arrival,
+               gang_id=f"{ns}/{group}" if group else None,  # a PodGroup is namespaced
                gang_size=gang_size, app=labels.get("app"), duration=duration)
 
 
