@@ -188,7 +188,9 @@ class SchedulerLoop:
         return (isinstance(spec, dict) and isinstance(meta, dict)
                 and spec.get("schedulerName") == self.name and not spec.get("nodeName")
                 and phase == "Pending" and not meta.get("deletionTimestamp")
-                and isinstance(meta.get("name"), str))
+                and isinstance(meta.get("name"), str)
+                # gated (e.g. by Kueue until admitted): not to be scheduled yet
+                and not spec.get("schedulingGates"))
 
     def _list(self, call: Callable[..., Any]) -> dict[str, Any]:
         """A list as the API's plain JSON (the client's models refuse some objects the

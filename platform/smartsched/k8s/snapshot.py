@@ -199,21 +199,55 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
     return node, region
 
 
+def _container_requests(c: Mapping[str, Any], where: str) -> dict[str, Decimal]:
+    """One container's requests (an extended resource given only as a limit requests it:
+    the API server defaults it so)."""
+    res = _mapping(c, "resources", f"{where}.resources")
+    req = {k: _q(v, f"{where}.resources.requests.{k}")
+           for k, v in _mapping(res, "requests", f"{where}.resources.requests").items()}
+    for k, v in _mapping(res, "limits", f"{where}.resources.limits").items():
+        if k == "nvidia.com/gpu" and k not in req:
+            req[k] = _q(v, f"{where}.resources.limits.{k}")
+    return req
+
+
+def _add(a: dict[str, Decimal], b: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    return {k: a.get(k, Decimal(0)) + b.get(k, Decimal(0)) for k in a.keys() | b.keys()}
+
+
+def _max(a: dict[str, Decimal], b: Mapping[str, Decimal]) -> dict[str, Decimal]:
+    return {k: max(a.get(k, Decimal(0)), b.get(k, Decimal(0))) for k in a.keys() | b.keys()}
+
+
 def _requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """Effective requests: sum over containers, at least the largest init container."""
+    """Effective requests as kube-scheduler counts them (``resource.PodRequests``): the
+    app containers plus the sidecars (init containers with ``restartPolicy: Always``,
+    which keep running beside them), at least the peak of the init phase (each ordinary
+    init container beside the sidecars started before it); pod-level
+    ``spec.resources.requests`` replace the containers' cpu and memory when set; then
+    the RuntimeClass's ``spec.overhead`` on top (a sandboxed runtime's VM)."""
     total: dict[str, Decimal] = {}
     for c in _list_of_mappings(spec, "containers", "spec.containers"):
-        res = _mapping(c, "resources", "spec.containers.resources")
-        for k, v in _mapping(res, "requests", "spec.containers.resources.requests").items():
-            total[k] = total.get(k, Decimal(0)) + _q(v, f"spec.containers.resources.{k}")
-        for k, v in _mapping(res, "limits", "spec.containers.resources.limits").items():
-            if k == "nvidia.com/gpu" and k not in total:  # extended resources: limit = request
-                total[k] = _q(v, f"spec.containers.resources.limits.{k}")
+        total = _add(total, _container_requests(c, "spec.containers"))
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
     for c in _list_of_mappings(spec, "initContainers", "spec.initContainers"):
-        res = _mapping(c, "resources", "spec.initContainers.resources")
-        for k, v in _mapping(res, "requests", "spec.initContainers.resources.requests").items():
-            total[k] = max(total.get(k, Decimal(0)), _q(v, f"spec.initContainers.{k}"))
-    return total
+        req = _container_requests(c, "spec.initContainers")
+        if c.get("restartPolicy") == "Always":  # a sidecar: runs on with the app containers
+            total = _add(total, req)
+            sidecars = _add(sidecars, req)
+            init_peak = _max(init_peak, sidecars)
+        else:
+            init_peak = _max(init_peak, _add(req, sidecars))
+    total = _max(total, init_peak)
+    pod_level = _mapping(_mapping(spec, "resources", "spec.resources"), "requests",
+                         "spec.resources.requests")
+    for k in ("cpu", "memory"):  # the resources pod-level requests may set
+        if k in pod_level:
+            total[k] = _q(pod_level[k], f"spec.resources.requests.{k}")
+    overhead = {k: _q(v, f"spec.overhead.{k}")
+                for k, v in _mapping(spec, "overhead", "spec.overhead").items()}
+    return _add(total, overhead) if overhead else total
 
 
 def pod_model(obj: Mapping[str, Any], arrival: float = 0.0,
@@ -232,6 +266,7 @@ def pod_model(obj: Mapping[str, Any], arrival: float = 0.0,
         pod = _pod_model(obj, arrival, gang_sizes)
         if enforce_affinity:
             _check_enforceable_affinity(obj)
+            _check_tracked_resources(obj)
         return pod
     except ValueError:
         raise
@@ -279,6 +314,24 @@ def _check_enforceable_affinity(obj: Mapping[str, Any]) -> None:
         raise ValueError("spec.affinity.nodeAffinity: this scheduler enforces required "
                          "node affinity of one term with In and one value per key only; "
                          "schedule this pod with kube-scheduler (and the extender)")
+
+
+# Requests the twin tracks per node (ephemeral-storage is not tracked and not refused:
+# nodes have it in plenty and kube-scheduler's own default profile rarely binds on it).
+TRACKED_RESOURCES = frozenset({"cpu", "memory", "nvidia.com/gpu", "ephemeral-storage"})
+
+
+def _check_tracked_resources(obj: Mapping[str, Any]) -> None:
+    """ValueError naming a resource the pod requests that the twin does not track per node
+    (hugepages, RDMA devices, other extended resources): binding it anywhere could
+    overbook that resource, and the kubelet would then refuse the pod."""
+    spec = obj.get("spec") or {}
+    untracked = sorted(k for k, v in _requests(spec).items()
+                       if v > 0 and k not in TRACKED_RESOURCES)
+    if untracked:
+        raise ValueError(f"spec.containers.resources: this scheduler does not track "
+                         f"{', '.join(untracked)[:200]} per node; schedule this pod with "
+                         "kube-scheduler (and the extender)")
 
 
 def _priority(v: Any) -> int:

@@ -1,0 +1,104 @@
+"""A pod's requests as kube-scheduler counts them (sidecars, the init phase, pod-level
+resources, RuntimeClass overhead), resources the twin does not track refused by the
+scheduler that binds, and pods held by scheduling gates left alone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from smartsched.k8s.scheduler import SchedulerLoop
+from smartsched.k8s.snapshot import pod_model
+from tests.k8s.fake_apiserver import FakeAPIServer
+from tests.k8s.test_scheduler import _client
+from tests.k8s.test_scheduler_sequences import _overbooked, node, pod
+
+
+def c(cpu: str, gpu: str | None = None, limit_gpu: str | None = None,
+      sidecar: bool = False) -> dict[str, Any]:
+    req = {"cpu": cpu}
+    if gpu:
+        req["nvidia.com/gpu"] = gpu
+    res: dict[str, Any] = {"requests": req}
+    if limit_gpu:
+        res["limits"] = {"nvidia.com/gpu": limit_gpu}
+    out: dict[str, Any] = {"name": "x", "resources": res}
+    if sidecar:
+        out["restartPolicy"] = "Always"
+    return out
+
+
+def shaped(containers: list[dict], init: list[dict] | None = None, **spec: Any
+           ) -> dict[str, Any]:
+    p = pod("p")
+    p["spec"]["containers"] = containers
+    if init:
+        p["spec"]["initContainers"] = init
+    p["spec"].update(spec)
+    return p
+
+
+@pytest.mark.parametrize("obj, cpu_milli", [
+    # an ordinary init container runs alone: the larger of it and the app containers
+    (shaped([c("1")], [c("3")]), 3000),
+    (shaped([c("2"), c("1")], [c("1")]), 3000),
+    # a sidecar runs on beside the app containers, and beside later init containers
+    (shaped([c("2")], [c("2", sidecar=True)]), 4000),
+    (shaped([c("1")], [c("1", sidecar=True), c("3")]), 4000),
+    (shaped([c("1")], [c("3"), c("1", sidecar=True)]), 3000),
+    # RuntimeClass overhead on top; pod-level requests replace the containers' cpu
+    (shaped([c("1")], overhead={"cpu": "250m"}), 1250),
+    (shaped([c("1"), c("1")], resources={"requests": {"cpu": "3"}}), 3000),
+    (shaped([c("1")], resources={"requests": {"cpu": "500m"}}, overhead={"cpu": "100m"}), 600),
+])
+def test_requests_are_counted_as_kube_scheduler_counts_them(obj: dict, cpu_milli: int) -> None:
+    assert pod_model(obj).cpu_milli == cpu_milli
+
+
+def test_a_gpu_given_as_a_limit_counts_in_every_container() -> None:
+    """The limit-only GPU of a second container was dropped once the first requested one."""
+    assert pod_model(shaped([c("1", gpu="1"), c("1", limit_gpu="2")])).num_gpu == 3
+
+
+def test_a_sidecar_is_counted_so_the_node_is_not_overbooked() -> None:
+    """A 2-core app with a 2-core sidecar counted as 2 cores: a third pod was bound onto
+    the 4-core node beside it (the kubelet refuses it: OutOfcpu)."""
+    first = shaped([c("2")], [c("2", sidecar=True)])
+    with FakeAPIServer([node("n1", cpu="4")], [first, pod("late", "1")]) as api:
+        core, _ = _client(api.url)
+        res = SchedulerLoop(core).run_once()
+        assert res.bound == {"default/p": "n1"}
+        assert "Insufficient cpu" in res.failed["default/late"]
+        assert _overbooked(api) == {}
+
+
+def test_a_resource_the_twin_does_not_track_is_refused_by_name() -> None:
+    huge = pod("huge")
+    huge["spec"]["containers"][0]["resources"]["requests"]["hugepages-2Mi"] = "1Gi"
+    disk = pod("disk")
+    disk["spec"]["containers"][0]["resources"]["requests"]["ephemeral-storage"] = "10Gi"
+    with FakeAPIServer([node("n1")], [huge, disk]) as api:
+        core, _ = _client(api.url)
+        res = SchedulerLoop(core).run_once()
+        assert res.bound == {"default/disk": "n1"}
+        why = res.failed["default/huge"]
+        assert why.startswith("not understood: spec.containers.resources: this scheduler "
+                              "does not track hugepages-2Mi per node"), why
+    assert pod_model(huge).cpu_milli == 1000  # the extender leaves it to kube-scheduler
+
+
+def test_a_gated_pod_waits_for_its_gates_without_a_reason_or_a_bind() -> None:
+    """A pod held by ``spec.schedulingGates`` (Kueue holds pods so until admitted) was
+    bound at once, past the quota that gated it."""
+    gated = pod("gated")
+    gated["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    with FakeAPIServer([node("n1")], [gated]) as api:
+        core, _ = _client(api.url)
+        loop = SchedulerLoop(core)
+        res = loop.run_once()
+        assert res.bound == {} and res.failed == {} and api.events == []
+        assert api.status_patches == []
+        with api.lock:
+            api.pods[("default", "gated")]["spec"]["schedulingGates"] = []
+        assert loop.run_once().bound == {"default/gated": "n1"}
