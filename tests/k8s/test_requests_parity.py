@@ -102,3 +102,54 @@ def test_a_gated_pod_waits_for_its_gates_without_a_reason_or_a_bind() -> None:
         with api.lock:
             api.pods[("default", "gated")]["spec"]["schedulingGates"] = []
         assert loop.run_once().bound == {"default/gated": "n1"}
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("affinity", {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "web"}},
+         "topologyKey": "kubernetes.io/hostname"}]}}, "spec.affinity.podAntiAffinity"),
+    ("affinity", {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}},
+         "topologyKey": "topology.kubernetes.io/zone"}]}}, "spec.affinity.podAffinity"),
+    ("topologySpreadConstraints", [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                    "whenUnsatisfiable": "DoNotSchedule",
+                                    "labelSelector": {"matchLabels": {"app": "web"}}}],
+     "spec.topologySpreadConstraints"),
+    ("volumes", [{"name": "data", "persistentVolumeClaim": {"claimName": "data-0"}}],
+     "spec.volumes.data"),
+])
+def test_placement_rules_the_twin_does_not_check_are_refused_by_name(
+        field: str, value: Any, named: str) -> None:
+    """Such a pod was bound as if it had none: two replicas on one node against their
+    anti-affinity, a pod on a node its zonal volume cannot attach to."""
+    rule = pod("rule")
+    rule["spec"][field] = value
+    with FakeAPIServer([node("n1")], [rule, pod("plain")]) as api:
+        core, _ = _client(api.url)
+        res = SchedulerLoop(core).run_once()
+        assert res.bound == {"default/plain": "n1"}
+        assert res.failed["default/rule"].startswith(f"not understood: {named}"), res.failed
+
+
+def test_soft_rules_and_plain_volumes_are_no_reason_to_refuse() -> None:
+    soft = pod("soft")
+    soft["spec"]["topologySpreadConstraints"] = [
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+         "whenUnsatisfiable": "ScheduleAnyway"}]
+    soft["spec"]["affinity"] = {"podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {
+            "labelSelector": {}, "topologyKey": "kubernetes.io/hostname"}}]}}
+    soft["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}]
+    soft["spec"]["containers"][0]["ports"] = [{"containerPort": 80}]
+    with FakeAPIServer([node("n1")], [soft]) as api:
+        core, _ = _client(api.url)
+        assert SchedulerLoop(core).run_once().bound == {"default/soft": "n1"}
+
+
+def test_a_host_port_is_refused_by_name() -> None:
+    hp = pod("hp")
+    hp["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080}]
+    with FakeAPIServer([node("n1")], [hp]) as api:
+        core, _ = _client(api.url)
+        why = SchedulerLoop(core).run_once().failed["default/hp"]
+        assert why.startswith("not understood: spec.containers.ports.hostPort"), why

@@ -267,6 +267,7 @@ def pod_model(obj: Mapping[str, Any], arrival: float = 0.0,
         if enforce_affinity:
             _check_enforceable_affinity(obj)
             _check_tracked_resources(obj)
+            _check_no_untracked_constraints(obj)
         return pod
     except ValueError:
         raise
@@ -331,6 +332,35 @@ def _check_tracked_resources(obj: Mapping[str, Any]) -> None:
     if untracked:
         raise ValueError(f"spec.containers.resources: this scheduler does not track "
                          f"{', '.join(untracked)[:200]} per node; schedule this pod with "
+                         "kube-scheduler (and the extender)")
+
+
+def _check_no_untracked_constraints(obj: Mapping[str, Any]) -> None:
+    """ValueError naming a placement rule of the pod that the twin does not check and a
+    wrong node would break: required inter-pod (anti-)affinity, topology spread that
+    must not be violated, host ports, and volumes claimed through PersistentVolumeClaims
+    (a zonal volume cannot attach elsewhere, and a WaitForFirstConsumer claim is
+    provisioned only when kube-scheduler's VolumeBinding names the node)."""
+    spec = obj.get("spec") or {}
+    affinity = spec.get("affinity") or {}
+    rule = None
+    for kind in ("podAffinity", "podAntiAffinity"):
+        if ((affinity.get(kind) or {}).get("requiredDuringSchedulingIgnoredDuringExecution")):
+            rule = f"spec.affinity.{kind}: required inter-pod rules"
+    if any(isinstance(t, Mapping) and t.get("whenUnsatisfiable", "DoNotSchedule")
+           == "DoNotSchedule" for t in spec.get("topologySpreadConstraints") or []):
+        rule = "spec.topologySpreadConstraints: DoNotSchedule constraints"
+    for group in ("containers", "initContainers"):
+        for c in spec.get(group) or []:
+            if any(isinstance(p, Mapping) and p.get("hostPort")
+                   for p in (c.get("ports") or [] if isinstance(c, Mapping) else [])):
+                rule = f"spec.{group}.ports.hostPort: host ports"
+    for v in spec.get("volumes") or []:
+        if isinstance(v, Mapping) and (v.get("persistentVolumeClaim") or v.get("ephemeral")):
+            rule = (f"spec.volumes.{str(v.get('name'))[:63]}: volumes bound through a "
+                    "PersistentVolumeClaim")
+    if rule is not None:
+        raise ValueError(f"{rule} are not checked by this scheduler; schedule this pod with "
                          "kube-scheduler (and the extender)")
 
 
