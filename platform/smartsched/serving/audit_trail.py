@@ -21,6 +21,7 @@ from smartsched.serving.config import Audit
 
 log = logging.getLogger(__name__)
 REFUSED_PER_S = 100
+MAX_REFUSED_TEXT = 256  # characters of a refused request's method and path kept
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,11 @@ class Trail:
         if self._refused_n > REFUSED_PER_S:
             self._suppressed += 1
             return
-        self._add("auth.refused", UNKNOWN, {"method": method, "path": path, "status": status,
+        # Anyone's text, at most a few hundred characters a record: a 60 kB path would
+        # otherwise write 60 kB into the signed log per refusal.
+        self._add("auth.refused", UNKNOWN, {"method": method[:MAX_REFUSED_TEXT],
+                                            "path": path[:MAX_REFUSED_TEXT],
+                                            "path_length": len(path), "status": status,
                                             "suppressed_before": self._suppressed})
         self._suppressed = 0
 

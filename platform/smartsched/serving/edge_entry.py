@@ -82,6 +82,12 @@ class EdgeEntry(Authorizer):
         self.server: Any = None  # the uvicorn server, once started
         self.task: asyncio.Task | None = None  # its serve() task
         self._bodies: OrderedDict[str, str] = OrderedDict()  # request key -> its fingerprint
+        # A restarted site recovers its answers (their keys carry the body: see ``place``)
+        # from its journal: the keys are bound to those bodies again.
+        for key in tier.placer.answers:
+            bound, sep, body = key.rpartition("#")
+            if sep and bound.startswith("!edge:"):
+                self._bodies.setdefault(bound, body)
 
     async def place(self, specs: list, ttl_s: float, rid: str | None,
                     validate: bool = False, who: Principal = ANONYMOUS) -> PlacementResponse:
@@ -92,7 +98,12 @@ class EdgeEntry(Authorizer):
         # '!' starts no tenant name, so no cloud key (``<tenant>:...``) can be one of these.
         key = f"!edge:{who.tenant or '*'}:{rid}" if rid else None
         if key is not None and rid is not None:  # the key binds the content, as at the cloud
-            bind_body(self._bodies, key, request_fingerprint(pods, ttl_s, validate), rid)
+            body = request_fingerprint(pods, ttl_s, validate)
+            bind_body(self._bodies, key, body, rid)
+            # The site remembers answers by key longer than these bindings last (across a
+            # restart): its key carries the body, so another body never gets the bookings
+            # made for the first.
+            key = f"{key}#{body}"
         results = await self.tier.place(pods, ttl_s, key, validate)
         self.metrics.observe_placements(results)
         self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})

@@ -57,6 +57,9 @@ class ServiceMetrics:
             if r["placed"]:
                 self.decisions.labels(r["profile"], r["tier"]).inc()
                 created.add(r["reservation_id"])
+            elif r.get("escalation"):  # queued (or dropped) at an edge: its reason names
+                # the escalation's id, one per request -- not a label value
+                self.rejections.labels(f"escalation {r['escalation']['state']}").inc()
             else:
                 reason = r["reasons"][-1]["reason"] if r["reasons"] else "unknown"
                 self.rejections.labels(_reason_key(reason)).inc()

@@ -369,21 +369,22 @@ class SitePlacer:
     def _place_group(self, members: list[Pod], expires_at: float,
                      request_id: str | None) -> list[SiteResult]:
         bookings: list[Booking] = []
-        failure = ""
+        failed: Pod | None = None
         plugins: tuple[str, ...] = ()
         preempted: tuple[tuple[str, tuple[str, ...]], ...] = ()
         for pod in members:
             booking, why, plugins, preempted = self._place_one(pod, alone=len(members) == 1)
             if booking is None:
-                failure = f"{pod.id}: {why}"
+                failed = pod
                 break
             bookings.append(booking)
-        if failure:
+        if failed is not None:
             for b in reversed(bookings):  # all-or-nothing
                 self.state.release(b.node, b.request, b.devices)
             gang = len(members) > 1
             room = self._hold_gang_room(members[0], expires_at) if gang else None
-            reason = f"gang not placed ({failure})" if gang else failure.split(": ", 1)[1]
+            # (The pod's own reason: its id, the client's text, may hold ": " itself.)
+            reason = f"gang not placed ({failed.id}: {why})" if gang else why
             if room is not None:
                 reason += (f"; room held on {len(room['nodes'])} node(s) from "
                            f"{room['due_at']:.0f} (retry then)")
