@@ -119,3 +119,34 @@ def test_a_pod_id_with_a_colon_does_not_split_its_own_reason(medium: Hierarchy) 
             for i in range(2)]
     out = placer.place(gang, 60.0)
     assert all(r.reason.startswith("gang not placed (m: 0: 0/") for r in out)
+
+
+def test_answers_kept_for_retries_are_bounded_by_pods_not_only_by_count(
+        medium: Hierarchy) -> None:
+    """Up to 10,000 answers were kept whatever their size: a client sending 1,000-pod
+    batches that fit nowhere made each site (and the cloud) hold ~1 MB per answer, ~10 GB
+    in all. Now the pods answered are bounded too (the newest answer always kept)."""
+    import smartsched.serving.site as site_mod
+
+    site = SitePlacer(site_subspec(medium.spec, ["mec-0"]), "k8s-default")
+    assert site.answers.keep_pods == site_mod.IDEMPOTENCY_KEEP_PODS
+    site.answers = site_mod.AnswerCache(keep_pods=50)  # a small bound, the same rule
+    huge = [Pod(id=f"p{i}", cpu_milli=4_000_000, memory_mib=1) for i in range(20)]
+    for r in range(10):
+        site.place(huge, 60.0, request_id=f"r{r}")
+        assert site.answers.pods <= 50 or len(site.answers) == 1
+    assert list(site.answers) == ["r8", "r9"] and site.answers.pods == 40
+    assert site.place(huge, 60.0, request_id="r9")[0].placed is False  # a retry: kept
+
+
+def test_the_cloud_tiers_answers_are_bounded_by_pods_too() -> None:
+    from smartsched.serving.site import AnswerCache
+
+    cache = AnswerCache(keep=10, keep_pods=5, size=lambda a: len(a[1]))
+    for i in range(4):
+        cache[f"k{i}"] = ("body", [{}, {}])
+        cache.trim()
+    assert list(cache) == ["k2", "k3"] and cache.pods == 4
+    cache["k4"] = ("body", [{}] * 9)  # larger than the bound alone: kept, the rest go
+    cache.trim()
+    assert list(cache) == ["k4"] and cache.pods == 9

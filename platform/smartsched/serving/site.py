@@ -42,6 +42,56 @@ from smartsched.serving.journal import Journal, pod_from_dict, pod_to_dict
 from smartsched.twin.state import ClusterState, PodRequest
 
 IDEMPOTENCY_KEEP = 10_000  # answers remembered per site for retries
+# Pods answered, over all the answers remembered: one answer may hold a thousand pods (and
+# their reasons), so a count of answers alone let a client make the service hold gigabytes.
+IDEMPOTENCY_KEEP_PODS = 100_000
+
+
+class AnswerCache(OrderedDict):
+    """Answers kept for retries, oldest first: at most ``keep`` answers and ``keep_pods``
+    pods answered in all (``size`` of an answer: its pods), the newest always kept."""
+
+    def __init__(self, keep: int = IDEMPOTENCY_KEEP, keep_pods: int = IDEMPOTENCY_KEEP_PODS,
+                 size: Callable[[Any], int] = len) -> None:
+        super().__init__()
+        self.keep, self.keep_pods, self.size = keep, keep_pods, size
+        self.pods = 0
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        old = dict.get(self, key)
+        if old is not None:
+            self.pods -= self.size(old)
+        super().__setitem__(key, value)
+        self.pods += self.size(value)
+
+    def __delitem__(self, key: str) -> None:
+        self.pods -= self.size(self[key])
+        super().__delitem__(key)
+
+    def popitem(self, last: bool = True) -> tuple[str, Any]:
+        key, value = super().popitem(last)
+        self.pods -= self.size(value)
+        return key, value
+
+    def pop(self, key: str, *default: Any) -> Any:  # type: ignore[override]
+        if key in self:
+            value = super().pop(key)
+            self.pods -= self.size(value)
+            return value
+        return super().pop(key, *default)
+
+    def __reduce__(self) -> Any:  # copies and pickles count their pods once
+        return (type(self), (self.keep, self.keep_pods, self.size), None, None,
+                iter(list(self.items())))
+
+    def trim(self) -> None:
+        """Forget the oldest answers until both bounds hold (the newest stays)."""
+        while len(self) > self.keep or (self.pods > self.keep_pods and len(self) > 1):
+            self.popitem(last=False)
+
+    def recount(self) -> None:
+        """Count the pods again (after answers were extended in place)."""
+        self.pods = sum(self.size(v) for v in self.values())
 # Nodes one site may hold (Kubernetes supports 5,000 per cluster): node updates add nodes
 # request by request, and every node costs each decision a row.
 MAX_SITE_NODES = 20_000
@@ -154,7 +204,7 @@ class SitePlacer:
         self.scheduler = make_scheduler(profile, seed)
         self.reservations: dict[str, Reservation] = {}
         self._expiry: list[tuple[float, str]] = []  # heap of (expires_at, reservation id)
-        self.answers: OrderedDict[str, Any] = OrderedDict()
+        self.answers = AnswerCache(IDEMPOTENCY_KEEP, IDEMPOTENCY_KEEP_PODS)
         self._recent: deque[Pod] = deque(maxlen=2000)
         self._since_prepare: int | None = None
         self.decisions = 0
@@ -286,8 +336,7 @@ class SitePlacer:
             results = self._place_all(pods, now, ttl_s, request_id)
         if request_id is not None:
             self.answers[request_id] = results
-            while len(self.answers) > IDEMPOTENCY_KEEP:
-                self.answers.popitem(last=False)
+            self.answers.trim()
         return results
 
     def _place_all(self, pods: Sequence[Pod], now: float, ttl_s: float,
@@ -747,6 +796,7 @@ class SitePlacer:
                     b.pod.id, True, node=self.state.names[b.node],
                     zone=zone_names[int(self.state.zone_id[b.node])], devices=b.devices,
                     reservation_id=rid, expires_at=r.expires_at) for b in bookings)
+        self.answers.recount()
         # Start the file afresh with the live state only.
         journal.rewrite(self._snapshot_events())
 

@@ -43,7 +43,13 @@ from smartsched.model.errors import SmartSchedError, remote_cause
 from smartsched.model.pod import Pod, PodClass
 from smartsched.serving.hierarchy import Hierarchy, RankWeights
 from smartsched.serving.journal import Journal
-from smartsched.serving.site import IDEMPOTENCY_KEEP, SitePlacer, SiteResult, site_subspec
+from smartsched.serving.site import (
+    IDEMPOTENCY_KEEP,
+    AnswerCache,
+    SitePlacer,
+    SiteResult,
+    site_subspec,
+)
 from smartsched.twin.green import node_scores, node_use, site_terms
 from smartsched.twin.state import POWER_OFF
 
@@ -454,7 +460,7 @@ class CloudTier:
         self.clock = clock
         self.t0 = clock()
         # request id -> (fingerprint of the request's body, the answer)
-        self.answers: OrderedDict[str, tuple[str, list[dict[str, Any]]]] = OrderedDict()
+        self.answers = AnswerCache(IDEMPOTENCY_KEEP, size=lambda answer: len(answer[1]))
         # request key -> the fingerprint of the first body sent with it, bound before the
         # first await: concurrent requests with one key and different bodies get a 409
         # instead of each placing (an answer is stored only when its request is done).
@@ -471,8 +477,7 @@ class CloudTier:
         """Keep the answer to request ``key`` (the last IDEMPOTENCY_KEEP), journaled."""
         self.answers[key] = (body, results)
         self.answers.move_to_end(key)
-        while len(self.answers) > IDEMPOTENCY_KEEP:
-            self.answers.popitem(last=False)
+        self.answers.trim()
         self._bodies.setdefault(key, body)
         if log and self.journal is not None:
             self.journal.append({"op": "answer", "key": key, "body": body,
