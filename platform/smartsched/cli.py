@@ -1326,7 +1326,9 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
 @bench.command("carbon")
 @click.option("--series", callback=_name_list, default="ger-2020,gb-2020,ca-2022",
               show_default=True,
-              help="Public grid series under the data dir.")
+              help="Grid series: public names under the data dir, or CSV files of your "
+              "own (FILE, its time and intensity columns found by name, or "
+              "FILE:TIME_COLUMN:VALUE_COLUMN; g/kWh). With --twin: one region per series.")
 @click.option("--slack-hours", default="24,48", show_default=True,
               help="Deadlines after arrival, comma-separated (at most 168).")
 @click.option("--jobs", type=click.IntRange(min=1, max=1_000_000), default=2000,
@@ -1335,8 +1337,9 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
 @click.option("--plot", callback=_out_file, type=click.Path(dir_okay=False), default=None,
               help="PNG: one week of the first series with the shifted work on top.")
 @click.option("--twin", is_flag=True,
-              help="Instead: the twin on three regions (DE, GB, CA grids), the mixed "
-              "workload's batch with these deadlines, agnostic / time / space / both.")
+              help="Instead: the twin on one region per --series grid (default: DE, GB, "
+              "CA), the mixed workload's batch with these deadlines, agnostic / time / "
+              "space / both.")
 @click.option("--days", default="45,135,225,315", show_default=True,
               help="--twin: start days in the grid series (one run each).")
 @click.option("--hours", type=FiniteRange(min=1, max=24 * 30), default=72.0,
@@ -1361,7 +1364,8 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
         starts = _int_list(days, "--days", 0, 10_000)
         res = run_twin_carbon(starts, slacks, hours=hours,
                               variants=[v for v in variants.split(",") if v],
-                              workers=workers, echo=click.echo)
+                              workers=workers, echo=click.echo,
+                              series=[s for s in series.split(",") if s])
         _write_json(json_path, res)
         return
     names = [s for s in series.split(",") if s]

@@ -85,15 +85,17 @@ def run_carbon(series: Sequence[str] = SERIES, slacks: Sequence[int] = (24, 48),
                jobs: int = 2000, seed: int = 0, plot: str | Path | None = None,
                data_dir: Path | None = None, echo: Callable[[str], Any] = print
                ) -> dict[str, Any]:
-    from smartsched.model.carbon import load_public_series
+    from smartsched.model.carbon import load_series
     from smartsched.paths import data_dir as default_data_dir
 
     root = data_dir or default_data_dir()
     horizon = max(slacks)
     rows: list[dict[str, Any]] = []
     forecast_errors: dict[str, Any] = {}
-    for name in series:
-        y = hourly(load_public_series(name, root))
+    for spec in series:
+        loaded = load_series(spec, root)
+        name = loaded.name
+        y = hourly(loaded)
         table = lag_regression(y, horizon)
         origins = np.arange(WARMUP_H, y.size)
         forecast_errors[name] = errors(
@@ -103,7 +105,7 @@ def run_carbon(series: Sequence[str] = SERIES, slacks: Sequence[int] = (24, 48),
                 js = random_jobs(y.size, jobs, slack, seed, pausable)
                 rows.append({"series": name, "slack_h": slack, "interruptible": pausable,
                              **evaluate(y, table, js)})
-        if plot is not None and name == series[0]:
+        if plot is not None and spec == series[0]:
             plot_week(y, table, Path(plot), name, max(slacks), seed)
     echo(format_tables(rows, forecast_errors))
     return {"rows": rows, "forecast_errors": forecast_errors, "jobs": jobs, "seed": seed}
@@ -188,6 +190,41 @@ THREE_GRIDS = {
     "nodes": [{"name": f"{s}-n", "zone": f"{s}-1", "cpu_milli": 64000, "memory_mib": 262144,
                "count": 12} for s in ("de", "gb", "ca")],
 }
+PUBLIC_GRIDS = tuple(s["carbon"] for s in THREE_GRIDS["sites"])
+
+
+def grids_doc(series: Sequence[str] | None = None) -> dict[str, Any]:
+    """The twin's cluster for the carbon runs: THREE_GRIDS, or as many regions of 12
+    nodes as ``series`` names (public names or CSV files of one's own, read as
+    ``model.carbon.load_series`` reads them), 1,000 km apart."""
+    if series is None or tuple(series) == PUBLIC_GRIDS:
+        return THREE_GRIDS
+    sites = [{"name": f"grid{i}", "pue": 1.3, "carbon": _absolute_series(spec),
+              "coords_km": [1000 * i, 0]} for i, spec in enumerate(series)]
+    return {"name": "grids", "sites": sites,
+            "zones": [{"name": f"grid{i}-1", "site": f"grid{i}"} for i in range(len(sites))],
+            "nodes": [{"name": f"grid{i}-n", "zone": f"grid{i}-1", "cpu_milli": 64000,
+                       "memory_mib": 262144, "count": 12} for i in range(len(sites))]}
+
+
+def _absolute_series(spec: str) -> str:
+    """A series file by its absolute path (the runs may read it in other worker
+    processes); a public name, or what is neither (refused when loaded), as it is."""
+    import os
+
+    from smartsched.model.carbon import PUBLIC_SERIES
+
+    if spec in PUBLIC_SERIES:
+        return spec
+    if os.path.isfile(spec):
+        return os.path.abspath(spec)
+    if spec.count(":") >= 2:
+        head, tcol, vcol = spec.rsplit(":", 2)
+        if os.path.isfile(head):
+            return f"{os.path.abspath(head)}:{tcol}:{vcol}"
+    return spec
+
+
 TWIN_VARIANTS = ("agnostic", "time", "space", "time+space")
 # Also known: "green" and "time+green" (GreenScore picks the node instead of GridCarbon),
 # and "green-run", "time+green-run" (GreenScore with the renewable share expected over the
@@ -237,13 +274,14 @@ def twin_scheduler(variant: str, seed: int) -> Any:
 TWIN_WARMUP_H = 6.0  # simulated before each twin run is measured
 
 
-def _check_days_fit(days: Sequence[int], span_h: float) -> None:
+def _check_days_fit(days: Sequence[int], span_h: float,
+                    doc: dict[str, Any] | None = None) -> None:
     """Every run from its start day must end within the shortest grid series: a series
     repeats after its end, so a later start would read the year's first days as if
     they came next (and the 365- and 366-day series would wrap at different days)."""
     from smartsched.model.presets import cluster_from_dict
 
-    spec = cluster_from_dict(THREE_GRIDS)
+    spec = cluster_from_dict(doc or THREE_GRIDS)
     shortest = min(len(s.carbon.values) * s.carbon.step_s for s in spec.sites) / 3600.0
     for d in days:
         if d * 24.0 + span_h > shortest:
@@ -253,15 +291,15 @@ def _check_days_fit(days: Sequence[int], span_h: float) -> None:
                                   f"{int((shortest - span_h) // 24)}")
 
 
-def _twin_job(job: tuple[str, int, int, int, float]) -> dict[str, Any]:
+def _twin_job(job: tuple[str, int, int, int, float, dict[str, Any]]) -> dict[str, Any]:
     import dataclasses
 
     from smartsched.model.presets import cluster_from_dict
     from smartsched.scheduling.run import build_run
     from smartsched.workloads.mixed import generate_mixed, load_profile
 
-    variant, day, slack, seed, hours = job
-    spec = cluster_from_dict(THREE_GRIDS)
+    variant, day, slack, seed, hours, doc = job
+    spec = cluster_from_dict(doc)
     spec = dataclasses.replace(spec, sites=tuple(
         dataclasses.replace(s, carbon=s.carbon.with_offset(day * 86400.0)) for s in spec.sites))
     prof = load_profile()
@@ -283,20 +321,22 @@ def _twin_job(job: tuple[str, int, int, int, float]) -> dict[str, Any]:
 
 def run_twin_carbon(days: Sequence[int] = (45, 135, 225, 315), slacks: Sequence[int] = (24, 48),
                     hours: float = 72.0, variants: Sequence[str] = TWIN_VARIANTS,
-                    workers: int | None = None, echo: Callable[[str], Any] = print
-                    ) -> dict[str, Any]:
+                    workers: int | None = None, echo: Callable[[str], Any] = print,
+                    series: Sequence[str] | None = None) -> dict[str, Any]:
     """The mixed workload (batch deadline = slack) on three regions with the DE, GB and
-    CA grids, from each start day of the series; batch pods' own carbon per variant
-    (``agnostic``, the reference, always runs)."""
+    CA grids (or one region per grid of ``series``: ``grids_doc``), from each start day
+    of the series; batch pods' own carbon per variant (``agnostic``, the reference,
+    always runs)."""
     from smartsched.bench.pool import map_jobs
 
     unknown = [v for v in variants if v not in ALL_TWIN_VARIANTS]
     if unknown:
         raise ValidationError("variants", f"unknown variant {unknown[0]!r} (known: "
                               f"{', '.join(ALL_TWIN_VARIANTS)})")
-    _check_days_fit(days, hours + TWIN_WARMUP_H)
+    doc = grids_doc(series)
+    _check_days_fit(days, hours + TWIN_WARMUP_H, doc)
     variants = ["agnostic", *(v for v in dict.fromkeys(variants) if v != "agnostic")]
-    jobs = [(v, d, s, k, hours) for s in slacks for v in variants
+    jobs = [(v, d, s, k, hours, doc) for s in slacks for v in variants
             for k, d in enumerate(days)]
     res = map_jobs(_twin_job, jobs, workers)
     rows = []
@@ -312,7 +352,10 @@ def run_twin_carbon(days: Sequence[int] = (45, 135, 225, 315), slacks: Sequence[
                          "batch_wait_h_per_pod": sum(r["batch_wait_pod_h"] for r in rs)
                          / max(1, sum(r["batch_pods"] for r in rs)),
                          "green_score": float(np.mean([r["green_score"] for r in rs]))})
-    lines = [f"twin: three regions (DE 2020, GB 2020, CA 2022 grids), mixed workload, "
+    grids = ("three regions (DE 2020, GB 2020, CA 2022 grids)" if doc is THREE_GRIDS else
+             f"{len(doc['sites'])} regions (grids: "
+             + ", ".join(str(s["carbon"]) for s in doc["sites"]) + ")")
+    lines = [f"twin: {grids}, mixed workload, "
              f"{hours:g} h from days {list(days)}; batch pods' own carbon",
              "deadline h | variant | batch kg | vs agnostic | cluster kg | missed | "
              "batch wait h/pod | GreenScore"]

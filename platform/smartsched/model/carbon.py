@@ -306,3 +306,75 @@ def load_public_series(name: str, data_dir: Path) -> CarbonSeries:
                                           series.step_s, series.values.size)
     return CarbonSeries(series.values, series.step_s, name, renewable=renewable,
                         fossil_g_per_kwh=PUBLIC_FOSSIL.get(name, GAS_G_PER_KWH))
+
+
+# Column names a grid series file's time column is found by, and words its intensity
+# column's name holds (``Carbon Intensity``, ``avg_CI``, ``gCO2_per_kWh``, ``co2eq``...).
+_TIME_NAMES = ("time", "timestamp", "datetime", "date", "date_time", "period", "utc",
+               "datetime_utc", "time_utc", "start", "period_start")
+_VALUE_WORDS = ("carbon", "intensity", "ci", "co2", "gco2", "co2eq", "gco2eq", "emissions")
+
+
+def load_series(spec: str, data_dir: Path) -> CarbonSeries:
+    """A grid series by its public name (:data:`PUBLIC_SERIES`, under ``data_dir``) or from
+    a CSV file of one's own: ``FILE`` (its time column and its intensity column found by
+    their names) or ``FILE:TIME_COLUMN:VALUE_COLUMN``. A file's series is named after the
+    file and has no generation mix (its renewable share is estimated from intensity with
+    the default fossil intensity; a site may set ``fossil_g_per_kwh``). Refused naming
+    ``carbon``: a name that is neither; the file's own problems as :func:`load_carbon_csv`
+    names them."""
+    if spec in PUBLIC_SERIES:
+        return load_public_series(spec, data_dir)
+    path, tcol, vcol = _series_file(spec)
+    if tcol is None or vcol is None:
+        tcol, vcol = _series_columns(path)
+    series = load_carbon_csv(path, tcol, vcol)
+    return dataclasses.replace(series, name=path.stem)
+
+
+def _series_file(spec: str) -> tuple[Path, str | None, str | None]:
+    """(file, time column, value column) of a series given as a file (columns None: to
+    be found)."""
+    if Path(spec).is_file():  # a regular file (not a FIFO, not a device)
+        return Path(spec), None, None
+    if spec.count(":") >= 2:
+        head, tcol, vcol = spec.rsplit(":", 2)
+        if Path(head).is_file() and tcol and vcol:
+            return Path(head), tcol, vcol
+    raise ValidationError("carbon", f"unknown series {spec[:200]!r}: neither a public series "
+                          f"({', '.join(PUBLIC_SERIES)}) nor a CSV file (FILE or "
+                          "FILE:TIME_COLUMN:VALUE_COLUMN)")
+
+
+def _series_columns(path: Path) -> tuple[str, str]:
+    """(time column, intensity column) of a series file, found by their names; refused
+    naming the columns when none or several could be meant."""
+    import re
+
+    import pandas as pd
+
+    try:
+        head = pd.read_csv(path, nrows=200)
+    except (ValueError, OSError, UnicodeDecodeError):
+        head = _read_csv(path)  # names the problem
+    columns = [str(c) for c in head.columns]
+
+    def words(c: str) -> set[str]:
+        return {w for w in re.split(r"[^a-z0-9]+", c.lower()) if w}
+
+    times = [c for c in columns if c.strip().lower() in _TIME_NAMES
+             or words(c) & {"time", "timestamp", "datetime", "date"}]
+    if len(times) != 1:
+        which = (f"several are named so: {', '.join(times)}" if times else
+                 f"none of {', '.join(columns)} is named so")
+        raise ValidationError("carbon", f"cannot tell which column is the time ({which[:300]}):"
+                              " give FILE:TIME_COLUMN:VALUE_COLUMN", source=str(path))
+    numeric = [c for c in columns if c != times[0]
+               and pd.to_numeric(head[c], errors="coerce").notna().any()]
+    named = [c for c in numeric if words(c) & set(_VALUE_WORDS)]
+    values = named if named else numeric
+    if len(values) != 1:
+        raise ValidationError("carbon", f"cannot tell which column is the carbon intensity "
+                              f"(candidates: {', '.join(values)[:300] or 'none'}): give "
+                              "FILE:TIME_COLUMN:VALUE_COLUMN", source=str(path))
+    return times[0], values[0]

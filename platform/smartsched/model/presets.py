@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from smartsched.model.carbon import MAX_G_PER_KWH, CarbonSeries, load_public_series
+from smartsched.model.carbon import MAX_G_PER_KWH, CarbonSeries, load_series
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.paths import data_dir
@@ -335,8 +335,8 @@ def _site(s: dict[str, Any]) -> Site:
     if unknown:
         raise ValidationError(f"{where}.{sorted(map(str, unknown))[0]}", "unknown field")
     carbon = s.get("carbon", 400.0)
-    if isinstance(carbon, str):
-        series = load_public_series(carbon, data_dir())
+    if isinstance(carbon, str):  # a public series' name, or a CSV file of one's own
+        series = load_series(carbon, data_dir())
     else:
         series = CarbonSeries.constant(_site_number(s, "carbon", 400.0, where))
     if "fossil_g_per_kwh" in s:

@@ -1,0 +1,110 @@
+"""Grid series the project does not hold: a CSV of one's own, by file name (its columns
+found by their names) or with its columns named, in the carbon benchmark, in a cluster
+file's sites and in the twin's carbon runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from smartsched.model.carbon import load_public_series, load_series
+from smartsched.model.errors import ValidationError
+
+GB = "carbon-intensity-letswaitawhile-2020/gb_ci.csv"
+
+
+@pytest.fixture()
+def own_file(tmp_path: Path, data_dir: Path) -> Path:
+    """Two months of the GB file as another operator exports it: other column names, an
+    extra numeric column, hourly."""
+    df = pd.read_csv(data_dir / GB).iloc[: 60 * 24 * 2]  # 60 days of half-hours
+    df = df.rename(columns={"Time": "datetime_utc", "Carbon Intensity": "gCO2_per_kWh"})
+    df.insert(1, "demand_mw", 30_000.0)
+    path = tmp_path / "my_grid.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_a_file_of_ones_own_is_read_with_its_columns_found_by_name(own_file: Path,
+                                                                    data_dir: Path) -> None:
+    mine = load_series(str(own_file), data_dir)
+    public = load_public_series("gb-2020", data_dir)
+    assert mine.name == "my_grid" and mine.step_s == public.step_s
+    np.testing.assert_allclose(mine.values, public.values[: mine.values.size])
+    named = load_series(f"{own_file}:datetime_utc:gCO2_per_kWh", data_dir)
+    np.testing.assert_array_equal(named.values, mine.values)
+
+
+def test_the_shared_files_by_path_match_their_public_names(data_dir: Path) -> None:
+    for name, rel in (("gb-2020", GB),
+                      ("ca-2022", "carbon-intensity-sustaindc-eia-2022/CA_NG_avgCI.csv")):
+        np.testing.assert_array_equal(load_series(str(data_dir / rel), data_dir).values,
+                                      load_public_series(name, data_dir).values)
+
+
+def test_columns_that_cannot_be_told_apart_are_named(tmp_path: Path, data_dir: Path) -> None:
+    two = tmp_path / "two.csv"
+    two.write_text("time,co2_avg,co2_marginal\n2020-01-01 00:00,100,300\n"
+                   "2020-01-01 01:00,110,310\n")
+    with pytest.raises(ValidationError, match="candidates: co2_avg, co2_marginal") as e:
+        load_series(str(two), data_dir)
+    assert e.value.field == "carbon" and "FILE:TIME_COLUMN:VALUE_COLUMN" in str(e.value)
+    assert load_series(f"{two}:time:co2_marginal", data_dir).values[0] == 300
+    no_time = tmp_path / "no_time.csv"
+    no_time.write_text("when,ci\n2020-01-01 00:00,100\n2020-01-01 01:00,110\n")
+    with pytest.raises(ValidationError, match="none of when, ci is named so"):
+        load_series(str(no_time), data_dir)
+    with pytest.raises(ValidationError, match=r"unknown series 'nope\.csv'") as e:
+        load_series("nope.csv", data_dir)
+    assert e.value.field == "carbon"
+    with pytest.raises(ValidationError, match="missing column"):
+        load_series(f"{two}:time:ci", data_dir)
+
+
+def test_the_carbon_benchmark_runs_on_a_file_of_ones_own(own_file: Path,
+                                                         data_dir: Path) -> None:
+    from smartsched.bench.carbon import run_carbon
+
+    lines: list[str] = []
+    res = run_carbon([str(own_file)], [24], jobs=20, seed=3, data_dir=data_dir,
+                     echo=lines.append)
+    assert {r["series"] for r in res["rows"]} == {"my_grid"}
+    assert all(r["deadline_misses"] == 0 for r in res["rows"])
+    assert "my_grid" in res["forecast_errors"]
+
+
+def test_a_cluster_sites_grid_and_the_twins_regions_may_be_own_files(
+        own_file: Path, tmp_path: Path, data_dir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from smartsched.bench.carbon import _check_days_fit, grids_doc
+    from smartsched.model.presets import cluster_from_dict
+
+    monkeypatch.setenv("SMARTSCHED_DATA_DIR", str(data_dir.resolve()))
+    monkeypatch.chdir(tmp_path)
+    doc = grids_doc([own_file.name, "gb-2020"])  # relative: resolved here, read anywhere
+    assert [s["carbon"] for s in doc["sites"]] == [str(own_file), "gb-2020"]
+    monkeypatch.chdir("/")
+    spec = cluster_from_dict(doc)
+    assert [s.carbon.name for s in spec.sites] == ["my_grid", "gb-2020"]
+    assert len(spec.nodes) == 24
+    _check_days_fit([10], 30.0, doc)
+    with pytest.raises(ValidationError, match="last start day") as e:
+        _check_days_fit([59], 30.0, doc)  # the file holds 60 days
+    assert e.value.field == "days"
+
+
+def test_the_command_takes_a_file_and_names_a_bad_one(own_file: Path) -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    ok = CliRunner().invoke(main, ["bench", "carbon", "--series", str(own_file), "--jobs",
+                                   "10", "--slack-hours", "24"])
+    assert ok.exit_code == 0, ok.output
+    assert "my_grid" in ok.output
+    bad = CliRunner().invoke(main, ["bench", "carbon", "--series", "nope.csv"])
+    assert bad.exit_code != 0 and "unknown series 'nope.csv'" in bad.output
+    assert "Traceback" not in bad.output
