@@ -147,3 +147,23 @@ def test_a_status_patch_refused_is_logged_not_fatal() -> None:
         core, _ = _client(api.url)
         res = SchedulerLoop(core).run_once()
         assert "Insufficient cpu" in res.failed["default/big"] and api.status_patches == []
+
+
+def test_a_new_leader_waits_for_the_victims_an_earlier_one_evicted() -> None:
+    """A replica taking over while a preemptor's victims terminate had no memory of the
+    nomination: it evicted another node's pod for the same preemptor (two victims for
+    one pod). It now reads ``status.nominatedNodeName``, as upstream does."""
+    pods = [_cpu_pod("low-a", "4", 0, "n1", "default-scheduler"),
+            _cpu_pod("low-b", "4", 0, "n2", "default-scheduler"), _cpu_pod("web", "4", 1000)]
+    with FakeAPIServer([node("n1", cpu="4"), node("n2", cpu="4")], pods) as api:
+        core, _ = _client(api.url)
+        first = SchedulerLoop(core, preemption=True).run_once()
+        (nominated, victims), = first.preempting.values()
+        # (seed 1: this replica's tie-break between the two nodes picks the other one)
+        successor = SchedulerLoop(core, preemption=True, seed=1)
+        res = successor.run_once()
+        assert api.evictions == victims and not res.preempting
+        assert res.failed["prod/web"] == (f"waiting for 1 preempted pod(s) on {nominated} "
+                                          "to terminate")
+        api.finish_terminating()
+        assert successor.run_once().bound == {"prod/web": nominated}

@@ -138,6 +138,7 @@ class SchedulerLoop:
         # pod key -> (nominated node, its victims) until it binds
         self._nominated: dict[str, tuple[str, set[str]]] = {}
         self._terminating: set[str] = set()
+        self._terminating_on: dict[str, list[tuple[str, int]]] = {}
         self.last_rv: str | None = None
         # time.monotonic() past which this replica's lease may have run out: no bind or
         # eviction after it (set by the daemon at each renewal; None: no election).
@@ -250,6 +251,15 @@ class SchedulerLoop:
             f"{(p.get('metadata') or {}).get('namespace') or 'default'}/"
             f"{(p.get('metadata') or {}).get('name')}"
             for p in others if (p.get("metadata") or {}).get("deletionTimestamp")}
+        # node -> (key, priority) of its terminating pods: a preemptor nominated there
+        # (by this replica or an earlier leader) waits for the lower-priority ones
+        self._terminating_on: dict[str, list[tuple[str, int]]] = {}
+        for p in others:
+            meta, spec = p.get("metadata") or {}, p.get("spec") or {}
+            if meta.get("deletionTimestamp") and isinstance(spec.get("nodeName"), str):
+                self._terminating_on.setdefault(spec["nodeName"], []).append(
+                    (f"{meta.get('namespace') or 'default'}/{meta.get('name')}",
+                     _priority_or_0(spec.get("priority"))))
         self.metrics.queue.set(len(pods) - len(others))
         mine = sorted((p for p in pods if self._mine(p)), key=lambda p: (
             -_priority_or_0((p.get("spec") or {}).get("priority")),
@@ -474,6 +484,15 @@ class SchedulerLoop:
         from kubernetes.client.rest import ApiException
 
         waiting = self._nominated.get(key)
+        status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+        nominated = status.get("nominatedNodeName")
+        if waiting is None and isinstance(nominated, str) and nominated:
+            # Nominated by an earlier leader (its memory is gone, the pod's status is not):
+            # upstream's rule, a lower-priority pod still terminating there means wait.
+            prio = _priority_or_0((obj.get("spec") or {}).get("priority"))
+            going = {k for k, p in self._terminating_on.get(nominated, ()) if p < prio}
+            if going:
+                waiting = self._nominated[key] = (nominated, going)
         if waiting is not None and waiting[1] & self._terminating:
             why = (f"waiting for {len(waiting[1] & self._terminating)} preempted pod(s) on "
                    f"{waiting[0]} to terminate")
