@@ -153,3 +153,32 @@ def test_a_host_port_is_refused_by_name() -> None:
         core, _ = _client(api.url)
         why = SchedulerLoop(core).run_once().failed["default/hp"]
         assert why.startswith("not understood: spec.containers.ports.hostPort"), why
+
+
+def test_a_node_takes_no_more_pods_than_it_admits() -> None:
+    """The node's allocatable ``pods`` (110 by default) was not read: small pods were
+    bound past it, and the kubelet refuses them (OutOfpods)."""
+    full = node("n1", cpu="64")
+    full["status"]["allocatable"]["pods"] = "3"
+    none = node("n2", cpu="64")
+    none["status"]["allocatable"]["pods"] = "0"
+    pods = [pod("run", "100m", on="n1", scheduler="x"), *(pod(f"p{i}", "100m") for i in range(4))]
+    with FakeAPIServer([full, none], pods) as api:
+        core, _ = _client(api.url)
+        res = SchedulerLoop(core).run_once()
+        assert sorted(res.bound) == ["default/p0", "default/p1"]
+        assert set(res.bound.values()) == {"n1"}
+        assert "Too many pods" in res.failed["default/p2"]
+
+
+def test_a_pod_limit_survives_a_cluster_file_and_is_read_from_yaml(tmp_path) -> None:
+    from smartsched.model.cluster_io import read_cluster, write_cluster
+    from smartsched.model.presets import cluster_from_dict
+
+    spec = cluster_from_dict({"name": "c", "sites": [{"name": "s"}],
+                              "zones": [{"name": "z", "site": "s"}],
+                              "nodes": [{"name": "n", "zone": "z", "cpu_milli": 4000,
+                                         "memory_mib": 4096, "max_pods": 2}]})
+    assert spec.nodes[0].max_pods == 2
+    write_cluster(spec, tmp_path / "c.parquet")
+    assert read_cluster(tmp_path / "c.parquet").nodes[0].max_pods == 2

@@ -193,9 +193,12 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
         if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key"):
             taints.append(f"{t['key']}={t.get('value', '')}:{t['effect']}"
                           if t.get("value") else f"{t['key']}:{t['effect']}")
+    # allocatable pods: the most it admits (0 admits none: it counts as cordoned)
+    max_pods = int(_q(alloc["pods"], "status.allocatable.pods")) if "pods" in alloc else -1
     node = NodeSpec(name=str(name), cpu_milli=cpu_milli, memory_mib=mem_mib,
-                    zone=f"{region}/{zone}", num_gpu=gpus, gpu_model=model, labels=labels,
-                    taints=tuple(taints), unschedulable=bool(spec.get("unschedulable", False)))
+                    max_pods=max(max_pods, 0), zone=f"{region}/{zone}", num_gpu=gpus,
+                    gpu_model=model, labels=labels, taints=tuple(taints),
+                    unschedulable=bool(spec.get("unschedulable", False)) or max_pods == 0)
     return node, region
 
 

@@ -116,6 +116,9 @@ class NodeSpec:
     # Container images: disk kept for the image cache, and the registry pull bandwidth.
     image_disk_mib: int = 200 * 1024
     pull_mbps: float = 1000.0
+    # Pods the node admits at once (the kubelet's allocatable "pods", 110 by default in
+    # Kubernetes); 0: no limit (the twin's own clusters).
+    max_pods: int = 0
 
     def __post_init__(self) -> None:
         f = f"nodes.{self.name}"
@@ -126,6 +129,7 @@ class NodeSpec:
         check_int(f"{f}.num_gpu", self.num_gpu, 0, MAX_DEVICES_PER_NODE)
         check_int(f"{f}.num_fpga", self.num_fpga, 0, MAX_DEVICES_PER_NODE)
         check_int(f"{f}.sockets", self.sockets, 1, 16)
+        check_int(f"{f}.max_pods", self.max_pods, 0, 1_000_000)
         if self.num_gpu > 0 and self.gpu_model not in GPU_MODEL_NAMES:
             raise UnknownReferenceError(
                 f"{f}.gpu_model",

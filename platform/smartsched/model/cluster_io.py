@@ -43,6 +43,7 @@ def write_cluster(spec: ClusterSpec, path: str | Path) -> None:
         "unschedulable": [n.unschedulable for n in nodes],
         "image_disk_mib": [n.image_disk_mib for n in nodes],
         "pull_mbps": [float(n.pull_mbps) for n in nodes],
+        "max_pods": [n.max_pods for n in nodes],
     })
     meta = {
         "name": spec.name,

@@ -369,7 +369,7 @@ def _site(s: dict[str, Any]) -> Site:
 _NODE_KEYS = {
     "name", "zone", "cpu_milli", "memory_mib", "num_gpu", "gpu_model", "num_fpga",
     "fpga_model", "rack", "labels", "taints", "unschedulable", "sockets", "count",
-    "idle_watts", "max_watts",
+    "idle_watts", "max_watts", "max_pods",
 }
 
 

@@ -254,6 +254,7 @@ class NodeUpdate(BaseModel):
     max_watts: Num | None = Field(None, ge=0, le=1e5, allow_inf_nan=False)
     image_disk_mib: Int | None = Field(None, ge=0, le=64 * 1024 * 1024)
     pull_mbps: Num | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
+    max_pods: Int | None = Field(None, ge=0, le=1_000_000)  # 0: no limit
     usage: NodeUsage | None = None
 
     def changes(self) -> dict[str, object]:

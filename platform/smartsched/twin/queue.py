@@ -37,7 +37,7 @@ from smartsched.twin.podtable import DONE, FAILED, PENDING, PodTable
 from smartsched.twin.state import ClusterState, PodRequest, RequestBatch, Room
 
 # The parts of ClusterState.fit_checks that count as "room" for the rule without a hint.
-ROOM_CHECKS = frozenset({"cpu", "memory", "fpga", "gpu"})
+ROOM_CHECKS = frozenset({"cpu", "memory", "pods", "fpga", "gpu"})
 # How units of one priority are ordered (``SchedulingQueue.set_order``).
 QUEUE_ORDERS = ("priority", "least-slack")
 # Hinted units are checked against all nodes in chunks of this many rows (memory bound).

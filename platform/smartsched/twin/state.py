@@ -253,6 +253,11 @@ class ClusterState:
         # Reduced telemetry [N, k] (twin.telemetry.reduction), when a projection provides it.
         self.telemetry_features: np.ndarray | None = None
         self.pod_count = np.zeros(n, dtype=np.int32)
+        # Pods each node admits (NodeSpec.max_pods), None when no node has a limit.
+        limits = np.array([x.max_pods for x in nodes], dtype=np.int64)
+        self.max_pods: np.ndarray | None = (
+            np.where(limits > 0, limits, np.iinfo(np.int32).max).astype(np.int32)
+            if (limits > 0).any() else None)
         self.version = -((next(_STATES) << 32) + np.arange(n, dtype=np.int64))
         self.bound_frozen = False  # see ``fork(share_bound=True)``
         # Hard constraints every profile's filters end with (scheduling.compliance; the
@@ -379,6 +384,8 @@ class ClusterState:
             cpu_ok = np.where(be, slack[:, 0] >= cpu, cpu_ok)
             mem_ok = np.where(be, slack[:, 1] >= mem, mem_ok)
         out = [("up", self.up[nodes]), ("cpu", cpu_ok), ("memory", mem_ok)]
+        if self.max_pods is not None and extra is None:  # (evictions free pod slots too)
+            out.append(("pods", self.pod_count[nodes] < self.max_pods[nodes]))
         if any_fpga:
             out.append(("fpga", fr[:, FPGA] >= fpga))
         if any_gpu:

@@ -115,6 +115,7 @@ def _fit_reasons(be: str) -> dict[str, tuple[str, Code]]:
         "up": ("node(s) were unschedulable or down", UNRESOLVABLE),
         "cpu": (f"Insufficient {be}cpu", Code.UNSCHEDULABLE),
         "memory": (f"Insufficient {be}memory", Code.UNSCHEDULABLE),
+        "pods": ("Too many pods", Code.UNSCHEDULABLE),
         "fpga": ("Insufficient fpga", Code.UNSCHEDULABLE),
         "gpu model": ("gpu model mismatch", UNRESOLVABLE),
         "gpu": ("Insufficient gpu", Code.UNSCHEDULABLE),
