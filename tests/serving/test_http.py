@@ -309,6 +309,36 @@ def test_put_nodes_registers_and_places(service: str, auth: dict, operator: dict
                     timeout=10)
 
 
+def test_a_node_update_spanning_sites_is_all_or_nothing(service: str, auth: dict,
+                                                        operator: dict) -> None:
+    """A refusal at one site (409 naming its row) leaves the other site as it was -- the
+    new node not registered there -- and lets go of both: once the reservation in the
+    way is released, the same request applies at both."""
+    fence = {"name": "mec-1-fence-0", "site": "mec-1", "cpu_milli": 16000,
+             "memory_mib": 65536, "labels": {"pool": "fence"}}
+    r = requests.put(f"{service}/v1/nodes", json={"nodes": [fence]}, headers=operator,
+                     timeout=30)
+    assert r.status_code == 200, r.text
+    p = _place(service, auth, _pod(cpu_milli=8000, node_selector={"pool": "fence"},
+                                   **{"class": "edge-rt"}, origin_site="mec-1",
+                                   latency_slo_ms=50)).json()["placements"][0]
+    assert p["placed"] and p["node"] == "mec-1-fence-0", p
+    before = _site_summary(service, "mec-0")["nodes"]
+    both = [{"name": "mec-0-fence-new", "site": "mec-0", "cpu_milli": 1000,
+             "memory_mib": 1024},
+            {"name": "mec-1-fence-0", "site": "mec-1", "cpu_milli": 1000}]
+    r = requests.put(f"{service}/v1/nodes", json={"nodes": both}, headers=operator, timeout=30)
+    assert r.status_code == 409 and r.json()["detail"][0]["loc"] == ["nodes", "1"], r.text
+    assert "Traceback" not in r.text
+    assert _site_summary(service, "mec-0")["nodes"] == before
+    requests.delete(f"{service}/v1/reservations/{p['reservation_id']}", headers=auth,
+                    timeout=10)
+    r = requests.put(f"{service}/v1/nodes", json={"nodes": both}, headers=operator, timeout=30)
+    assert r.status_code == 200, r.text
+    assert [s["site"] for s in r.json()["sites"]] == ["mec-0", "mec-1"]
+    assert _site_summary(service, "mec-0")["nodes"] == before + 1
+
+
 def test_redeploy_with_another_profile_keeps_reservations(service: str, auth: dict,
                                                           serve_args: dict) -> None:
     """Redeploying the app from Python with another profile for mec-0: Serve starts new

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -207,7 +208,18 @@ class SiteDeployment:
 
     async def apply_node_updates(self, updates: list, usage: dict,
                                  dry_run: bool = False) -> dict[str, Any]:
-        return self.tier.apply_node_updates(updates, usage, dry_run)
+        return await self.tier.apply_node_updates(updates, usage, dry_run)
+
+    async def prepare_node_updates(self, token: str, updates: list,
+                                   usage: dict) -> dict[str, Any]:
+        return await self.tier.prepare_node_updates(token, updates, usage)
+
+    async def commit_node_updates(self, token: str, updates: list,
+                                  usage: dict) -> dict[str, Any]:
+        return await self.tier.commit_node_updates(token, updates, usage)
+
+    async def abort_node_updates(self, token: str) -> bool:
+        return self.tier.abort_node_updates(token)
 
 
 def _printable(x: Any) -> str:
@@ -517,19 +529,60 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
     # registering the same name at another site is then refused, not applied at both.
     claimed = [n.name for n in body.nodes if n.name not in ing.node_site]
     ing.node_site.update({n.name: n.site for n in body.nodes if n.name in claimed})
+
+    def applied(site: str) -> None:
+        nonlocal claimed
+        updates, usage = per_site[site]
+        claimed = [c for c in claimed if c not in {name for _, name, _ in updates}]
+        ing.trail.node_updates(request.state.principal, site, updates, usage)
+
     try:
-        if len(per_site) > 1:  # all sites check before any applies: no half-applied request
-            await asyncio.gather(*(ing.sites[site].apply_node_updates.remote(u, use, True)
-                                   for site, (u, use) in per_site.items()))
-        out = []
-        for site, (updates, usage) in per_site.items():
-            out.append(await ing.sites[site].apply_node_updates.remote(updates, usage))
-            claimed = [c for c in claimed if c not in {name for _, name, _ in updates}]
-            ing.trail.node_updates(request.state.principal, site, updates, usage)
+        if len(per_site) == 1:  # one site applies it whole or not at all
+            ((site, (updates, usage)),) = per_site.items()
+            out = [await ing.sites[site].apply_node_updates.remote(updates, usage)]
+            applied(site)
+        else:
+            out = await _update_sites(ing, per_site, applied)
     finally:
-        for name in claimed:  # not applied (refused, or a later site failed): unclaimed
+        for name in claimed:  # not applied (refused): unclaimed
             ing.node_site.pop(name, None)
     return {"sites": out}
+
+
+async def _update_sites(ing: Any, per_site: dict[str, tuple[list, dict]],
+                        applied: Callable[[str], None]) -> list[dict[str, Any]]:
+    """A node update spanning sites, all or nothing: every site checks its part and is
+    held (``SiteTier.prepare_node_updates``: placements and node updates there wait), then
+    every site commits (``applied(site)`` for each). A refusal lets go of the sites held
+    and is raised (the first in the request's order: its error names the request's row);
+    no site has changed. One such update at a time, so two never wait on each other's
+    held sites."""
+    sites = list(per_site)
+    token = uuid.uuid4().hex
+    committed: set[str] = set()
+    async with ing.node_updates_lock:
+        try:
+            prepared = await asyncio.gather(
+                *(ing.sites[s].prepare_node_updates.remote(token, *per_site[s])
+                  for s in sites), return_exceptions=True)
+            for got in prepared:
+                if isinstance(got, BaseException):
+                    raise got
+            done = await asyncio.gather(
+                *(ing.sites[s].commit_node_updates.remote(token, *per_site[s])
+                  for s in sites), return_exceptions=True)
+            for s, got in zip(sites, done, strict=True):
+                if not isinstance(got, BaseException):
+                    committed.add(s)
+                    applied(s)
+            for got in done:  # a commit cannot meet a conflict; a broken site can fail
+                if isinstance(got, BaseException):
+                    raise got
+            return list(done)
+        finally:  # the sites still held let go now (the others: a no-op)
+            await asyncio.gather(*(ing.sites[s].abort_node_updates.remote(token)
+                                   for s in sites if s not in committed),
+                                 return_exceptions=True)
 
 
 @app_api.get("/v1/admin/experience", dependencies=OPERATOR_AUTH)
@@ -721,6 +774,7 @@ class Ingress(Authorizer):
         zone_site = self.h.spec.zone_site()
         self.node_site = {n.name: zone_site[n.zone] for n in self.h.spec.nodes}
         self._node_sites_learned = False
+        self.node_updates_lock = asyncio.Lock()  # node updates spanning sites: one at a time
         self.site_zones: dict[str, list[str]] = {}
         for z in self.h.spec.zones:
             self.site_zones.setdefault(z.site, []).append(z.name)

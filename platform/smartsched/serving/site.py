@@ -707,8 +707,8 @@ class SitePlacer:
                 except InfeasibleDecisionError as e:
                     name = self.state.names[b.node]
                     raise NodeUpdateConflict(
-                        f"nodes.{name}", f"the update of node {name} does not leave room for "
-                        f"reservation {rid} ({e}); release it first") from None
+                        f"nodes.{name}", f"the update of node {name} leaves no room for "
+                        f"reservation {rid}: release it first ({e})") from None
                 rebooked[rid].append(Booking(b.pod, node, b.devices, req))
         if not commit:
             return

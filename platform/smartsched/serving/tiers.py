@@ -27,6 +27,7 @@ process, deployment handles under Serve.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import json
@@ -54,6 +55,10 @@ from smartsched.twin.green import node_scores, node_use, site_terms
 from smartsched.twin.state import POWER_OFF
 
 RID_SEP = "~"  # reservation id = "<site>~<hex>": the ingress routes by it
+# How long a site prepared for a node update spanning sites stays held for its commit (a
+# round trip from the ingress, milliseconds): past it, an ingress gone meanwhile does not
+# keep the site's placements waiting.
+NODE_UPDATE_HOLD_S = 10.0
 
 
 
@@ -150,6 +155,10 @@ class SiteTier:
         self.parent_error = ""
         self._reconciler: asyncio.Task | None = None
         self._replaying = asyncio.Lock()
+        # A node update spanning sites, prepared here and not yet committed or aborted:
+        # placements and other node updates wait for it (``prepare_node_updates``).
+        self._node_hold: _NodeHold | None = None
+        self.hold_clock: Callable[[], float] = time.monotonic
         # Escalations queued before a restart (the site's journal): replayed as before.
         if self.placer.escalations:
             from smartsched.serving.journal import pod_from_dict
@@ -219,7 +228,8 @@ class SiteTier:
                     validate: bool = False) -> list[dict[str, Any]]:
         """Place here; an edge site escalates what it cannot place to its parent region
         (queued when the region is unreachable). ``validate``: the request asked for
-        sandbox validation."""
+        sandbox validation. Waits while a node update spanning sites holds this site."""
+        await self._held_out()
         self._maybe_refresh_usage()
         results = [self._result(r, []) for r in self.placer.place(pods, ttl_s, request_id,
                                                                   validate)]
@@ -411,11 +421,67 @@ class SiteTier:
         keep = np.flatnonzero((st.power != POWER_OFF) & st.up)
         return {st.names[i]: float(scores[i]) for i in keep}
 
-    def apply_node_updates(self, updates: list[tuple[int, str, dict[str, Any]]],
-                           usage: dict[str, tuple[float, float, float]],
-                           dry_run: bool = False) -> dict[str, Any]:
+    # Node updates (``PUT /v1/nodes``). One spanning sites is two-phase: every site is
+    # prepared (checked, then held), then each commits. While a site is held, nothing that
+    # could take room or change node rows runs there (placements and other node updates
+    # wait; confirm, release and expiry only give room back), so a commit cannot meet a
+    # conflict its check did not see: no site applies its part while another refuses.
+    async def apply_node_updates(self, updates: list[tuple[int, str, dict[str, Any]]],
+                                 usage: dict[str, tuple[float, float, float]],
+                                 dry_run: bool = False) -> dict[str, Any]:
+        """A node update of this site alone (or its dry run), once no other holds it."""
+        await self._held_out()
         return {"site": self.site,
                 **self.placer.apply_node_updates(updates, usage, dry_run=dry_run)}
+
+    async def prepare_node_updates(self, token: str,
+                                   updates: list[tuple[int, str, dict[str, Any]]],
+                                   usage: dict[str, tuple[float, float, float]],
+                                   hold_s: float = NODE_UPDATE_HOLD_S) -> dict[str, Any]:
+        """First phase of a node update spanning sites: check this site's part (a dry run:
+        re-booking every live reservation included; its errors name the request's rows) and
+        hold the site for ``token`` until ``commit_node_updates`` or
+        ``abort_node_updates`` (at most ``hold_s``). Refused, nothing is held."""
+        await self._held_out()
+        out = {"site": self.site,
+               **self.placer.apply_node_updates(updates, usage, dry_run=True)}
+        self._node_hold = _NodeHold(token, self.hold_clock() + hold_s, asyncio.Event())
+        return out
+
+    async def commit_node_updates(self, token: str,
+                                  updates: list[tuple[int, str, dict[str, Any]]],
+                                  usage: dict[str, tuple[float, float, float]]
+                                  ) -> dict[str, Any]:
+        """Second phase: apply (and journal) what ``token`` prepared, then let go of the
+        site. Under its hold it applies as checked; a hold that lapsed is checked again."""
+        await self._held_out(token)
+        try:
+            return {"site": self.site, **self.placer.apply_node_updates(updates, usage)}
+        finally:
+            self._let_go(token)
+
+    def abort_node_updates(self, token: str) -> bool:
+        """Let go of the site held for ``token`` (another site refused): whether it was."""
+        return self._let_go(token)
+
+    def _let_go(self, token: str) -> bool:
+        hold = self._node_hold
+        if hold is None or hold.token != token:
+            return False
+        self._node_hold = None
+        hold.released.set()
+        return True
+
+    async def _held_out(self, token: str | None = None) -> None:
+        """Wait while a node update other than ``token``'s holds this site; a hold past its
+        time is dropped (the request that took it is gone)."""
+        while (hold := self._node_hold) is not None and hold.token != token:
+            left = hold.until - self.hold_clock()
+            if left <= 0:
+                self._let_go(hold.token)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hold.released.wait(), left)
 
     def free(self) -> dict[str, float]:
         return self.placer.free_fraction()
@@ -639,6 +705,13 @@ class CloudTier:
 
 class _Unreachable(Exception):
     """The parent region did not answer (the link is cut, it is stopped, or slow)."""
+
+
+@dataclass
+class _NodeHold:
+    token: str  # the node update holding the site
+    until: float  # SiteTier.hold_clock
+    released: asyncio.Event
 
 
 @dataclass
