@@ -150,6 +150,40 @@ def test_auth_first_and_bad_input_answered_4xx_naming_the_field(edge: dict) -> N
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["pods", "id"]
 
 
+def test_a_body_that_is_not_json_is_a_415_after_auth_and_before_the_limit(edge: dict
+                                                                         ) -> None:
+    """text/plain (or any type but JSON) to a JSON route: a 415 naming application/json,
+    not a 422 about a "valid dictionary", the body never echoed; a client without the token
+    is still refused first, and an oversized body of the wrong type is not read."""
+    url = edge["url"] + "/v1/placements"
+    body = json.dumps({"pod": _pod(id="secret-7f3a")})
+    for ctype in ("text/plain", "text/plain; charset=utf-8", "application/xml"):
+        r = requests.post(url, data=body, timeout=10, headers={
+            "Authorization": f"Bearer {TOKEN}", "Content-Type": ctype})
+        assert r.status_code == 415, r.text
+        detail = r.json()["detail"][0]
+        assert detail["loc"] == ["headers", "content-type"]
+        assert "application/json" in detail["msg"] and "secret-7f3a" not in r.text
+        assert r.headers["accept-post"] == "application/json"
+    r = requests.post(url, data=body, timeout=10, headers={"Content-Type": "text/plain"})
+    assert r.status_code == 401  # auth before anything about the body
+    r = requests.post(url, data=body, timeout=10, headers={
+        "Authorization": "Bearer wrong", "Content-Type": "text/plain"})
+    assert r.status_code == 403
+    huge = "x" * (edge["cfg"].max_body_bytes + 1)
+    r = requests.post(url, data=huge, timeout=10, headers={
+        "Authorization": f"Bearer {TOKEN}", "Content-Type": "text/plain"})
+    assert r.status_code in (413, 415) and "xxxx" not in r.text
+    r = requests.post(url, data=(c for c in [huge.encode()]), timeout=10, headers={
+        "Authorization": f"Bearer {TOKEN}", "Content-Type": "text/plain"})  # chunked
+    assert r.status_code == 415 and "xxxx" not in r.text
+    r = requests.post(url, data=body, timeout=10, headers={
+        "Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json; charset=utf-8"})
+    assert r.status_code == 200, r.text
+    text = requests.get(edge["url"] + "/metrics", timeout=10).text
+    assert 'status="415"' in text  # measured as every answer is
+
+
 def test_retry_gets_the_first_answer_and_tenants_stay_scoped(edge: dict) -> None:
     url, rid = edge["url"], uuid.uuid4().hex
     pod = _pod()

@@ -158,3 +158,66 @@ def test_the_answer_carries_the_hold_through_the_tiers() -> None:
     again = asyncio.run(cloud.place(_gang("big"), 60, None))
     assert all(x["placed"] for x in again) and {x["region"] for x in again} == {other}
     assert not any(len(t.placer.state.reservations) for t in sites.values())
+
+
+def _held(site: SitePlacer) -> dict[str, list[str]]:
+    """Gang -> the names of the nodes its hold covers in the site's state."""
+    names = site.state.names
+    return {g: sorted(names[n] for n in r.nodes)
+            for g, r in site.state.reservations.by_gang.items()}
+
+
+def test_a_node_update_keeps_the_room_held_for_a_gang() -> None:
+    """A node update rebuilds the site's state: the room an answer promised (gang_room)
+    stays held, on the same nodes by name, and other pods still keep off it. It used to
+    be dropped while ``_holds`` still listed the gang (a broken promise)."""
+    clock = Clock()
+    site = _site(clock)
+    _fill_a100(site)
+    room = site.place(_gang("train"), ttl_s=120)[0].extra["gang_room"]
+    assert _held(site) == {"train": sorted(room["nodes"])}
+    held_node = room["nodes"][0]
+    other = next(n.name for n in site.spec.nodes if n.name not in room["nodes"])
+    # A new node, a change to a node the hold does not cover, a change to a held node.
+    new = {"cpu_milli": 4000, "memory_mib": 8192, "zone": site.spec.zones[0].name}
+    for updates in ([(0, "fresh-node", new)],
+                    [(0, other, {"labels": {HOST: other, "team": "x"}})],
+                    [(0, held_node, {"labels": {HOST: held_node, "rack": "r1"}})]):
+        for dry_run in (True, False):
+            assert site.apply_node_updates(updates, dry_run=dry_run)["changed"] == 1
+        assert _held(site) == {"train": sorted(room["nodes"])}
+        assert set(site._holds) == {"train"}
+    # The held room still keeps off a pod that would run past the gang's due time.
+    pin = ((HOST, held_node),)
+    long = site.place([_gpu_pod("long", 1, 5000.0, node_selector=pin)], ttl_s=60)[0]
+    assert not long.placed and "reserved for a waiting gang" in long.reason
+    # And the hold still lapses as promised.
+    clock.t = room["held_until"] + 1
+    site.expire()
+    assert _held(site) == {} and not site._holds
+
+
+def test_holds_are_soft_state_across_a_restart_but_not_a_node_update(tmp_path) -> None:
+    """Holds are not journaled (soft state): a restart starts with none, in the state and
+    in ``_holds`` alike, and replaying the journal's node updates brings none back; a node
+    update in the running site keeps them."""
+    from smartsched.serving.journal import Journal
+
+    clock = Clock()
+    spec = _site(clock).spec
+    path = tmp_path / "region-a.jsonl"
+    site = SitePlacer(spec, "composite-accelerators", clock=clock, sandbox_mode="off",
+                      gang_reservations=True, journal=Journal(path))
+    _fill_a100(site)
+    room = site.place(_gang("train"), ttl_s=120)[0].extra["gang_room"]
+    node = room["nodes"][0]
+    site.apply_node_updates([(0, node, {"labels": {HOST: node, "rack": "r1"}})])
+    assert _held(site) == {"train": sorted(room["nodes"])} and set(site._holds) == {"train"}
+    site.journal.close()
+
+    again = SitePlacer(spec, "composite-accelerators", clock=clock, sandbox_mode="off",
+                       gang_reservations=True, journal=Journal(path))
+    assert _held(again) == {} and not again._holds
+    assert again.spec.nodes == site.spec.nodes  # the node update itself was journaled
+    assert len(again.reservations) == len(site.reservations)
+    again.journal.close()

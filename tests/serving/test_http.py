@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -143,6 +144,29 @@ def test_malformed_oversized_and_unknown(service: str, auth: dict) -> None:
     assert requests.get(f"{service}/v1/clusters/mars/summary", timeout=10).status_code == 404
     r = requests.delete(f"{service}/v1/reservations/mec-0~nope", headers=auth, timeout=10)
     assert r.status_code == 404
+
+
+def test_through_serve_a_non_json_body_is_a_415_and_unknown_ids_name_one_field(
+        service: str, auth: dict) -> None:
+    """Through the Serve proxy and the ingress replica: text/plain to a JSON route is a 415
+    naming application/json (after auth), and an unknown reservation is a 404 under
+    ``reservation_id`` whether the ingress or the site finds it unknown."""
+    body = json.dumps({"pod": _pod(id="secret-7f3a")})
+    r = requests.post(f"{service}/v1/placements", data=body, timeout=10,
+                      headers={**auth, "Content-Type": "text/plain"})
+    assert r.status_code == 415 and r.json()["detail"][0]["loc"] == ["headers",
+                                                                     "content-type"]
+    assert "application/json" in r.text and "secret-7f3a" not in r.text
+    r = requests.post(f"{service}/v1/placements", data=body, timeout=10,
+                      headers={"Content-Type": "text/plain"})
+    assert r.status_code == 401
+    for rid in ("nope", "mars~x", "mec-0~nope", "region-a~nope"):
+        for r in (requests.post(f"{service}/v1/reservations/{rid}:confirm", headers=auth,
+                                timeout=10),
+                  requests.delete(f"{service}/v1/reservations/{rid}", headers=auth,
+                                  timeout=10)):
+            assert r.status_code == 404 and r.json()["detail"][0]["loc"] == [
+                "reservation_id"], (rid, r.text)
 
 
 @pytest.mark.parametrize("raw", [

@@ -15,6 +15,7 @@ docs/benchmarks.md.) Every replica asks a fraction of a CPU (``replica_cpus``).
 from __future__ import annotations
 
 import asyncio
+import email.message
 import hmac
 import time
 import uuid
@@ -282,6 +283,67 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+JSON_MEDIA_TYPE = "application/json"
+
+
+def is_json_media_type(value: bytes | None) -> bool:
+    """Whether a Content-Type header names JSON as FastAPI reads it (``application/json``
+    or ``application/<x>+json``, parameters such as ``charset`` aside)."""
+    if not value:
+        return False
+    if value.startswith(b"application/json") and value[16:17] in (b"", b";", b" "):
+        return True  # the common case, without parsing
+    m = email.message.Message()
+    m["content-type"] = value.decode("latin-1")
+    sub = m.get_content_subtype()
+    return m.get_content_maintype() == "application" and (sub == "json"
+                                                          or sub.endswith("+json"))
+
+
+class JsonOnly:
+    """ASGI middleware: 415 for a body whose Content-Type is not JSON sent to a route that
+    reads a JSON body (FastAPI would take the bytes as the body and answer a 422 about a
+    "valid dictionary"); a body without a Content-Type is read as JSON, as FastAPI does.
+    The body is never read nor echoed, and a request without a body, or to a route
+    without one (confirm, release), is let through. Inside authorization (a client
+    without the token is refused first) and outside the body limit (a wrong type is
+    answered without reading the body)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("method") in ("POST", "PUT", "PATCH"):
+            headers = dict(scope.get("headers") or [])
+            length = headers.get(b"content-length")
+            has_body = (b"transfer-encoding" in headers if length is None
+                        else length.strip() not in (b"", b"0"))
+            ctype = headers.get(b"content-type")
+            # No Content-Type: FastAPI reads the body as JSON (requests' data=json.dumps(...)
+            # sends none), so only a type that names something else is refused.
+            if has_body and ctype and not is_json_media_type(ctype) and _reads_body(scope):
+                resp = _error(415, "headers.content-type",
+                              f"unsupported media type: this endpoint takes "
+                              f"{JSON_MEDIA_TYPE}")
+                if scope["method"] != "PUT":  # the header naming what it takes
+                    resp.headers[f"Accept-{scope['method'].title()}"] = JSON_MEDIA_TYPE
+                return await resp(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+def _reads_body(scope: dict) -> bool:
+    """Whether the route ``scope`` goes to reads a body (only asked for a body that is not
+    JSON, so the common case does not route twice). Unknown routes: no (404/405 as ever)."""
+    from starlette.routing import Match
+
+    app = scope.get("app")
+    for route in getattr(getattr(app, "router", None), "routes", ()):
+        match, _ = route.matches(scope)
+        if match == Match.FULL:
+            return getattr(route, "body_field", None) is not None
+    return False
+
+
 class Measure:
     """ASGI middleware: each request's latency by method, route and status, into the
     running ingress's metrics (plain ASGI: Starlette's BaseHTTPMiddleware costs a task and
@@ -349,8 +411,10 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
     returning an object with ``cfg``, ``authorize`` and ``metrics``; default: the
     process's ingress)."""
     app = FastAPI(title=title, version="1", description=description)
-    # Outermost last: auth, then measuring, then the body limit, then the routes.
+    # Outermost last: auth, then measuring, then the media type (415), then the body limit,
+    # then the routes.
     app.add_middleware(BodyLimit, owner=owner)
+    app.add_middleware(JsonOnly)
     app.add_middleware(Measure, owner=owner)
     app.add_middleware(AuthFirst, owner=owner)
 
@@ -789,11 +853,12 @@ class Ingress(Authorizer):
 
     # ------------------------------------------------------------ helpers
     def site_of(self, rid: str) -> tuple[Any, str]:
+        from smartsched.serving.site import RESERVATION_FIELD
         from smartsched.serving.tiers import RID_SEP
 
         site, sep, local = rid.rpartition(RID_SEP)
         if not sep or site not in self.sites:
-            raise UnknownReferenceError("reservation_id", f"unknown reservation {rid!r}")
+            raise UnknownReferenceError(RESERVATION_FIELD, f"unknown reservation {rid!r}")
         return self.sites[site], local
 
     async def place(self, specs: list, ttl_s: float, rid: str | None,

@@ -39,6 +39,7 @@ from smartsched.scheduling.base import WindowPlanner, WorkloadAware, make_schedu
 from smartsched.scheduling.framework import unschedulable_message
 from smartsched.scheduling.sandbox import Placement, Proposal, Sandbox, SandboxConfig
 from smartsched.serving.journal import Journal, pod_from_dict, pod_to_dict
+from smartsched.twin.reservations import Reservation as TwinReservation
 from smartsched.twin.state import ClusterState, PodRequest
 
 IDEMPOTENCY_KEEP = 10_000  # answers remembered per site for retries
@@ -96,6 +97,9 @@ class AnswerCache(OrderedDict):
 # request by request, and every node costs each decision a row.
 MAX_SITE_NODES = 20_000
 REPREPARE_EVERY = 500  # pods between refreshes of the scheduler's view of the workload
+# The field an unknown (or expired, or another tenant's) reservation is answered under (404),
+# on every path: confirm, release, the ingress's routing by id. The API's name for it.
+RESERVATION_FIELD = "reservation_id"
 
 
 @dataclass
@@ -553,6 +557,24 @@ class SitePlacer:
         return {"nodes": [names[n] for n in held.nodes], "due_at": due_at,
                 "held_until": self._holds[gang]}
 
+    def _carry_holds(self, state: ClusterState) -> None:
+        """Put the gang holds of the current state into ``state``, its rebuild after a node
+        update (node indices may differ: re-applied by node name, as the Kubernetes
+        scheduler's ``_apply_holds``). A hold whose node is gone, or that the current state
+        no longer has, is dropped from ``_holds`` too, so the two agree after it. A node
+        update is not a restart: the room promised in an answer (``gang_room``) stays
+        held (holds are soft state only across a restart: not journaled)."""
+        old = self.state
+        for gang in list(self._holds):
+            r = old.reservations.by_gang.get(gang)
+            names = [old.names[n] for n in r.nodes] if r is not None else []
+            if r is None or any(n not in state.index for n in names):
+                del self._holds[gang]
+                continue
+            state.reservations.add(TwinReservation(
+                r.gang, r.priority, tuple(state.index[n] for n in names), r.request,
+                r.gpus, r.due))
+
     def drop_gang_hold(self, gang: str) -> bool:
         """Let go of the room held for ``gang`` (placed at another site); whether one was."""
         self._holds.pop(gang, None)
@@ -585,7 +607,7 @@ class SitePlacer:
     def release(self, rid: str, tenant: str | None = None) -> Reservation:
         r = self.reservations.get(rid)
         if r is None or not _owned_by(r, tenant):
-            raise UnknownReferenceError("reservation", f"unknown reservation {rid!r}")
+            raise UnknownReferenceError(RESERVATION_FIELD, f"unknown reservation {rid!r}")
         del self.reservations[rid]
         for b in r.bookings:
             self.state.release(b.node, b.request, b.devices)
@@ -622,7 +644,7 @@ class SitePlacer:
         self.expire()
         r = self.reservations.get(rid)
         if r is None or not _owned_by(r, tenant):
-            raise UnknownReferenceError("reservation",
+            raise UnknownReferenceError(RESERVATION_FIELD,
                                         f"unknown or expired reservation {rid!r}") from None
         return r
 
@@ -714,6 +736,7 @@ class SitePlacer:
             return
         for rid, bookings in rebooked.items():
             self.reservations[rid].bookings = bookings
+        self._carry_holds(state)
         self.spec, self.state = spec, state
         self.registered.update({n.name: n for n in changed})
 
