@@ -221,3 +221,28 @@ def test_holds_are_soft_state_across_a_restart_but_not_a_node_update(tmp_path) -
     assert again.spec.nodes == site.spec.nodes  # the node update itself was journaled
     assert len(again.reservations) == len(site.reservations)
     again.journal.close()
+
+
+def test_a_request_the_sandbox_refuses_gives_back_the_gangs_hold_whole() -> None:
+    """The gang's hold was let go of as it was placed, then the sandbox refused the request
+    and the state came back with the held room but the site's list of holds did not: the
+    room stayed held for ever (nothing left to expire it)."""
+    from smartsched.scheduling.sandbox import Verdict
+
+    clock = Clock()
+    base = _site(clock)
+    site = SitePlacer(base.spec, "composite-accelerators", clock=clock, sandbox_mode="all",
+                      gang_reservations=True)
+    assert site.sandbox is not None
+    site.sandbox.validate = lambda *a, **k: Verdict(True, "placement")  # type: ignore
+    rids = _fill_a100(site)
+    room = site.place(_gang("train"), ttl_s=120)[0].extra["gang_room"]
+    for node in room["nodes"]:  # the held nodes free early: the gang fits now
+        site.release(rids[node])
+    site.sandbox.validate = lambda *a, **k: Verdict(False, "gang", hard=("no",))  # type: ignore
+    res = site.place(_gang("train"), ttl_s=120)
+    assert not any(r.placed for r in res) and "refused by sandbox" in res[0].reason
+    assert "train" in site._holds and len(site.state.reservations) == 1
+    clock.t = room["held_until"] + 1
+    site.expire()
+    assert not site._holds and len(site.state.reservations) == 0

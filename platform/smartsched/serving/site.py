@@ -372,7 +372,7 @@ class SitePlacer:
         small gang, no preemption) is kept without validation."""
         assert self.sandbox is not None
         before = self.state.fork()
-        saved = (dict(self.reservations), list(self._expiry))
+        saved = (dict(self.reservations), list(self._expiry), dict(self._holds))
         self._buffer, self._victims, self._popped = [], [], []
         try:
             results = self._place_all(pods, now, ttl_s, request_id)
@@ -409,11 +409,14 @@ class SitePlacer:
                 r.validation = verdict.to_dict()
         return results
 
-    def _undo(self, before: ClusterState, saved: tuple[dict[str, Reservation], list]) -> None:
+    def _undo(self, before: ClusterState,
+              saved: tuple[dict[str, Reservation], list, dict[str, float]]) -> None:
         """Put back the state (the same object: schedulers keep per-state caches), the
-        reservations, the expiry heap and the answers a preemption forgot."""
+        reservations, the expiry heap, the gang holds (the state's held room comes back
+        with the state: a hold the request let go of would otherwise stay in the state with
+        nothing to expire it) and the answers a preemption forgot."""
         self.state.__dict__.update(before.__dict__)
-        self.reservations, self._expiry = saved
+        self.reservations, self._expiry, self._holds = saved
         for key, value in reversed(self._popped or ()):  # the first saved is the original
             self.answers[key] = value
         self._popped = None
