@@ -104,9 +104,13 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
     assert "Traceback" not in r.stderr
 
 
-def test_an_empty_compliance_file_is_refused_not_read_as_no_policy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", ["", "compliance: []\n", "[]\n", "''\n", "0\n"])
+def test_an_empty_compliance_file_is_refused_not_read_as_no_policy(tmp_path: Path,
+                                                                   text: str) -> None:
+    """An empty list, text or 0 (given whole or under ``compliance:``) ran with no policy
+    at all, as an empty file once did."""
     f = tmp_path / "policy.yaml"
-    f.write_text("")
+    f.write_text(text)
     r = smartsched("simulate", "--compliance", str(f), "--hours", "0.1", "--no-plots")
     assert r.returncode == 2 and "policy is empty" in r.stderr, r.stderr[-300:]
 

@@ -77,6 +77,19 @@ def test_the_place_command_rejects_bad_files_before_sending(tmp_path: Path) -> N
         assert r.exit_code == 2 and r.output.startswith(line), r.output
 
 
+@pytest.mark.parametrize("ttl", ["inf", "1e308", "86401"])
+def test_the_place_command_bounds_the_ttl_as_the_service_does(tmp_path: Path, ttl: str) -> None:
+    """An infinite --ttl was sent, and failed as "error: InvalidJSONError" (JSON has no
+    inf); one past a day was refused only by the service."""
+    from smartsched.cli import main
+
+    f = tmp_path / "pods.yaml"
+    f.write_text("{id: p, cpu_milli: 1000, memory_mib: 1024}\n")
+    r = CliRunner().invoke(main, ["place", "--url", f"http://127.0.0.1:{free_port()}",
+                                  "--ttl", ttl, str(f)])
+    assert r.exit_code == 2 and "Invalid value for '--ttl'" in r.output, r.output
+
+
 def test_the_client_retries_unavailable_but_not_server_faults() -> None:
     """503 (restarting, overloaded) is worth a retry; a 500 would only fail again, and
     each retry would add load to a service already in trouble."""

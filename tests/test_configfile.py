@@ -68,7 +68,16 @@ def test_validate_names_list_items_as_written() -> None:
     with pytest.raises(ValidationError) as e:
         validate(Doc, {"colour": 1})
     assert e.value.field == "colour"
-    assert validate(Doc, None).items == []
+    assert validate(Doc, None).items == []  # an empty file: every default
+
+
+@pytest.mark.parametrize("doc", [[], "", 0, False])
+def test_a_falsy_document_that_is_no_mapping_is_refused_not_the_defaults(doc: object) -> None:
+    """``[]`` or ``''`` as a whole config (``train --config``) trained on every default
+    without a word: only an empty file (None) means the defaults."""
+    with pytest.raises(ValidationError, match="dictionary") as e:
+        validate(Doc, doc, prefix="config")
+    assert e.value.field == "config"
 
 
 def test_a_binary_file_is_named_not_a_decode_traceback(tmp_path) -> None:

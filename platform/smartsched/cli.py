@@ -126,6 +126,24 @@ def _out_file(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     return value
 
 
+def _out_folder(_ctx: click.Context, _param: click.Parameter, value: str | None
+                ) -> str | None:
+    """An output folder option: made, and checked writable, as the command line is read,
+    so a bad path fails before the training, not after every round of it."""
+    import os
+
+    if value:
+        folder = Path(value)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise click.BadParameter(f"cannot create the folder {value!r}: "
+                                     f"{e.strerror or e}") from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise click.BadParameter(f"the folder {value!r} is not writable")
+    return value
+
+
 def _seeds(text: str) -> list[int]:
     """"42-51" or "42,43" -> a list of seeds (at most MAX_SEEDS, each within 0..MAX_SEED;
     a range is checked before it is expanded)."""
@@ -359,7 +377,9 @@ def serve_reload(url: str, site: str, profile: str, operator_token_file: str | N
 @click.argument("pod_file", type=click.Path(dir_okay=False, exists=True))
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True)
 @click.option("--request-id", default=None, help="Idempotency key (default: generated).")
-@click.option("--ttl", "ttl_s", default=60.0, show_default=True, type=FiniteRange(0.001))
+# --ttl within the service's bounds (an infinite one failed as "error: InvalidJSONError")
+@click.option("--ttl", "ttl_s", default=60.0, show_default=True,
+              type=FiniteRange(0.001, 86_400))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def place(pod_file: str, url: str, request_id: str | None, ttl_s: float,
@@ -528,7 +548,7 @@ def _forecast_data(data: str) -> str:
 @forecast.command("train")
 @click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True,
               help="Long-format CSV/Parquet (series_id, timestamp, values) or google2011.")
-@click.option("--out", default="models/forecast", show_default=True)
+@click.option("--out", default="models/forecast", show_default=True, callback=_out_folder)
 @click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--lookback", default=72, show_default=True, type=click.IntRange(2, 10_000))
@@ -598,24 +618,6 @@ def _site_names(_ctx: click.Context, _param: click.Parameter, value: str | None
     """``--sites``: a list that names no site (``,,,``) is refused, not read as "all"."""
     if value is not None and not [x for x in value.split(",") if x.strip()]:
         raise click.BadParameter("names no site (leave it out for all of the cluster's)")
-    return value
-
-
-def _out_folder(_ctx: click.Context, _param: click.Parameter, value: str | None
-                ) -> str | None:
-    """An output folder option: made, and checked writable, as the command line is read,
-    so a bad path fails before the training, not after every round of it."""
-    import os
-
-    if value:
-        folder = Path(value)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise click.BadParameter(f"cannot create the folder {value!r}: "
-                                     f"{e.strerror or e}") from None
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise click.BadParameter(f"the folder {value!r} is not writable")
     return value
 
 

@@ -56,3 +56,14 @@ def test_twin_start_days_past_the_grid_series_are_refused(data_dir: Path) -> Non
     with pytest.raises(ValidationError, match="last start day") as e:
         run_twin_carbon([45, 400], [24], hours=24.0, variants=["agnostic"], workers=1)
     assert e.value.field == "days"
+
+
+def test_a_series_file_shorter_than_the_warm_up_is_named(tmp_path: Path) -> None:
+    """A grid file of one's own shorter than five weeks plus the slack was a ValueError
+    traceback ("series too short") from the job draw."""
+    f = tmp_path / "grid.csv"
+    f.write_text("Time,ci\n" + "".join(f"2020-01-{1 + h // 24:02d} {h % 24:02d}:00,{100 + h}\n"
+                                        for h in range(200)))
+    with pytest.raises(ValidationError, match="holds 199 h") as e:
+        run_carbon([str(f)], [24], jobs=10, echo=lambda _: None)
+    assert e.value.field == "series"

@@ -60,3 +60,17 @@ def test_a_single_reading_is_not_a_series(tmp_path: Path, rows: list[str]) -> No
     assert (e.value.field, e.value.source) == ("ci", str(f))
     two = _write(tmp_path, b"Time,ci\n2020-01-01 00:00,100\n2020-01-01 01:00,80\n")
     assert load_carbon_csv(two, "Time", "ci", step_s=3600.0).values.tolist() == [100.0, 80.0]
+
+
+@pytest.mark.parametrize(("data", "field", "says"), [
+    # epoch seconds were read as nanoseconds: a whole file in one 15-min bin, a constant
+    (b"Time,ci\n1577836800,100\n1577838600,300\n1577840400,200\n", "Time", "not timestamps"),
+    # True/False values were read as 1 and 0 g/kWh
+    (b"Time,ci\n2020-01-01 00:00,True\n2020-01-01 01:00,False\n", "ci", "true/false"),
+])
+def test_numbers_for_times_and_true_false_for_values_are_refused(
+        tmp_path: Path, data: bytes, field: str, says: str) -> None:
+    f = _write(tmp_path, data)
+    with pytest.raises(ValidationError, match=says) as e:
+        load_carbon_csv(f, "Time", "ci")
+    assert (e.value.field, e.value.source) == (field, str(f))

@@ -155,3 +155,47 @@ def test_the_google_loader_names_its_own_column(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as e:
         load_google2011(f)
     assert (e.value.field, e.value.row) == ("cpu_util_pct", 1)
+
+
+@pytest.mark.parametrize(("edit", "field", "says"), [
+    # an empty id cell: a TypeError from the sort (a float among strings)
+    (lambda text: text.replace("\ns0,", "\n,", 1), "series_id", "empty"),
+    # a header only: an IndexError
+    (lambda text: text.splitlines()[0] + "\n", "data", "no rows"),
+    # a column named twice became a second target "cpu.1"
+    (lambda text: text.replace("series_id,timestamp,cpu,mem", "series_id,timestamp,cpu,cpu"),
+     "cpu", "twice"),
+    # a trailing comma shifted every column by one
+    (lambda text: text.replace("\n", ",\n").replace("mem,\n", "mem\n", 1), "file",
+     "trailing comma"),
+])
+def test_malformed_long_tables_are_named_not_a_traceback(tmp_path: Path, edit, field,
+                                                         says) -> None:
+    f = tmp_path / "usage.csv"
+    f.write_text(edit(_csv(tmp_path, _table(n=4)).read_text()))
+    with pytest.raises(ValidationError, match=says) as e:
+        load_long(f)
+    assert e.value.field == field, str(e.value)
+    code, out = _evaluate("--data", str(f))
+    assert code == 2 and out.startswith("error:") and "Traceback" not in out
+
+
+def test_true_false_utilization_is_refused(tmp_path: Path) -> None:
+    """True/False cells were read as 1 and 0 %."""
+    df = _table(n=4)
+    df["cpu"] = df["cpu"] > 30
+    with pytest.raises(ValidationError, match="true/false") as e:
+        load_long(_csv(tmp_path, df))
+    assert e.value.field == "cpu"
+
+
+def test_an_out_path_that_cannot_be_a_folder_fails_before_training(tmp_path: Path) -> None:
+    """``forecast train --out`` naming a file trained every epoch first, then failed as
+    "error: File exists" (13 minutes with the defaults); federate's --out was already
+    checked as the command line is read."""
+    taken = tmp_path / "taken"
+    taken.write_text("not a folder")
+    r = CliRunner().invoke(main, ["forecast", "train", "--data", str(_csv(tmp_path, _table(8))),
+                                  "--epochs", "1", "--out", str(taken)])
+    assert r.exit_code == 2 and "Invalid value for '--out'" in r.output, r.output
+    assert "saved" not in r.output and taken.read_text() == "not a folder"

@@ -180,7 +180,10 @@ def test_cluster_yaml_site_fields_are_typed_and_bounded(
      # truthy), a label no selector can match, a node called 'None' or "{'a': 1}"
      ("unschedulable: 'false'", "nodes.n.unschedulable"),
      ("labels: {edge: true}", "nodes.n.labels"), ("labels: {x: {y: 1}}", "nodes.n.labels"),
-     ("name: null", "nodes[0].name"), ("name: {a: 1}", "nodes[0].name")],
+     ("name: null", "nodes[0].name"), ("name: {a: 1}", "nodes[0].name"),
+     # a rack given as a list reached the twin as a traceback (unhashable); null made
+     # every such node one rack called None
+     ("rack: [1, 2]", "nodes[0].rack"), ("rack: null", "nodes[0].rack")],
 )
 def test_cluster_yaml_node_pool_fields_are_typed(tmp_path: Path, node: str, field: str) -> None:
     f = tmp_path / "c.yaml"
@@ -223,3 +226,16 @@ def test_errors_survive_pickling() -> None:
                                                         source="t.csv")))
     assert type(e) is UnknownReferenceError and e.field == "pods.gpu_model" and e.row == 3
     assert str(e) == str(ValidationError("pods.gpu_model", "unknown", row=3, source="t.csv"))
+
+
+def test_cluster_yaml_name_must_be_a_name(tmp_path: Path) -> None:
+    """A list as the cluster's name was printed as "[1, 2]" in every report."""
+    f = tmp_path / "c.yaml"
+    f.write_text("name: [1, 2]\nsites: [{name: r1}]\nzones: [{name: z1, site: r1}]\n"
+                 "nodes: [{name: n, zone: z1, cpu_milli: 1000, memory_mib: 1024, rack: 7}]\n")
+    with pytest.raises(ValidationError) as e:
+        cluster_from_yaml(f)
+    assert e.value.field == "cluster.name"
+    f.write_text(f.read_text().replace("[1, 2]", "lab"))
+    spec = cluster_from_yaml(f)
+    assert (spec.name, spec.nodes[0].rack) == ("lab", "7")

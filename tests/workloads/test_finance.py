@@ -63,6 +63,10 @@ def _profile_with(tmp_path, section: str, **changes):
     ("online", {"replicas": [1_000_000_000]}, "workload.online.replicas[0]"),
     ("batch", {"cpu_milli": [1], "duration_minutes_mean": 0.001}, "workload.batch"),
     ("batch", {"checkpoint_minutes": float("inf")}, "workload.batch.checkpoint_minutes"),
+    # relative wave shares: inf made every share nan, two of 1e308 summed to inf (each a
+    # numpy traceback from the draw)
+    ("batch", {"release": [[0.0, float("inf")], [0.5, 0.25]]}, "workload.batch.release[0][1]"),
+    ("batch", {"release": [[0.0, 1e308], [0.5, 1e308]]}, "workload.batch.release[0][1]"),
 ])
 def test_bad_profiles_name_the_field(tmp_path, section, changes, field) -> None:
     spec = load_cluster("finance")

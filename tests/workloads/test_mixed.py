@@ -164,3 +164,76 @@ def test_a_number_yaml_reads_as_text_says_so(tmp_path) -> None:
     with pytest.raises(ValidationError, match=r"1\.0e") as e:
         generate_mixed(load_cluster("small"), hours=1.0, seed=0, profile=load_profile(f))
     assert e.value.field == "workload.online.load" and "text" in e.value.message
+
+
+@pytest.mark.parametrize(("images", "field"), [
+    ({"zipf_s": "x"}, "workload.images.zipf_s"),
+    ({"zipf_s": None}, "workload.images.zipf_s"),
+    ({"classes": [1]}, "workload.images.classes"),
+    ({"classes": {"online": 5}}, "workload.images.classes.online"),
+    ({"classes": {"online": {"count": 2, "gb": [1.0, float("inf")]}}},
+     "workload.images.classes.online.gb"),
+    ({"base_layers_mib": {"os": 80},
+      "classes": {"online": {"count": 2, "gb": [1.0, 2.0], "base": "os"}}},
+     "workload.images.classes.online.base"),
+    ({"base_layers_mib": {"os": 80},
+      "classes": {"online": {"count": 2, "gb": [1.0, 2.0], "base": [["os"]]}}},
+     "workload.images.classes.online.base"),
+])
+def test_a_mistyped_images_section_names_the_field(images: dict, field: str) -> None:
+    """Each of these was a traceback (float('x'), .items() of a list, .get of an int,
+    OverflowError of an infinite size, a list looked up as a layer name)."""
+    import copy
+
+    from smartsched.workloads.mixed import load_profile
+
+    profile = copy.deepcopy(load_profile())
+    profile["images"] = images
+    with pytest.raises(ValidationError) as e:
+        generate_mixed(load_cluster("small"), hours=1.0, seed=0, profile=profile)
+    assert e.value.field == field, str(e.value)
+
+
+def test_an_empty_day_section_is_the_defaults(tmp_path) -> None:
+    """``day:`` with nothing under it passed the checks and then was a traceback
+    (``None.get``)."""
+    from smartsched.workloads.mixed import load_profile
+
+    f = tmp_path / "p.yaml"
+    f.write_text("extends: mixed\nday:\n")
+    pods = generate_mixed(load_cluster("small"), hours=1.0, seed=0, profile=load_profile(f))
+    assert [p.id for p in pods] == [p.id for p in generate_mixed(
+        load_cluster("small"), hours=1.0, seed=0, profile=load_profile("mixed"))]
+
+
+def test_gpu_weights_summing_past_the_largest_number_are_named() -> None:
+    import copy
+
+    from smartsched.workloads.mixed import load_profile
+
+    profile = copy.deepcopy(load_profile())
+    profile["ai-train"]["gpus"] = {1: 1e308, 2: 1e308}
+    with pytest.raises(ValidationError, match="sum past") as e:
+        generate_mixed(load_cluster("small"), hours=1.0, seed=0, profile=profile)
+    assert e.value.field == "workload.ai-train.gpus"
+
+
+@pytest.mark.parametrize(("tenants", "field"), [
+    ({"online": [True]}, "workload.tenants.online"),
+    ({"online": [{"a": 1}]}, "workload.tenants.online"),
+    ({"online": "shop"}, "workload.tenants.online"),
+    ({"onlin": ["shop"]}, "workload.tenants.onlin"),
+    (["shop"], "workload.tenants"),
+])
+def test_mistyped_tenants_are_named_not_turned_into_text(tenants: object, field: str) -> None:
+    """A tenant written as true or {a: 1} became a tenant called "True" or "{'a': 1}" in
+    every report and fairness figure; a typo in the class was ignored."""
+    import copy
+
+    from smartsched.workloads.mixed import load_profile
+
+    profile = copy.deepcopy(load_profile())
+    profile["tenants"] = tenants
+    with pytest.raises(ValidationError) as e:
+        generate_mixed(load_cluster("small"), hours=1.0, seed=0, profile=profile)
+    assert e.value.field == field, str(e.value)

@@ -42,6 +42,22 @@ def test_bad_pod_row_names_row(tmp_path: Path) -> None:
     assert e.value.field == "cpu_milli" and e.value.row == 1
 
 
+def test_a_renamed_pod_column_is_named_not_dropped(tmp_path: Path) -> None:
+    """A column under another name (``arrival_s``) was ignored: every pod arrived at 0,
+    and the run went ahead."""
+    import pyarrow.parquet as pq
+
+    write_pods(generate_mixed(load_cluster("small"), hours=1, seed=0), tmp_path / "p.parquet")
+    table = pq.read_table(tmp_path / "p.parquet")
+    pq.write_table(table.rename_columns([("arrival_s" if n == "arrival" else n)
+                                         for n in table.column_names]), tmp_path / "r.parquet")
+    with pytest.raises(ValidationError, match="unknown column") as e:
+        read_pods(tmp_path / "r.parquet")
+    assert e.value.field == "arrival_s"
+    table.to_pandas().set_index("id", drop=False).to_parquet(tmp_path / "pd.parquet")
+    assert len(read_pods(tmp_path / "pd.parquet")) == table.num_rows  # pandas' own index
+
+
 @pytest.mark.parametrize("damage", ["truncated", "not parquet", "other table", "no sites",
                                     "bad json", "wrong types"])
 def test_a_cluster_file_that_is_not_one_is_named_not_a_traceback(tmp_path: Path,

@@ -96,6 +96,10 @@ def run_carbon(series: Sequence[str] = SERIES, slacks: Sequence[int] = (24, 48),
         loaded = load_series(spec, root)
         name = loaded.name
         y = hourly(loaded)
+        if y.size <= WARMUP_H + horizon + 1:  # (a file of one's own may be short)
+            raise ValidationError("series", f"{name} holds {y.size} h; the benchmark needs "
+                                  f"more than {WARMUP_H + horizon + 1} h (five weeks of past "
+                                  "for the forecaster, then the longest slack)")
         table = lag_regression(y, horizon)
         origins = np.arange(WARMUP_H, y.size)
         forecast_errors[name] = errors(

@@ -24,6 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from smartsched.model.errors import ValidationError
+from smartsched.model.table import check_shape
 
 GOOGLE_FILE = "google2011-vm-utilization/gcd_vm_cpu_mem_5min.csv"
 GOOGLE_COLUMNS = ("vm_file", "job_id", "day", "step", "cpu_util_pct", "mem_util_pct")
@@ -58,11 +59,15 @@ def _read_table(path: Path) -> pd.DataFrame:
         except (OSError, ValueError, pa.ArrowException) as e:
             raise ValidationError("data", f"{path}: not a readable Parquet file: {e}") from None
     try:
-        return pd.read_csv(path)
+        df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         raise ValidationError("data", f"{path}: empty file (no header row)") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
         raise ValidationError("data", f"{path}: not a readable CSV: {e}") from None
+    # A column named twice came back as a second target ``x.1``; rows longer than the
+    # header shifted every column by one.
+    check_shape(df, str(path), csv=True)
+    return df
 
 
 def _require(df: pd.DataFrame, cols: Sequence[str], source: str) -> None:
@@ -73,6 +78,9 @@ def _require(df: pd.DataFrame, cols: Sequence[str], source: str) -> None:
 
 
 def _numeric(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    if df[col].dtype.kind == "b":  # True/False cells would be read as 1 and 0
+        raise ValidationError(col, "expected numbers, the column holds true/false",
+                              source=source)
     vals = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(vals))
     if bad.size:
@@ -101,9 +109,16 @@ def series_from_long(df: pd.DataFrame, targets: Sequence[str], source: str = "ta
     utilization within [0, ``MAX_UTIL_PCT``] %.
     """
     _require(df, [*LONG_COLUMNS, *targets], source)
+    if df.empty:
+        raise ValidationError("data", "no rows (a header only?)", source=source)
     ts = _numeric(df, "timestamp", source)
     vals = np.stack([_utilization(df, t, source) for t in targets], axis=1)
-    sid = df["series_id"].astype(str).to_numpy()
+    ids = df["series_id"]
+    missing = np.flatnonzero((ids.isna() | ids.astype(object).map(str).str.strip().eq(""))
+                             .to_numpy(dtype=bool))
+    if missing.size:  # (an empty cell reached the sort as a float among strings)
+        raise ValidationError("series_id", "empty", row=int(missing[0]), source=source)
+    sid = ids.astype(object).map(str).to_numpy()
     order = np.lexsort((ts, sid))
     sid, ts, vals = sid[order], ts[order], vals[order]
     cuts = np.flatnonzero(sid[1:] != sid[:-1]) + 1

@@ -192,6 +192,13 @@ def load_carbon_csv(
             raise ValidationError(col, "missing column", source=str(path))
     if df.empty:
         raise ValidationError(value_column, "no rows", source=str(path))
+    # Numbers in the time column were read as nanoseconds since 1970 (epoch seconds: a
+    # whole file in one bin, a constant series); true/false values as 1 and 0 g/kWh.
+    if df[time_column].dtype.kind in "iuf":
+        raise ValidationError(time_column, "numbers, not timestamps (write them as dates, "
+                              "e.g. 2020-01-01 00:30:00)", source=str(path))
+    if df[value_column].dtype.kind == "b":
+        raise ValidationError(value_column, "true/false, not numbers", source=str(path))
     ts = pd.to_datetime(df[time_column], utc=True, errors="coerce")
     raw = df[value_column]
     vals = pd.to_numeric(raw, errors="coerce")

@@ -164,8 +164,8 @@ def validate(model: type[M], doc: Any, *, prefix: str = "", source: str | None =
     ``drop``: location parts to leave out of the field name (pydantic adds the
     member type of a union, e.g. ``float`` or ``Range``, to the path).
     """
-    try:
-        return model.model_validate(doc or {})
+    try:  # an empty file (None) is every default; [], '' or 0 is no mapping at all
+        return model.model_validate({} if doc is None else doc)
     except PydanticError as e:
         field, msg = first_error(e, prefix, drop)
         raise ValidationError(field, msg, source=source) from None

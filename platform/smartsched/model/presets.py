@@ -278,7 +278,8 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "cluster") -> ClusterSp
         raise ValidationError(str(e.args[0]), "missing field", source=source) from None
     except TypeError as e:
         raise ValidationError("cluster", f"wrong type: {e}", source=source) from None
-    return ClusterSpec(str(doc.get("name", source)), tuple(sites), tuple(zones), tuple(nodes))
+    name = _name(doc, "name", "cluster") if "name" in doc else source
+    return ClusterSpec(name, tuple(sites), tuple(zones), tuple(nodes))
 
 
 def _name(doc: dict[str, Any], key: str, where: str) -> str:
@@ -389,7 +390,8 @@ def _nodes(n: dict[str, Any], i: int) -> Iterable[NodeSpec]:
     base["taints"] = tuple(taints)
     base["labels"] = dict(labels)
     name = _name(n, "name", f"nodes[{i}]")
-    if "zone" in base:
-        base["zone"] = _name(n, "zone", f"nodes[{i}]")
+    for key in ("zone", "rack"):  # a list here reached the twin as a traceback
+        if key in base:
+            base[key] = _name(n, key, f"nodes[{i}]")
     for j in range(count):
         yield NodeSpec(name=name if count == 1 else f"{name}-{j:05d}", **base)

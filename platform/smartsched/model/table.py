@@ -42,11 +42,11 @@ def read_frame(path: Path) -> pd.DataFrame:
             raise
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ValidationError("file", f"cannot parse: {first}", source=str(path)) from None
-    _check_shape(df, str(path), csv=path.suffix != ".parquet")
+    check_shape(df, str(path), csv=path.suffix != ".parquet")
     return df
 
 
-def _check_shape(df: pd.DataFrame, source: str, *, csv: bool) -> None:
+def check_shape(df: pd.DataFrame, source: str, *, csv: bool) -> None:
     """Refuse what pandas reads without a word but a loader would misread: rows with more
     fields than the header (pandas makes the first fields an index, shifting every
     column by one: a trailing comma does it) and a column named twice (pandas renames

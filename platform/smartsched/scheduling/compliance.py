@@ -98,7 +98,8 @@ def load_policy(source: str | Path | dict[str, Any]) -> Compliance:
     doc = source if isinstance(source, dict) else read_yaml(source, "compliance")
     if isinstance(doc, dict) and set(doc) == {"compliance"}:
         doc = doc["compliance"]
-    if doc is None or doc == {}:  # an empty file given as a policy is a mistake, not "none"
+    if not doc:  # an empty file given as a policy is a mistake, not "none" (so are [],
+        # '' and 0, which validation read as {})
         raise ValidationError("compliance", "the policy is empty: give residency, dedicated "
                               "or isolation rules (or no policy at all)",
                               source=None if isinstance(source, dict) else str(source))

@@ -57,8 +57,10 @@ class _Batch(BaseModel):
     pool: str = Field("batch", min_length=1)
     window_start_hour: float = Field(22.0, ge=0, lt=24)
     deadline_hour: float = Field(6.0, ge=0, lt=24)
-    # Waves: (hours after the start >= 0, share > 0).
-    release: list[tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(gt=0)]]] = Field(
+    # Waves: (hours after the start >= 0, share > 0). Shares are relative, but one of inf,
+    # or two summing past the largest float, turned every share into nan or 0.
+    release: list[tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)],
+                        Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]]] = Field(
         min_length=1)
     work: float = Field(gt=0, le=24)
     cpu_milli: list[CpuMilli] = Field(min_length=1)

@@ -29,6 +29,7 @@ from smartsched.model.images import check_image
 from smartsched.model.pod import Pod, PodClass
 
 GIB_MIB = 1024
+MAX_IMAGE_GIB = 1024  # an image's size: past a TiB is a unit slip (inf overflowed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,9 +44,9 @@ def catalogue(section: Mapping[str, Any], where: str = "workload.images"
     """The images of each pod class described by ``section`` (see the module docstring)."""
     if not isinstance(section, Mapping):
         raise ValidationError(where, "must be a mapping")
-    s = float(section.get("zipf_s", 1.1))
-    if not 0 <= s <= 10:
-        raise ValidationError(f"{where}.zipf_s", f"must be within [0, 10], got {s}")
+    s = section.get("zipf_s", 1.1)
+    if isinstance(s, bool) or not isinstance(s, int | float) or not 0 <= s <= 10:
+        raise ValidationError(f"{where}.zipf_s", f"must be a number within [0, 10], got {s!r}")
     bases = section.get("base_layers_mib", {})
     if not isinstance(bases, Mapping):
         raise ValidationError(f"{where}.base_layers_mib", "must map layer names to MiB")
@@ -53,25 +54,33 @@ def catalogue(section: Mapping[str, Any], where: str = "workload.images"
         if isinstance(mib, bool) or not isinstance(mib, int) or mib <= 0:
             raise ValidationError(f"{where}.base_layers_mib.{name}",
                                   f"must be a positive integer MiB, got {mib!r}")
+    classes = section.get("classes") or {}
+    if not isinstance(classes, Mapping):
+        raise ValidationError(f"{where}.classes", "must map pod classes to their images")
     out: dict[PodClass, ClassImages] = {}
-    for cls_name, spec in (section.get("classes") or {}).items():
+    for cls_name, spec in classes.items():
         w = f"{where}.classes.{cls_name}"
         try:
             cls = PodClass(cls_name)
         except ValueError:
             raise ValidationError(w, f"not a pod class ({', '.join(c.value for c in PodClass)})"
                                   ) from None
+        if not isinstance(spec, Mapping):
+            raise ValidationError(w, "must be a mapping (count, gb, base)")
         count = spec.get("count")
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10_000:
             raise ValidationError(f"{w}.count", f"must be an integer in [1, 10000], got {count!r}")
         lo_hi = spec.get("gb")
         if not (isinstance(lo_hi, Sequence) and len(lo_hi) == 2
-                and all(isinstance(x, int | float) and x > 0 for x in lo_hi)
+                and all(isinstance(x, int | float) and not isinstance(x, bool)
+                        and 0 < x <= MAX_IMAGE_GIB for x in lo_hi)
                 and lo_hi[0] <= lo_hi[1]):
             raise ValidationError(f"{w}.gb", f"must be [smallest, largest] GiB, got {lo_hi!r}")
-        base = list(spec.get("base", []))
+        base = spec.get("base", [])
+        if not isinstance(base, list):
+            raise ValidationError(f"{w}.base", f"must be a list of base layers, got {base!r}")
         for b in base:
-            if b not in bases:
+            if not isinstance(b, str) or b not in bases:
                 raise ValidationError(f"{w}.base", f"unknown base layer {b!r}")
         base_layers = tuple((f"base/{b}", int(bases[b])) for b in base)
         base_mib = sum(m for _, m in base_layers)

@@ -73,7 +73,7 @@ class _Gen:
                                         "workload.priority_classes")
         self.horizon = hours * HOUR
         self.rng = np.random.default_rng(seed)
-        day = profile.get("day", {})
+        day = profile.get("day") or {}  # `day:` with nothing under it: the defaults
         self.peak_hour = float(day.get("peak_hour", 20.0))
         self.trough_hour = float(day.get("trough_hour", 4.0))
         self.floor = float(day.get("night_floor", 0.25))

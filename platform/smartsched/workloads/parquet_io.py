@@ -29,6 +29,8 @@ _POD_SCALARS = (
     "image",
 )
 _POD_LISTS = ("gpu_models", "tolerations", "allowed_regions")
+_POD_COLUMNS = (*_POD_SCALARS, "pod_class", *_POD_LISTS, "node_selector", "image_layers",
+                *(f"usage_{f}" for f in _USAGE_FIELDS))
 
 
 def _layer(text: str) -> tuple[str, int]:
@@ -64,11 +66,16 @@ def read_pods(path: str | Path) -> list[Pod]:
     """Read pods written by :func:`write_pods`, validating every row."""
     src = str(path)
     try:
-        check_column_names(pq.read_schema(path).names, src)
+        names = pq.read_schema(path).names
+        check_column_names(names, src)
         rows = pq.read_table(path).to_pylist()
     except (OSError, pa.ArrowInvalid) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ValidationError("file", f"cannot read Parquet: {first}", source=src) from None
+    for name in names:  # a renamed column (arrival_s) was dropped: every pod arrived at 0
+        if name not in _POD_COLUMNS and not name.startswith("__index_level_"):  # (pandas')
+            raise ValidationError(name, "unknown column (a pod file has: "
+                                  f"{', '.join(_POD_COLUMNS)})", source=src)
     pods = []
     required = _POD_SCALARS[:3]
     for i, r in enumerate(rows):

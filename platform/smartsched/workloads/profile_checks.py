@@ -67,6 +67,8 @@ def _gpus(v: Any, field: str) -> None:
             raise ValidationError(f"{field}.{k}", f"weight must be >= 0, got {w!r}")
     if total <= 0:
         raise ValidationError(field, "no positive weight: no job size could be drawn")
+    if not math.isfinite(total):  # weights are relative: their sum divides each
+        raise ValidationError(field, "the weights sum past the largest number")
 
 
 def _window(v: Any, field: str) -> None:
@@ -149,6 +151,18 @@ def check_profile(profile: Mapping[str, Any]) -> None:
         raise ValidationError("workload", "no section of pods (any of "
                               f"{', '.join(SECTIONS)}): the workload would be empty; "
                               "`extends: mixed` lays a profile over the packaged one")
+    tenants = profile.get("tenants")
+    if tenants is not None:  # a tenant True or {a: 1} was named "True" or "{'a': 1}"
+        if not isinstance(tenants, Mapping):
+            raise ValidationError("workload.tenants", "must map pod classes to tenant names")
+        for cls, names in tenants.items():
+            if cls not in SECTIONS:
+                raise ValidationError(f"workload.tenants.{str(cls)[:64]}",
+                                      f"not a pod class ({', '.join(SECTIONS)})")
+            if names is not None and not (isinstance(names, list) and all(
+                    isinstance(n, str) and n.strip() for n in names)):  # (None: the class)
+                raise ValidationError(f"workload.tenants.{cls}",
+                                      f"must be a list of tenant names, got {names!r}"[:200])
     day = profile.get("day")
     if day is not None:
         if not isinstance(day, Mapping):
