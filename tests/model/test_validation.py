@@ -30,6 +30,11 @@ from tests.builders import cluster, node, pod
         ({"arrival": float("nan")}, "arrival"),
         ({"arrival": 10.0, "deadline": 5.0}, "deadline"),
         ({"pod_class": "gaming"}, "class"),
+        # control characters split log lines, CSV rows and metric labels
+        ({"id": "p\x00q"}, "id"),
+        ({"tenant": "a\nb"}, "tenant"),
+        ({"app": "web\x7f"}, "app"),
+        ({"gang_id": "g\t1", "gang_size": 2}, "gang_id"),
     ],
 )
 def test_bad_pod_fields_are_named(kwargs: dict, field: str) -> None:

@@ -8,6 +8,7 @@ schedulers read them; nothing here knows about nodes or time stepping.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final, TypeVar
@@ -180,15 +181,25 @@ class Pod:
         return self.num_gpu == 1 and self.gpu_milli < MILLI_PER_DEVICE
 
 
+# Characters no name may hold: they end up in logs, reports, metric labels and answers
+# (a NUL or a newline in a trace's pod name split a log line or a CSV row).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _check_names(pod: Pod) -> None:
-    """Every name a pod carries is a string (a file's column of lists or numbers would
-    otherwise reach the twin, which keys tenants, regions and labels by name)."""
+    """Every name a pod carries is a string without control characters (a file's column
+    of lists or numbers would otherwise reach the twin, which keys tenants, regions and
+    labels by name)."""
     if not isinstance(pod.tenant, str) or not pod.tenant:
         raise ValidationError("tenant", f"must be a non-empty string, got {pod.tenant!r}")
     for name in ("origin_site", "app", "gang_id"):
         v = getattr(pod, name)
         if v is not None and not isinstance(v, str):
             raise ValidationError(name, f"must be a string, got {v!r}")
+    for name in ("id", "tenant", "app", "gang_id"):
+        v = getattr(pod, name)
+        if v is not None and _CONTROL.search(v):
+            raise ValidationError(name, f"must not hold control characters, got {v[:64]!r}")
     for name in ("gpu_models", "tolerations", "allowed_regions"):
         v = getattr(pod, name)
         if not isinstance(v, tuple | list) or not all(isinstance(x, str) for x in v):
