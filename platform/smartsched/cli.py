@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,29 @@ def _out_folder(_ctx: click.Context, _param: click.Parameter, value: str | None
         if not os.access(folder, os.W_OK | os.X_OK):
             raise click.BadParameter(f"the folder {value!r} is not writable")
     return value
+
+
+def _model_out(*artifacts: str) -> Callable[[click.Context, click.Parameter, str | None],
+                                            str | None]:
+    """An output folder option for a trained model (``_out_folder``) that refuses a folder
+    already holding one of ``artifacts`` unless ``--overwrite`` (eager) was given: the
+    defaults are the shipped models' folders, and retraining replaced them unasked."""
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None
+                 ) -> str | None:
+        _out_folder(ctx, param, value)
+        if value and not ctx.params.get("overwrite"):
+            held = [a for a in artifacts if (Path(value) / a).exists()]
+            if held:
+                raise click.BadParameter(
+                    f"the folder {value!r} holds a trained model ({held[0]}): pass "
+                    "--overwrite to replace it, or give another --out")
+        return value
+    return callback
+
+
+_overwrite_option = click.option(
+    "--overwrite", is_flag=True, is_eager=True,
+    help="Replace the model the --out folder already holds.")
 
 
 def _seeds(text: str) -> list[int]:
@@ -548,7 +572,9 @@ def _forecast_data(data: str) -> str:
 @forecast.command("train")
 @click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True,
               help="Long-format CSV/Parquet (series_id, timestamp, values) or google2011.")
-@click.option("--out", default="models/forecast", show_default=True, callback=_out_folder)
+@click.option("--out", default="models/forecast", show_default=True,
+              callback=_model_out("forecaster.pt", "forecaster.json"))
+@_overwrite_option
 @click.option("--epochs", default=30, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--lookback", default=72, show_default=True, type=click.IntRange(2, 10_000))
@@ -556,8 +582,8 @@ def _forecast_data(data: str) -> str:
 @click.option("--hidden", default=96, show_default=True, type=click.IntRange(4, 4096))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
-def forecast_train(data: str, out: str, epochs: int, seed: int, lookback: int, horizon: int,
-                   hidden: int, json_path: str | None) -> None:
+def forecast_train(data: str, out: str, overwrite: bool, epochs: int, seed: int, lookback: int,
+                   horizon: int, hidden: int, json_path: str | None) -> None:
     """Train the LSTM (early stopping on validation, interval calibrated there)."""
     from smartsched.forecast.run import train_forecaster
 
@@ -678,10 +704,11 @@ def _run_federation(data: str, cluster: str, sites: str | None, partition: str, 
 @main.command()
 @_federation_options
 @click.option("--out", default="models/forecast-federated", show_default=True,
-              callback=_out_folder)
+              callback=_model_out("forecaster.pt", "forecaster.json"))
+@_overwrite_option
 def federate(data: str, cluster: str, sites: str | None, partition: str, rounds: int,
              local_epochs: int, mu: float, server_momentum: float, lookback: int, hidden: int,
-             seed: int, json_path: str | None, out: str) -> None:
+             seed: int, json_path: str | None, out: str, overwrite: bool) -> None:
     """Federated training of the edge sites' load forecaster: each MEC site a Ray actor
     that trains on its own nodes' usage; only weights leave a site."""
     _run_federation(data, cluster, sites, partition, rounds, local_epochs, mu, server_momentum,
@@ -734,11 +761,14 @@ def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, h
 @click.option("--test-seed", default=100, show_default=True)
 @click.option("--components", "k", default=8, show_default=True)
 @click.option("--out", default="models/telemetry", show_default=True,
-              type=click.Path(file_okay=False))
+              type=click.Path(file_okay=False),
+              callback=_model_out("projection.json", "projection.npz"))
+@_overwrite_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, seeds: list[int],
-                     test_seed: int, k: int, out: str, json_path: str | None) -> None:
+                     test_seed: int, k: int, out: str, overwrite: bool,
+                     json_path: str | None) -> None:
     """Fit the PCA projection of the node telemetry on twin runs; ablate the families."""
     from smartsched.bench.telemetry_study import format_study, study
 
@@ -1448,14 +1478,15 @@ def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str
 
 @bench.command("federation")
 @_federation_options
-@click.option("--out", default=None, callback=_out_folder,
+@click.option("--out", default=None, callback=_model_out("forecaster.pt", "forecaster.json"),
               help="Also save the federated forecaster here.")
+@_overwrite_option
 @click.option("--references", default="central,local", show_default=True,
               help="Comma-separated: central (pooled data), local (each site alone).")
 def bench_federation(data: str, cluster: str, sites: str | None, partition: str, rounds: int,
                      local_epochs: int, mu: float, server_momentum: float, lookback: int,
                      hidden: int, seed: int, json_path: str | None, out: str | None,
-                     references: str) -> None:
+                     overwrite: bool, references: str) -> None:
     """Issue 22: federated edge learning against central and local training (objective,
     rounds, bytes per round, round time)."""
     _run_federation(data, cluster, sites, partition, rounds, local_epochs, mu, server_momentum,

@@ -335,5 +335,6 @@ def test_the_cli_names_the_bad_field(tmp_path: Path):
 
     r = CliRunner().invoke(main, ["bench", "federation", "--rounds", "0"])
     assert r.exit_code == 2 and "rounds" in r.output
-    r = CliRunner().invoke(main, ["federate", "--sites", "mec-0,mec-7"])
+    r = CliRunner().invoke(main, ["federate", "--sites", "mec-0,mec-7", "--out",
+                                  str(tmp_path / "fed")])
     assert r.exit_code == 2 and "mec-7" in r.output and "sites" in r.output

@@ -199,3 +199,29 @@ def test_an_out_path_that_cannot_be_a_folder_fails_before_training(tmp_path: Pat
                                   "--epochs", "1", "--out", str(taken)])
     assert r.exit_code == 2 and "Invalid value for '--out'" in r.output, r.output
     assert "saved" not in r.output and taken.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("command, artifact", [
+    (["forecast", "train"], "forecaster.pt"), (["federate"], "forecaster.json"),
+    (["bench", "federation"], "forecaster.pt"), (["telemetry", "reduce"], "projection.npz")])
+def test_a_trained_model_is_replaced_only_when_asked(tmp_path: Path, command: list[str],
+                                                     artifact: str) -> None:
+    """The defaults are the shipped models' folders (models/forecast, ...): retraining
+    replaced the model there unasked, after minutes of work."""
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / artifact).write_bytes(b"the model")
+    r = CliRunner().invoke(main, [*command, "--out", str(out), "--data", str(tmp_path / "no")]
+                           if command != ["telemetry", "reduce"]
+                           else [*command, "--out", str(out), "--hours", "-1"])
+    assert r.exit_code == 2 and "--overwrite" in r.output and artifact in r.output, r.output
+    assert (out / artifact).read_bytes() == b"the model"
+    again = CliRunner().invoke(main, [*command, "--overwrite", "--out", str(out), "--data",
+                                      str(tmp_path / "no")] if command != ["telemetry", "reduce"]
+                               else [*command, "--overwrite", "--out", str(out), "--hours", "-1"])
+    assert "--overwrite" not in again.output, again.output  # past the check: another error
+    assert again.exit_code != 0 and (out / artifact).read_bytes() == b"the model"
