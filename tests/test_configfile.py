@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from pydantic import BaseModel, ConfigDict
 
 from smartsched.model.configfile import (
@@ -135,3 +136,15 @@ def test_a_fifo_or_device_is_refused_not_waited_on(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as e:
         read_yaml(tmp_path, "config")
     assert "is a directory" in e.value.message
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_a_number_that_is_not_finite_is_named_so_not_blamed_on_a_bound(value: str) -> None:
+    """``interval_s: .nan`` was refused as "should be less than or equal to 604800"."""
+    from smartsched.rl.learning import load_learn_config
+
+    doc = yaml.safe_load(f"store: models/store\ninterval_s: {value}\n")
+    with pytest.raises(ValidationError) as e:
+        load_learn_config(doc)
+    assert e.value.field == "learn.interval_s"
+    assert e.value.message.startswith("must be a finite number, got "), e.value.message

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -154,6 +155,9 @@ def first_error(e: PydanticError, prefix: str = "", drop: Sequence[str] = ()) ->
     loc = field_path(err["loc"], drop)
     sep = "" if loc.startswith("[") else "."
     field = sep.join(p for p in (prefix, loc) if p) or "config"
+    given = err.get("input")
+    if isinstance(given, float) and not math.isfinite(given):  # (NaN was blamed on a bound)
+        return field, f"must be a finite number, got {given}"
     return field, str(err["msg"]).removeprefix("Value error, ")
 
 
