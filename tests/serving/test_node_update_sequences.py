@@ -80,3 +80,17 @@ def test_a_node_update_keeps_when_booked_pods_are_expected_to_leave(medium: Hier
     site.apply_node_updates([(0, other, {"labels": {"a": "b"}})])
     bound = site.state.bound  # the rebuilt state's
     assert until() == expected
+
+
+def test_a_node_update_may_set_how_many_pods_a_node_admits(medium: Hierarchy) -> None:
+    from smartsched.serving.schemas import NodeUpdate
+
+    site = SitePlacer(site_subspec(medium.spec, ["mec-0"]), "k8s-default")
+    names = [n.name for n in site.spec.nodes]
+    updates = [NodeUpdate(name=n, site="mec-0", max_pods=1) for n in names]
+    site.apply_node_updates([(i, u.name, u.changes()) for i, u in enumerate(updates)], {})
+    answers = [site.place([Pod(id=f"p{i}", cpu_milli=10, memory_mib=10)], 60)[0]
+               for i in range(len(names) + 1)]
+    placed = [a for a in answers if a.placed]
+    assert len({a.node for a in placed}) == len(placed)  # one pod per node at most
+    assert not answers[-1].placed and "Too many pods" in answers[-1].reason
