@@ -148,3 +148,25 @@ def test_a_number_that_is_not_finite_is_named_so_not_blamed_on_a_bound(value: st
         load_learn_config(doc)
     assert e.value.field == "learn.interval_s"
     assert e.value.message.startswith("must be a finite number, got "), e.value.message
+
+
+def test_true_or_false_where_a_number_goes_is_named() -> None:
+    """pydantic reads true as 1 for a number: ``failure_toleration_s: true`` was a 1-second
+    toleration, ``interval_s: true`` one second, a list item's ``size: true`` a size of 1."""
+    from smartsched.rl.learning import load_learn_config
+    from smartsched.scheduling.registry import profile_from_dict, read_profile_doc
+
+    with pytest.raises(ValidationError) as e:
+        validate(Doc, {"items": [{"size": 1}, {"size": True}]}, prefix="cfg")
+    assert e.value.field == "cfg.items[1].size" and "true/false" in e.value.message
+    with pytest.raises(ValidationError) as e:
+        validate(Doc, {"tags": {"a": 1, "b": False}})
+    assert e.value.field == "tags.b"
+    with pytest.raises(ValidationError) as e:
+        load_learn_config({"store": "s", "interval_s": True})
+    assert e.value.field == "learn.interval_s"
+    doc, _ = read_profile_doc("k8s-default")
+    with pytest.raises(ValidationError) as e:
+        profile_from_dict({**doc, "name": "mine", "failure_toleration_s": True})
+    assert e.value.field == "mine.failure_toleration_s"
+    assert validate(Doc, {"items": [{"size": 2}]}).items[0].size == 2  # numbers still pass

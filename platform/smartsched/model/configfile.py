@@ -169,10 +169,48 @@ def validate(model: type[M], doc: Any, *, prefix: str = "", source: str | None =
     member type of a union, e.g. ``float`` or ``Range``, to the path).
     """
     try:  # an empty file (None) is every default; [], '' or 0 is no mapping at all
-        return model.model_validate({} if doc is None else doc)
+        out = model.model_validate({} if doc is None else doc)
     except PydanticError as e:
         field, msg = first_error(e, prefix, drop)
         raise ValidationError(field, msg, source=source) from None
+    refuse_bools_as_numbers(out, doc, prefix, source)
+    return out
+
+
+def refuse_bools_as_numbers(parsed: Any, raw: Any, prefix: str = "",
+                            source: str | None = None) -> None:
+    """ValidationError naming the first ``true``/``false`` that validation took as a number
+    (pydantic reads true as 1 for a number field: ``failure_toleration_s: true`` was one
+    second, ``load: true`` a load of 1). ``parsed``: what ``raw`` validated into."""
+    where = _bool_as_number(parsed, raw)
+    if where is not None:
+        path = "".join(where).lstrip(".")
+        sep = "." if prefix and path and not path.startswith("[") else ""
+        raise ValidationError(f"{prefix}{sep}{path}" or "config",
+                              "must be a number, got a true/false value", source=source)
+
+
+def _bool_as_number(parsed: Any, raw: Any) -> list[str] | None:
+    """The path (``["a", ".b", "[2]"]``) to a bool in ``raw`` that is not a bool in
+    ``parsed``, or None."""
+    if isinstance(raw, bool):
+        return [] if not isinstance(parsed, bool) else None
+    pairs: list[tuple[str, Any, Any]] = []
+    if isinstance(parsed, BaseModel) and isinstance(raw, dict):
+        for name, info in type(parsed).model_fields.items():
+            key = info.alias or name
+            if key in raw:
+                pairs.append((f".{key}", getattr(parsed, name), raw[key]))
+    elif isinstance(parsed, dict) and isinstance(raw, dict):
+        pairs = [(f".{k}", parsed[k], v) for k, v in raw.items() if k in parsed]
+    elif isinstance(parsed, list | tuple) and isinstance(raw, list | tuple) and len(
+            parsed) == len(raw):
+        pairs = [(f"[{i}]", p, r) for i, (p, r) in enumerate(zip(parsed, raw, strict=True))]
+    for step, p, r in pairs:
+        below = _bool_as_number(p, r)
+        if below is not None:
+            return [step, *below]
+    return None
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

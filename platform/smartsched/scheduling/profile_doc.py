@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic import ValidationError as PydanticError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from smartsched.model.configfile import first_error, validate
+from smartsched.model.configfile import first_error, refuse_bools_as_numbers, validate
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import PodClass
 
@@ -191,13 +191,16 @@ def parse_profile(doc: Any, source: str = "profile") -> ProfileDoc:
         raise ValidationError(source, "a profile must be a mapping")
     name = doc.get("name")
     try:
-        return ProfileDoc.model_validate(dict(doc))
+        parsed = ProfileDoc.model_validate(dict(doc))
     except PydanticError as e:
         err = e.errors()[0]
         top = len(err["loc"]) == 1 and (
             err["loc"][0] == "name" or err["type"] == "extra_forbidden")
         prefix = source if top or not isinstance(name, str) or not name else name
         raise ValidationError(*first_error(e, prefix)) from None
+    refuse_bools_as_numbers(parsed, dict(doc), name if isinstance(name, str) and name
+                            else source)
+    return parsed
 
 
 def parse_split(doc: Any, source: str) -> SplitProfileDoc:

@@ -29,7 +29,13 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticError
 
-from smartsched.model.configfile import first_error, read_yaml, read_yaml_text, validate
+from smartsched.model.configfile import (
+    first_error,
+    read_yaml,
+    read_yaml_text,
+    refuse_bools_as_numbers,
+    validate,
+)
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.scheduling.framework import (
     BindPlugin,
@@ -179,6 +185,7 @@ def make_plugin(spec: PluginRef | str | Mapping[str, Any], where: str) -> Any:
         parsed = args_model.model_validate(ref.args)
     except PydanticError as e:
         raise ValidationError(*first_error(e, f"{where}.args")) from None
+    refuse_bools_as_numbers(parsed, ref.args, f"{where}.args")
     try:
         return cls(parsed)
     except ValueError as e:
