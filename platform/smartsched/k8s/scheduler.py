@@ -42,7 +42,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from smartsched.k8s.snapshot import POD_GROUP_LABEL, POD_GROUP_LABEL_OLD, build_snapshot
+from smartsched.k8s.snapshot import (
+    MIN_MEMBER_ANNOTATION,
+    POD_GROUP_LABEL,
+    POD_GROUP_LABEL_OLD,
+    build_snapshot,
+)
 from smartsched.model.errors import SmartSchedError
 from smartsched.scheduling.base import NeedsTwin, WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import unschedulable_message
@@ -156,8 +161,9 @@ class SchedulerLoop:
         self._said: dict[str, str] = {}
         # pod key -> (its last FailedScheduling message, when: time.monotonic())
         self._evented: dict[str, tuple[str, float]] = {}
-        # pod key -> the PodScheduled=False status last patched (reason, message, nominated)
-        self._conditioned: dict[str, tuple[str, str, str | None]] = {}
+        # pod key -> the PodScheduled=False status last patched (uid, reason, message,
+        # nominated): a pod recreated under its name is another pod
+        self._conditioned: dict[str, tuple[Any, str, str, str | None]] = {}
         # resourceVersions of this pass's own status patches: their watch events are no work
         self._own_writes: set[str] = set()
         # Hard constraints on every pass's snapshot (scheduling.compliance): the node list
@@ -369,9 +375,20 @@ class SchedulerLoop:
         members already running, it reaches its min-member (the Coscheduling plugin's
         Permit rule): a group whose bind failed half-way starts its remaining members once
         they fit, instead of waiting for members it already has. A member that does not
-        fit when the group reaches its number anyway waits on its own reason."""
+        fit when the group reaches its number anyway waits on its own reason. Members
+        that disagree on the number are refused (upstream reads it from one PodGroup, and
+        the twin refuses such a gang): whichever sorted first decided it."""
         size = members[0][1].gang_size
         keys = [_key(o) for o, _ in members]
+        sizes = sorted({p.gang_size for _, p in members})
+        if len(sizes) > 1:
+            why = (f"pod group {members[0][1].gang_id}: its members disagree on "
+                   f"{MIN_MEMBER_ANNOTATION} ({', '.join(map(str, sizes[:8]))})")
+            for (obj, _), k in zip(members, keys, strict=True):
+                res.failed[k] = why
+                self._event(obj, "FailedScheduling", why)
+                self._unschedulable(obj, why, res)
+            return
         need = max(size - running, 1)
         if len(members) < need:
             why = (f"pod group has {len(members)} of its {size} members pending"
@@ -523,7 +540,7 @@ class SchedulerLoop:
                     self._nominated[key] = (node, set(evicted))
                 res.failed[key] = why
                 self._event(obj, "FailedScheduling", why)
-                self._unschedulable(obj, why, res)
+                self._unschedulable(obj, why, res, nominated=None)
                 return
         self._nominated[key] = (node, set(evicted))
         res.preempting[key] = (node, evicted)
@@ -594,14 +611,17 @@ class SchedulerLoop:
             return None
 
     def _unschedulable(self, obj: dict[str, Any], message: str, res: PassResult,
-                       reason: str = "Unschedulable", nominated: str | None = None) -> None:
+                       reason: str = "Unschedulable", nominated: str | None = "") -> None:
         """Mark a pod left pending as kube-scheduler does: condition PodScheduled=False with
         the reason (Unschedulable; SchedulerError when its bind was refused) and the
-        message, and ``status.nominatedNodeName`` when it preempted. The Cluster Autoscaler
-        scales up only for pods marked Unschedulable so, and ``kubectl get``/``describe``
-        show why. Best effort (a refusal is logged), and no call when the pod already
-        says so (the list carries its status) or this loop already sent it: an unchanged
-        pending pod costs no call per pass."""
+        message, and ``status.nominatedNodeName`` when it preempted. ``nominated`` "" (a
+        failure with no new nomination) clears a nomination the pod still carries, as
+        upstream's clearNominatedNode does; None leaves it (a preemption that stopped
+        half-way: its victims are going). The Cluster Autoscaler scales up only for pods
+        marked Unschedulable so, and ``kubectl get``/``describe`` show why. Best effort (a
+        refusal is logged and the next pass sends it again), and no call when the pod
+        already says so (the list carries its status) or this loop already sent it: an
+        unchanged pending pod costs no call per pass."""
         import json
 
         import urllib3
@@ -612,17 +632,22 @@ class SchedulerLoop:
         conditions = status.get("conditions")
         have = next((c for c in (conditions if isinstance(conditions, list) else ())
                      if isinstance(c, dict) and c.get("type") == "PodScheduled"), None)
+        had = status.get("nominatedNodeName") or ""
+        waiting = self._nominated.get(_key(obj))
+        if nominated == "" and waiting is not None and waiting[1] & self._terminating:
+            nominated = None  # its victims are still going (upstream keeps it meanwhile)
         if (have is not None and have.get("status") == "False"
                 and have.get("reason") == reason and have.get("message") == message
-                and (nominated is None or status.get("nominatedNodeName") == nominated)):
+                and (nominated is None or had == nominated)):
             return
         key = _key(obj)
-        if self._conditioned.get(key) == (reason, message, nominated):
+        sent = (obj["metadata"].get("uid"), reason, message, nominated)
+        if self._conditioned.get(key) == sent:
             return
         if res.retry_after is not None or (self.leader_until is not None
                                            and time.monotonic() >= self.leader_until):
             return  # asked to wait, or no longer the leader: the next pass says it
-        self._conditioned[key] = (reason, message, nominated)
+        self._conditioned[key] = sent
         # The transition time moves only when the condition's status changes (upstream).
         since = (have.get("lastTransitionTime") if have is not None
                  and have.get("status") == "False" and have.get("lastTransitionTime")
@@ -630,8 +655,10 @@ class SchedulerLoop:
         body: dict[str, Any] = {"status": {"conditions": [{
             "type": "PodScheduled", "status": "False", "reason": reason, "message": message,
             "lastProbeTime": None, "lastTransitionTime": since}]}}
-        if nominated is not None:
+        if nominated and nominated != had:
             body["status"]["nominatedNodeName"] = nominated
+        elif nominated == "" and had:  # no longer nominated: null deletes the field
+            body["status"]["nominatedNodeName"] = None
         meta = obj["metadata"]
         try:
             resp = self.core.patch_namespaced_pod_status(
@@ -646,8 +673,10 @@ class SchedulerLoop:
             if isinstance(rv, str):
                 self._own_writes.add(rv)
         except ApiException as e:
+            self._conditioned.pop(key, None)  # not sent: the next pass tries again
             log.warning("could not mark %s unschedulable: HTTP %s %s", key, e.status, e.reason)
         except (urllib3.exceptions.HTTPError, OSError) as e:
+            self._conditioned.pop(key, None)
             log.warning("could not mark %s unschedulable: %s", key, type(e).__name__)
 
     def _tolerate(self, obj: dict[str, Any], key: str) -> None:

@@ -227,8 +227,8 @@ def _requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
     app containers plus the sidecars (init containers with ``restartPolicy: Always``,
     which keep running beside them), at least the peak of the init phase (each ordinary
     init container beside the sidecars started before it); pod-level
-    ``spec.resources.requests`` replace the containers' cpu and memory when set; then
-    the RuntimeClass's ``spec.overhead`` on top (a sandboxed runtime's VM)."""
+    ``spec.resources.requests`` replace the containers' cpu, memory and hugepages when
+    set; then the RuntimeClass's ``spec.overhead`` on top (a sandboxed runtime's VM)."""
     total: dict[str, Decimal] = {}
     for c in _list_of_mappings(spec, "containers", "spec.containers"):
         total = _add(total, _container_requests(c, "spec.containers"))
@@ -245,9 +245,9 @@ def _requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
     total = _max(total, init_peak)
     pod_level = _mapping(_mapping(spec, "resources", "spec.resources"), "requests",
                          "spec.resources.requests")
-    for k in ("cpu", "memory"):  # the resources pod-level requests may set
-        if k in pod_level:
-            total[k] = _q(pod_level[k], f"spec.resources.requests.{k}")
+    for k, v in pod_level.items():  # the resources pod-level requests may set (upstream's
+        if k in ("cpu", "memory") or str(k).startswith("hugepages-"):  # IsSupported...)
+            total[k] = _q(v, f"spec.resources.requests.{k}")
     overhead = {k: _q(v, f"spec.overhead.{k}")
                 for k, v in _mapping(spec, "overhead", "spec.overhead").items()}
     return _add(total, overhead) if overhead else total
@@ -362,6 +362,8 @@ def _check_no_untracked_constraints(obj: Mapping[str, Any]) -> None:
         if isinstance(v, Mapping) and (v.get("persistentVolumeClaim") or v.get("ephemeral")):
             rule = (f"spec.volumes.{str(v.get('name'))[:63]}: volumes bound through a "
                     "PersistentVolumeClaim")
+    if spec.get("resourceClaims"):  # allocated by kube-scheduler's DynamicResources plugin
+        rule = "spec.resourceClaims: dynamic resource claims (DRA)"
     if rule is not None:
         raise ValueError(f"{rule} are not checked by this scheduler; schedule this pod with "
                          "kube-scheduler (and the extender)")
@@ -529,6 +531,7 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
         except (ValueError, SmartSchedError) as e:
             skipped.append(("Pod", key, str(e)))
             log.warning("skipping pod %s: %s", key, e)
+            _hold_place(state, obj, key)
             continue
         node_name = (obj.get("spec") or {}).get("nodeName")
         if not node_name:
@@ -564,6 +567,27 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
             continue
         bound[key] = node_name
     return Snapshot(spec, state, pending, bound, skipped)
+
+
+def _hold_place(state: ClusterState, obj: Mapping[str, Any], key: str) -> None:
+    """A bound pod the model refuses (an unknown class label, a bad annotation) still runs
+    on its node, and the kubelet counts it: it takes a pod slot there and what it
+    requests of cpu, memory and whole GPUs, as far as they can be read."""
+    spec = obj.get("spec")
+    node_name = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    if not isinstance(node_name, str) or node_name not in state.index:
+        return
+    i = state.index[node_name]
+    try:
+        req = _requests(spec)  # type: ignore[arg-type]
+        gpus = int(req.get("nvidia.com/gpu", Decimal(0)))
+        pod = Pod(id=key, cpu_milli=int(req.get("cpu", Decimal(0)) * 1000),
+                  memory_mib=int(req.get("memory", Decimal(0)) / MIB), num_gpu=gpus,
+                  gpu_milli=MILLI_PER_DEVICE if gpus else 0)
+    except (ValueError, SmartSchedError, TypeError, AttributeError, ArithmeticError):
+        state.pod_count[i] += 1  # its requests cannot be read: its slot at least
+        return
+    _take_what_is_left(state, i, state.compile(pod))
 
 
 def _take_what_is_left(state: ClusterState, node: int, req: Any) -> None:
