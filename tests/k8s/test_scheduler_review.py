@@ -132,3 +132,17 @@ def test_a_bound_pod_the_model_refuses_still_takes_its_room() -> None:
         assert "Insufficient cpu" in res.failed["default/a"]
         assert "Too many pods" in res.failed["default/c"]
         assert _overbooked(api) == {}
+
+
+def test_its_own_tolerations_patch_does_not_wake_the_watch() -> None:
+    """A failover profile patches a pod's tolerations before binding it; when the bind is
+    refused the pod is still pending at the patch's resourceVersion, and the watch woke
+    on it for a pass with nothing new."""
+    with FakeAPIServer([node("n1")], [pod("a")]) as api:
+        api.inject("POST", r".*/a/binding", 422, reason="Invalid")
+        core, _ = _client(api.url)
+        loop = SchedulerLoop(core, "smartsched", "finance")
+        res = loop.run_once()
+        assert api.patches == ["default/a"] and "HTTP 422" in res.failed["default/a"]
+        _, work = loop.watch_pods(loop.last_rv, timeout_s=1)
+        assert not work

@@ -691,9 +691,12 @@ class SchedulerLoop:
         if new is None:
             return
         try:
-            self.core.patch_namespaced_pod(meta["name"], meta.get("namespace") or "default",
-                                           {"spec": {"tolerations": new}},
-                                           _request_timeout=API_TIMEOUT_S)
+            got = self.core.patch_namespaced_pod(meta["name"], meta.get("namespace") or "default",
+                                                 {"spec": {"tolerations": new}},
+                                                 _request_timeout=API_TIMEOUT_S)
+            rv = getattr(getattr(got, "metadata", None), "resource_version", None)
+            if isinstance(rv, str):  # its watch event is this scheduler's own write
+                self._own_writes.add(rv)
         except ApiException as e:
             log.warning("could not add failover tolerations to %s: HTTP %s %s", key, e.status,
                         e.reason)
