@@ -106,6 +106,16 @@ def test_a_pod_that_fits_nowhere_is_listed_unplaced_with_the_reason() -> None:
     assert "Insufficient gpu" in " ".join(res.decisions[0].reasons)
 
 
+
+def test_a_window_where_no_pod_fits_anywhere_leaves_them_all_unplaced() -> None:
+    # Every pod has only slot 0 (a full cluster in fill mode): the annealer's soft slope
+    # took a max over no candidates and raised ValueError.
+    st = ClusterState(_spec())
+    reqs = [st.compile(_gpu("huge", 8)), st.compile(_gpu("huge2", 8))]
+    res = place_window(make_scheduler("bestfit"), st, reqs)
+    assert res.unplaced == [0, 1]
+    assert all(d.node is None for d in res.decisions)
+
 def test_bad_input_is_named() -> None:
     st = ClusterState(_spec())
     base = make_scheduler("bestfit")

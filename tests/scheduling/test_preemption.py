@@ -237,3 +237,13 @@ def test_preemption_and_failures_never_over_allocate_and_requeue_once(pods, seed
         assert np.array_equal(used, st_.allocated[:, 2])
     m = e.run_report()
     assert m["pods"]["preemptions"] == sum(requeues.values())
+
+
+def test_a_pod_short_of_a_pod_slot_preempts_one() -> None:
+    # Room is there but the node admits one pod (max_pods): the victim gives the slot back.
+    # The reprieve ignored slots, gave every victim back and the pod never preempted.
+    st_ = ClusterState(cluster(node("a", cpu=8000, mem=65536, max_pods=2)))
+    _bind(st_, 0, pod("p100", cpu=1000, priority=100))
+    _bind(st_, 0, pod("p50", cpu=1000, priority=50))
+    d = _sched().decide(st_, st_.compile(pod("p", cpu=1000, priority=500)))
+    assert d.node == 0 and _victim_ids(d) == {"p50"}

@@ -411,7 +411,8 @@ def _gone(load: np.ndarray, same: np.ndarray, ao: np.ndarray, bo: np.ndarray,
 def _soft_slope(pr: WindowProblem) -> float:
     """The window's median value density: a pod's value per unit of its largest demand
     (overfilling a bin to place a pod then costs about what the pod is worth)."""
-    top = np.where(np.isfinite(pr.cost), pr.amount.max(axis=2), 0.0)[:, 1:].max(axis=1)
+    top = np.where(np.isfinite(pr.cost), pr.amount.max(axis=2), 0.0)[:, 1:]
+    top = top.max(axis=1, initial=0.0)  # (0 when no pod has a candidate: a full cluster)
     dens = pr.value[top > 0] / top[top > 0]
     return min(float(np.median(dens)) if dens.size else pr.lam1, pr.lam1)
 

@@ -163,6 +163,9 @@ class DefaultPreemption:
     @staticmethod
     def _fits(state: ClusterState, req: PodRequest, node: int, victims: np.ndarray) -> bool:
         room = state.bound.room_on(victims)
+        if state.max_pods is not None and \
+                state.pod_count[node] - victims.size >= state.max_pods[node]:
+            return False  # no pod slot: fit_checks leaves slots out when given room
         return all(bool(m[0]) for _, m in state.fit_checks(req, np.array([node]), extra=room))
 
     def _breaks_budget(self, state: ClusterState, rows: np.ndarray) -> np.ndarray:
