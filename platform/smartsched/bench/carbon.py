@@ -214,19 +214,15 @@ def grids_doc(series: Sequence[str] | None = None) -> dict[str, Any]:
 def _absolute_series(spec: str) -> str:
     """A series file by its absolute path (the runs may read it in other worker
     processes); a public name, or what is neither (refused when loaded), as it is."""
-    import os
-
-    from smartsched.model.carbon import PUBLIC_SERIES
+    from smartsched.model.carbon import PUBLIC_SERIES, series_file
 
     if spec in PUBLIC_SERIES:
         return spec
-    if os.path.isfile(spec):
-        return os.path.abspath(spec)
-    if spec.count(":") >= 2:
-        head, tcol, vcol = spec.rsplit(":", 2)
-        if os.path.isfile(head):
-            return f"{os.path.abspath(head)}:{tcol}:{vcol}"
-    return spec
+    try:
+        path, tcol, vcol = series_file(spec)
+    except ValidationError:
+        return spec
+    return str(path.resolve()) + (f":{tcol}:{vcol}" if tcol is not None else "")
 
 
 TWIN_VARIANTS = ("agnostic", "time", "space", "time+space")

@@ -332,14 +332,14 @@ def load_series(spec: str, data_dir: Path) -> CarbonSeries:
     names them."""
     if spec in PUBLIC_SERIES:
         return load_public_series(spec, data_dir)
-    path, tcol, vcol = _series_file(spec)
+    path, tcol, vcol = series_file(spec)
     if tcol is None or vcol is None:
         tcol, vcol = _series_columns(path)
     series = load_carbon_csv(path, tcol, vcol)
     return dataclasses.replace(series, name=path.stem)
 
 
-def _series_file(spec: str) -> tuple[Path, str | None, str | None]:
+def series_file(spec: str) -> tuple[Path, str | None, str | None]:
     """(file, time column, value column) of a series given as a file (columns None: to
     be found)."""
     if Path(spec).is_file():  # a regular file (not a FIFO, not a device)
