@@ -24,26 +24,74 @@ MAX_INTEGRAL = float(2**53)
 
 
 def read_frame(path: Path) -> pd.DataFrame:
-    """Read a CSV or Parquet file with every column as text (CSV) so checks see raw values."""
+    """Read a CSV or Parquet file with every column as text (CSV) so checks see raw values.
+
+    A CSV's header names are stripped and its trailing rows of bare commas dropped; a
+    file named .csv that is no text (Parquet, gzip, binary) is refused saying so."""
     import pandas as pd
 
+    if path.is_dir():
+        raise ValidationError("path", f"{path} is a directory, not a trace file")
     if not path.is_file():
         raise ValidationError("path", f"no such file: {path}{_data_dir_hint(path)}")
+    csv = path.suffix != ".parquet"
     try:
-        if path.suffix == ".parquet":
+        if not csv:
             import pyarrow.parquet as pq
 
             check_column_names(pq.read_schema(path).names, str(path))  # arrow: unclearly
             df = pd.read_parquet(path)
         else:
+            _check_text(path)
             df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+            # " name , cpu_milli " is the header a hand-edited or aligned file has;
+            # skipinitialspace strips only the spaces after each comma.
+            df.columns = [str(c).strip() for c in df.columns]
     except (ValueError, OSError) as e:  # pandas' parser errors derive from ValueError
         if isinstance(e, ValidationError):
             raise
+        if isinstance(e, UnicodeDecodeError):
+            raise ValidationError("file", "not UTF-8 text (Latin-1? UTF-16?): save it as UTF-8",
+                                  source=str(path)) from None
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ValidationError("file", f"cannot parse: {first}", source=str(path)) from None
-    check_shape(df, str(path), csv=path.suffix != ".parquet")
-    return df
+    check_shape(df, str(path), csv=csv)
+    return _without_trailing_blank_rows(df) if csv else df
+
+
+# Leading bytes of files a user may hand over named .csv, and what to tell them: the
+# CSV reader's own words are a codec's "can't decode byte 0x8b" or a field count.
+_NOT_CSV = (
+    (b"PAR1", "a Parquet file, not CSV text: name it .parquet"),
+    (b"\x1f\x8b", "gzip-compressed: decompress it first"),
+    (b"PK\x03\x04", "a ZIP archive (a spreadsheet workbook?), not CSV text: export it as CSV"),
+    (b"\xff\xfe", "UTF-16 text: save it as UTF-8"),
+    (b"\xfe\xff", "UTF-16 text: save it as UTF-8"),
+)
+
+
+def _check_text(path: Path) -> None:
+    """Refuse, saying what it is, a file named .csv that is no CSV text."""
+    with path.open("rb") as f:
+        head = f.read(4096)
+    for magic, what in _NOT_CSV:
+        if head.startswith(magic):
+            raise ValidationError("file", what, source=str(path))
+    if b"\x00" in head:
+        raise ValidationError("file", "binary data (a NUL byte), not CSV text", source=str(path))
+
+
+def _without_trailing_blank_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` less the rows of empty cells at its end: a spreadsheet exports blank rows
+    as bare commas, which pandas (unlike blank lines) reads as rows. One between rows of
+    data stays, and is refused as the row it is."""
+    if df.empty or len(df.columns) == 0:
+        return df
+    blank = np.ones(len(df), dtype=bool)
+    for col in df.columns:
+        blank &= df[col].astype(str).str.strip().eq("").to_numpy(dtype=bool)
+    filled = np.flatnonzero(~blank)
+    return df.iloc[: int(filled[-1]) + 1 if len(filled) else 0]
 
 
 def check_shape(df: pd.DataFrame, source: str, *, csv: bool) -> None:
@@ -161,7 +209,8 @@ def text_column(df: pd.DataFrame, col: str, source: str | None = None) -> np.nda
             except UnicodeDecodeError:
                 raise ValidationError(col, f"not UTF-8 text: {cell[:40]!r}", row=row,
                                       source=source) from None
-        elif not isinstance(cell, str | int | float | np.integer | np.floating):
+        elif isinstance(cell, bool | np.bool_) or not isinstance(
+                cell, str | int | float | np.integer | np.floating):  # True: a flag column
             raise ValidationError(col, f"expected text, got {_shown(cell)}", row=row,
                                   source=source)
     return np.array([str(c).strip() for c in cells], dtype=object)

@@ -97,7 +97,8 @@ def load_openb_pods(path: str | Path) -> list[Pod]:
 
     pods: list[Pod] = []
     for i in range(n):
-        models = tuple(s for s in str(specs[i]).split("|") if s)
+        # "V100M16 | T4": the cell is stripped, each model in it too
+        models = tuple(s.strip() for s in str(specs[i]).split("|") if s.strip())
         for m in models:
             if m not in GPU_MODEL_IDS:
                 raise ValidationError("gpu_spec", f"unknown GPU model {m!r}", row=i, source=src)

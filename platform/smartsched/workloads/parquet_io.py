@@ -8,6 +8,7 @@ the same constructors as every other source, naming the row on failure.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,10 @@ _POD_SCALARS = (
     "image",
 )
 _POD_LISTS = ("gpu_models", "tolerations", "allowed_regions")
+# Pod's integer fields: a file may hold them as float64 (pandas' type for an integer
+# column with a null in it) or decimal, which the constructor refuses as no integers.
+_POD_INTS = ("cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "num_fpga", "priority",
+             "gang_size")
 _POD_COLUMNS = (*_POD_SCALARS, "pod_class", *_POD_LISTS, "node_selector", "image_layers",
                 *(f"usage_{f}" for f in _USAGE_FIELDS))
 
@@ -45,6 +50,22 @@ def _pair(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise ValidationError("node_selector", f"expected key=value, got {text!r}")
     return key, value
+
+
+def _number(key: str, value: Any) -> Any:
+    """A cell as the constructor takes it: a decimal as a float, and a whole float or
+    decimal in an integer field as an int. Anything else (1000.5, NaN, text) is left for
+    the constructor to refuse, naming the field."""
+    if isinstance(value, Decimal):
+        value = float(value)
+    if key in _POD_INTS and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _blank(value: Any) -> bool:
+    """A null cell, or one of spaces only (an id that a report would show as nothing)."""
+    return value is None or (isinstance(value, str) and not value.strip())
 
 
 def write_pods(pods: Sequence[Pod], path: str | Path) -> None:
@@ -82,11 +103,13 @@ def read_pods(path: str | Path) -> list[Pod]:
         missing = [k for k in required if k not in r]
         if missing:
             raise ValidationError(missing[0], "missing column", source=src)
-        empty = [k for k in required if r[k] is None]
+        # An empty arrival is no "arrives at 0" (a column left out is): a null from a
+        # failed conversion would otherwise move the pod to the start without a word.
+        empty = [k for k in (*required, "arrival") if k in r and _blank(r[k])]
         if empty:
             raise ValidationError(empty[0], "empty cell", row=i, source=src)
         try:
-            kw = {k: r[k] for k in _POD_SCALARS if k in r and r[k] is not None}
+            kw = {k: _number(k, r[k]) for k in _POD_SCALARS if k in r and r[k] is not None}
             for k in (*_POD_LISTS, "node_selector", "image_layers"):
                 v = r.get(k)
                 if v is not None and not isinstance(v, list):  # tuple("ab") is 2 names
@@ -96,7 +119,8 @@ def read_pods(path: str | Path) -> list[Pod]:
             kw["image_layers"] = tuple(_layer(s) for s in kw["image_layers"])
             if "pod_class" in r:
                 kw["pod_class"] = r["pod_class"]
-            usage = {f: r[f"usage_{f}"] for f in _USAGE_FIELDS if r.get(f"usage_{f}") is not None}
+            usage = {f: _number(f, r[f"usage_{f}"]) for f in _USAGE_FIELDS
+                     if r.get(f"usage_{f}") is not None}
             kw["usage"] = UsageProfile(**usage)
             pods.append(Pod(**kw))
         except ValidationError as e:
