@@ -79,7 +79,7 @@ def test_quantities_affinity_tolerations_and_gangs() -> None:
            "spec": {"priority": 7,
                     "containers": [{"resources": {"requests": {"cpu": "500m", "memory": "2Gi"},
                                                   "limits": {"nvidia.com/gpu": 2}}},
-                                   {"resources": {"requests": {"cpu": "1e3m"}}}],
+                                   {"resources": {"requests": {"cpu": "1e0"}}}],
                     "initContainers": [{"resources": {"requests": {"memory": "4Gi"}}}],
                     "nodeSelector": {"disk": "ssd"},
                     "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [

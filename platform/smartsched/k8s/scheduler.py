@@ -196,6 +196,8 @@ class SchedulerLoop:
                 and spec.get("schedulerName") == self.name and not spec.get("nodeName")
                 and phase == "Pending" and not meta.get("deletionTimestamp")
                 and isinstance(meta.get("name"), str)
+                # its name and namespace go into API paths and the Event it may get
+                and isinstance(meta.get("namespace"), str | None)
                 # gated (e.g. by Kueue until admitted): not to be scheduled yet
                 and not spec.get("schedulingGates"))
 
@@ -249,19 +251,19 @@ class SchedulerLoop:
     def _pass(self) -> PassResult:
         nodes = self._list(self.core.list_node).get("items") or []
         pod_list = self._list(self.core.list_pod_for_all_namespaces)
-        self.last_rv = (pod_list.get("metadata") or {}).get("resourceVersion")
+        self.last_rv = _part(pod_list, "metadata").get("resourceVersion")
         self._own_writes.clear()  # the watch resumes from this list
         pods = [p for p in pod_list.get("items") or [] if isinstance(p, dict)]
         others = [p for p in pods if not self._mine(p)]
-        self._terminating = {
-            f"{(p.get('metadata') or {}).get('namespace') or 'default'}/"
-            f"{(p.get('metadata') or {}).get('name')}"
-            for p in others if (p.get("metadata") or {}).get("deletionTimestamp")}
+        self._terminating = set()
         # node -> (key, priority) of its terminating pods: a preemptor nominated there
         # (by this replica or an earlier leader) waits for the lower-priority ones
         self._terminating_on: dict[str, list[tuple[str, int]]] = {}
         for p in others:
-            meta, spec = p.get("metadata") or {}, p.get("spec") or {}
+            meta, spec = _part(p, "metadata"), _part(p, "spec")
+            if meta.get("deletionTimestamp"):
+                self._terminating.add(f"{meta.get('namespace') or 'default'}/"
+                                      f"{meta.get('name')}")
             if meta.get("deletionTimestamp") and isinstance(spec.get("nodeName"), str):
                 self._terminating_on.setdefault(spec["nodeName"], []).append(
                     (f"{meta.get('namespace') or 'default'}/{meta.get('name')}",
@@ -296,10 +298,12 @@ class SchedulerLoop:
         from smartsched.k8s.snapshot import pod_model
 
         groups: dict[str, list[tuple[dict, Any]]] = {}
+        taints = {t for n in snap.spec.nodes for t in n.taints}
         for obj in mine:
             key = _key(obj)
             try:
-                pod = pod_model(obj, enforce_affinity=True)  # it binds: nothing ignored
+                # it binds: nothing ignored, tolerations matched as upstream does
+                pod = pod_model(obj, enforce_affinity=True, taints=taints)
             except ValueError as e:
                 res.failed[key] = f"not understood: {e}"
                 self._event(obj, "FailedScheduling", res.failed[key])
@@ -350,7 +354,7 @@ class SchedulerLoop:
                 obj = ev.get("raw_object") if isinstance(ev, dict) else None
                 if not isinstance(obj, dict):  # a line that is not an event: skip it
                     continue
-                rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
+                rv = _part(obj, "metadata").get("resourceVersion", rv)
                 if ev.get("type") == "MODIFIED" and rv in self._own_writes:
                     continue  # this scheduler's own status patch of a pending pod
                 status = obj.get("status")
@@ -848,6 +852,13 @@ def _running_group_members(pods: Sequence[dict[str, Any]]) -> dict[str, int]:
             gid = f"{meta.get('namespace') or 'default'}/{group}"
             count[gid] = count.get(gid, 0) + 1
     return count
+
+
+def _part(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    """``obj[name]`` when it is an object, else empty: a malformed pod among the others
+    (metadata a string, say) must not raise out of the pass."""
+    v = obj.get(name)
+    return v if isinstance(v, dict) else {}
 
 
 def _key(obj: dict[str, Any]) -> str:

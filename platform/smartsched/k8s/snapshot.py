@@ -4,7 +4,9 @@ Owns reading the real API's objects (the JSON form ``kubectl get -o json``
 prints, or the client's ``V1Node`` / ``V1Pod``, converted to it) into the
 twin's types, so the same profiles decide for a real cluster:
 
-* quantities with the client's own parser (``500m``, ``2Gi``, ``1e3``);
+* quantities as Kubernetes writes them (``500m``, ``2Gi``, ``1e3``; what the API server
+  would refuse is refused), a pod's requests rounded up to millicores and MiB (as
+  kube-scheduler rounds up), a node's allocatable down;
 * GPUs: ``nvidia.com/gpu`` (whole devices), the Alibaba GPU-sharing convention
   (node ``alibabacloud.com/gpu-count`` and label ``alibabacloud.com/gpu-card-model``;
   pod annotations ``alibabacloud.com/gpu-milli`` and ``gpu-count``), and the old
@@ -29,15 +31,22 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
 from smartsched.model.errors import InfeasibleDecisionError, SmartSchedError
 from smartsched.model.pod import Pod, PodClass
-from smartsched.model.resources import GPU_MODEL_NAMES, MILLI_PER_DEVICE
+from smartsched.model.resources import (
+    GPU_MODEL_NAMES,
+    MAX_DEVICES_PER_NODE,
+    MAX_NODE_CPU_MILLI,
+    MAX_NODE_MEMORY_MIB,
+    MILLI_PER_DEVICE,
+)
 from smartsched.twin.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -63,14 +72,24 @@ MIB = 1 << 20
 MAX_QUANTITY = Decimal(10) ** 18
 
 
+# Kubernetes' quantity grammar (apimachinery resource.Quantity): a signed decimal, then a
+# binary suffix, a decimal suffix or an integer exponent. The client's parser is looser
+# (Python's Decimal also reads " 8", "8_0", "NaN", Arabic-Indic digits, "1K"): what the API
+# server would refuse must be refused here too, not read as some number.
+_QUANTITY = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+                       r"(?:[eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?")
+
+
 def _q(value: Any, what: str) -> Decimal:
-    """A resource quantity ("500m", "4Gi", 2); ValueError naming ``what`` if it is not one,
-    is negative, or is absurdly large."""
+    """A resource quantity ("500m", "4Gi", 2); ValueError naming ``what`` if it is not one
+    (as Kubernetes writes them), is negative, or is absurdly large."""
     from kubernetes.utils.quantity import parse_quantity
 
     if isinstance(value, bool) or not isinstance(value, str | int | float | Decimal) or (
-            isinstance(value, str) and len(value) > 64):
+            isinstance(value, str) and (len(value) > 64 or not _QUANTITY.fullmatch(value))):
         raise ValueError(f"{what}: not a quantity: {str(value)[:32]!r}")
+    if isinstance(value, float):  # as written (0.1 is "0.1", not 0.1000000000000000055...)
+        value = repr(value)
     try:
         q = parse_quantity(value)
     except (ValueError, TypeError, ArithmeticError) as e:
@@ -78,6 +97,28 @@ def _q(value: Any, what: str) -> Decimal:
     if not q.is_finite() or q < 0 or q > MAX_QUANTITY:
         raise ValueError(f"{what}: {str(value)[:32]!r} is negative or absurdly large")
     return q
+
+
+def _milli(q: Decimal) -> int:
+    """Millicores of a requested cpu quantity, rounded up as kube-scheduler's
+    ``MilliValue`` does: 1.5m counted as 1m would let pods overbook a node."""
+    return int((q * 1000).to_integral_value(rounding=ROUND_CEILING))
+
+
+def _mib(q: Decimal) -> int:
+    """MiB of a requested memory quantity in bytes, rounded up: the twin counts MiB, and a
+    request of "1.5Mi" (or "100M") counted down would let pods overbook a node that
+    kube-scheduler and the kubelet count in bytes. (A node's allocatable rounds down.)"""
+    return int((q / MIB).to_integral_value(rounding=ROUND_CEILING))
+
+
+def _whole(q: Decimal, what: str) -> int:
+    """A count of devices (a GPU request, the GPU-sharing annotations): ValueError naming
+    ``what`` unless whole, as the API server requires of extended resources (1.5 GPUs
+    read as 1 would bind a pod onto a node one device short)."""
+    if q != q.to_integral_value():
+        raise ValueError(f"{what}: must be a whole number, got {q}")
+    return int(q)
 
 
 def _mapping(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
@@ -187,18 +228,27 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
     # An empty label value is allowed by Kubernetes and means no zone (or region) given.
     zone = next((labels[k] for k in ZONE_LABELS if labels.get(k)), "default-zone")
     region = next((labels[k] for k in REGION_LABELS if labels.get(k)), "default-region")
-    spec = obj.get("spec") or {}
+    spec = _mapping(obj, "spec", "spec")
     taints = []
+    # A taint or a cordon that cannot be read makes the node unusable, never untainted or
+    # schedulable: a taint without its key or effect kept pods off nothing.
     for t in _list_of_mappings(spec, "taints", "spec.taints"):
-        if t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key"):
-            taints.append(f"{t['key']}={t.get('value', '')}:{t['effect']}"
+        if not t.get("key") or t.get("effect") not in _EFFECTS:
+            raise ValueError(f"spec.taints: each needs a key and an effect ("
+                             f"{', '.join(_EFFECTS)}), got {str(dict(t))[:64]}")
+        if t["effect"] != "PreferNoSchedule":  # a preference: scored upstream, not a filter
+            taints.append(f"{t['key']}={t['value']}:{t['effect']}"
                           if t.get("value") else f"{t['key']}:{t['effect']}")
+    unschedulable = spec.get("unschedulable")
+    if unschedulable is not None and not isinstance(unschedulable, bool):
+        raise ValueError(f"spec.unschedulable: must be true or false, got "
+                         f"{str(unschedulable)[:32]!r}")
     # allocatable pods: the most it admits (0 admits none: it counts as cordoned)
     max_pods = int(_q(alloc["pods"], "status.allocatable.pods")) if "pods" in alloc else -1
     node = NodeSpec(name=str(name), cpu_milli=cpu_milli, memory_mib=mem_mib,
                     max_pods=max(max_pods, 0), zone=f"{region}/{zone}", num_gpu=gpus,
                     gpu_model=model, labels=labels, taints=tuple(taints),
-                    unschedulable=bool(spec.get("unschedulable", False)) or max_pods == 0)
+                    unschedulable=bool(unschedulable) or max_pods == 0)
     return node, region
 
 
@@ -255,18 +305,20 @@ def _requests(spec: Mapping[str, Any]) -> dict[str, Decimal]:
 
 def pod_model(obj: Mapping[str, Any], arrival: float = 0.0,
               gang_sizes: Mapping[str, int] | None = None,
-              enforce_affinity: bool = False) -> Pod:
+              enforce_affinity: bool = False, taints: Collection[str] | None = None) -> Pod:
     """The model's Pod for a Pod object; raises ValueError naming the field (any object it
     cannot read is a ValueError too, never another exception: callers answer 400 / skip).
 
     ``enforce_affinity``: the caller binds the pod itself (``smartsched k8s scheduler``),
     so required node affinity the model cannot express (several terms, NotIn, Exists,
     In with several values...) is refused rather than ignored: binding would break it.
-    The extender leaves it to kube-scheduler, which checks it before asking."""
+    The extender leaves it to kube-scheduler, which checks it before asking.
+    ``taints``: the nodes' taints, for tolerations exactly as upstream matches them (see
+    ``_tolerations``)."""
     if not isinstance(obj, Mapping):
         raise ValueError(f"pod: must be an object, got {type(obj).__name__}")
     try:
-        pod = _pod_model(obj, arrival, gang_sizes)
+        pod = _pod_model(obj, arrival, gang_sizes, taints)
         if enforce_affinity:
             _check_enforceable_affinity(obj)
             _check_tracked_resources(obj)
@@ -379,8 +431,54 @@ def _priority(v: Any) -> int:
     return v
 
 
+_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _tolerations(spec: Mapping[str, Any], taints: Collection[str] | None) -> tuple[str, ...]:
+    """The pod's tolerations in the twin's form (``twin.state.taint_tolerated``); ValueError
+    naming the field for one the API server would refuse (an unknown operator or effect,
+    Equal without a key, Exists with a value).
+
+    ``taints``: the nodes' taints (``key[=value]:Effect``), given where the caller binds:
+    each toleration becomes the taints it tolerates by upstream's rule (``ToleratesTaint``:
+    the effect, when set, must match; Exists any value, Equal the same value, "" included),
+    which the twin's short forms cannot say (Exists with an effect tolerated every effect,
+    so a NoSchedule toleration bound a pod onto a NoExecute taint that evicts it; Equal with
+    an empty value tolerated no taint without one). Without them (the extender, where
+    kube-scheduler has checked taints first) the short forms are kept."""
+    out: list[str] = []
+    for t in _list_of_mappings(spec, "tolerations", "spec.tolerations"):
+        key, op, eff, val = (t.get("key") or "", t.get("operator") or "Equal",
+                             t.get("effect") or "", t.get("value") or "")
+        if op not in ("Equal", "Exists"):
+            raise ValueError(f"spec.tolerations.operator: must be Equal or Exists, got "
+                             f"{str(op)[:32]!r}")
+        if eff not in ("", *_EFFECTS):
+            raise ValueError(f"spec.tolerations.effect: must be one of {', '.join(_EFFECTS)} "
+                             f"(or empty), got {str(eff)[:32]!r}")
+        if op == "Equal" and not key:
+            raise ValueError("spec.tolerations.key: required unless the operator is Exists")
+        if op == "Exists" and val:
+            raise ValueError("spec.tolerations.value: must be empty when the operator is "
+                             "Exists")
+        key, val = str(key), str(val)
+        if taints is not None:
+            for taint in taints:
+                kv, _, t_eff = taint.rpartition(":")
+                t_key, _, t_val = kv.partition("=")
+                if ((not eff or eff == t_eff) and (not key or key == t_key)
+                        and (op == "Exists" or val == t_val)):
+                    out.append(taint)
+        elif op == "Exists":
+            out.append(key or "*")  # any value (and, here, any effect) of the key
+        else:
+            out.append(f"{key}={val}:{eff}" if eff else f"{key}={val}")
+    return tuple(dict.fromkeys(out))
+
+
 def _pod_model(obj: Mapping[str, Any], arrival: float,
-               gang_sizes: Mapping[str, int] | None) -> Pod:
+               gang_sizes: Mapping[str, int] | None,
+               taints: Collection[str] | None = None) -> Pod:
     meta = _mapping(obj, "metadata", "metadata")
     name = meta.get("name")
     if not name or not isinstance(name, str):
@@ -394,17 +492,30 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     if not isinstance(obj.get("spec"), Mapping):  # a Pod always has one (its containers)
         raise ValueError("spec: missing or not an object")
     spec = _mapping(obj, "spec", "spec")
+    if not _list_of_mappings(spec, "containers", "spec.containers"):  # as the API requires
+        raise ValueError("spec.containers: a pod needs at least one container")
     req = _requests(spec)
-    cpu = int(req.get("cpu", Decimal(0)) * 1000)
-    mem = int(req.get("memory", Decimal(0)) / MIB)
+    cpu = _milli(req.get("cpu", Decimal(0)))
+    mem = _mib(req.get("memory", Decimal(0)))
     num_gpu, gpu_milli = 0, 0
     if "alibabacloud.com/gpu-milli" in ann:
-        gpu_milli = int(_q(ann["alibabacloud.com/gpu-milli"], "annotations.gpu-milli"))
-        num_gpu = int(_q(ann.get("alibabacloud.com/gpu-count", "1"), "annotations.gpu-count"))
-        if gpu_milli > MILLI_PER_DEVICE:
-            raise ValueError(f"annotations.alibabacloud.com/gpu-milli: {gpu_milli} > 1000")
+        where = "metadata.annotations.alibabacloud.com/"
+        gpu_milli = _whole(_q(ann["alibabacloud.com/gpu-milli"], f"{where}gpu-milli"),
+                           f"{where}gpu-milli")
+        num_gpu = _whole(_q(ann.get("alibabacloud.com/gpu-count", "1"), f"{where}gpu-count"),
+                         f"{where}gpu-count")
+        if not 1 <= gpu_milli <= MILLI_PER_DEVICE:
+            raise ValueError(f"{where}gpu-milli: must be in [1, 1000], got {gpu_milli}")
+        if num_gpu < 1:
+            raise ValueError(f"{where}gpu-count: must be at least 1, got {num_gpu}")
     elif req.get("nvidia.com/gpu"):
-        num_gpu, gpu_milli = int(req["nvidia.com/gpu"]), MILLI_PER_DEVICE
+        num_gpu = _whole(req["nvidia.com/gpu"], "spec.containers.resources.requests."
+                         "nvidia.com/gpu")
+        gpu_milli = MILLI_PER_DEVICE
+    if cpu == mem == num_gpu == 0:
+        # A pod requesting nothing (BestEffort) is legal, and kube-scheduler fits it
+        # wherever a pod slot is free; the model needs some request: 1 millicore.
+        cpu = 1
     selector = dict(_mapping(spec, "nodeSelector", "spec.nodeSelector"))
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items()):
         raise ValueError("spec.nodeSelector: keys and values must be strings")
@@ -432,13 +543,7 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     regions = tuple(v for k, v in selector.items() if k in REGION_LABELS)
     for k in REGION_LABELS:
         selector.pop(k, None)
-    tolerations = []  # in the twin's form (twin.state.taint_tolerated)
-    for t in _list_of_mappings(spec, "tolerations", "spec.tolerations"):
-        key, eff, val = t.get("key"), t.get("effect"), t.get("value")
-        if t.get("operator") == "Exists":
-            tolerations.append(key or "*")  # any value (and, here, any effect) of the key
-        elif key:
-            tolerations.append(f"{key}={val or ''}:{eff}" if eff else f"{key}={val or ''}")
+    tolerations = _tolerations(spec, taints)
     group = labels.get(POD_GROUP_LABEL) or labels.get(POD_GROUP_LABEL_OLD)
     gang_size = 1
     if group:
@@ -469,7 +574,7 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     return Pod(id=f"{ns}/{name}", cpu_milli=cpu, memory_mib=mem, num_gpu=num_gpu,
                gpu_milli=gpu_milli, pod_class=pod_class, tenant=ns,
                priority=_priority(spec.get("priority")), gpu_models=models,
-               node_selector=tuple(sorted(selector.items())), tolerations=tuple(tolerations),
+               node_selector=tuple(sorted(selector.items())), tolerations=tolerations,
                allowed_regions=regions, arrival=arrival,
                gang_id=f"{ns}/{group}" if group else None,  # a PodGroup is namespaced
                gang_size=gang_size, app=labels.get("app"), duration=duration)
@@ -497,8 +602,7 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
     with an expected duration leaves at its start (``status.startTime``, else its creation)
     plus that duration on that clock, which gang reservations plan on."""
     skipped: list[tuple[str, str, str]] = []
-    specs: list[NodeSpec] = []
-    regions: dict[str, None] = {}
+    read: list[tuple[NodeSpec, str]] = []
     for raw in nodes:
         obj = to_plain(raw) if isinstance(raw, Mapping) or hasattr(raw, "to_dict") else raw
         try:
@@ -508,8 +612,16 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
             skipped.append(("Node", str(name), str(e)))
             log.warning("skipping node %s: %s", name, e)
             continue
-        specs.append(node)
-        regions.setdefault(region, None)
+        read.append((node, region))
+    # Two nodes under one name (a list the API server cannot hold: a malformed or merged
+    # list file) are two readings of one node that may disagree: neither is used (a
+    # duplicate name failed the whole snapshot, so no pod was placed anywhere).
+    twice = {n for n, c in Counter(node.name for node, _ in read).items() if c > 1}
+    for name in sorted(twice):
+        skipped.append(("Node", name, "metadata.name: more than one node has this name"))
+        log.warning("skipping node %s: more than one node has this name", name)
+    specs = [node for node, _ in read if node.name not in twice]
+    regions = dict.fromkeys(region for node, region in read if node.name not in twice)
     if not specs:
         raise SmartSchedError("no usable node in the snapshot: " + "; ".join(
             f"{n}: {r}" for _, n, r in skipped[:3]))
@@ -521,9 +633,12 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
     bound: dict[str, str] = {}
     for raw in pods:
         obj = to_plain(raw)
-        meta = obj.get("metadata") or {}
+        # Any part may be of the wrong type in a malformed object: read none of it blindly
+        # (one such pod raised out of every pass).
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
-        phase = (obj.get("status") or {}).get("phase")
+        status = obj.get("status")
+        phase = status.get("phase") if isinstance(status, Mapping) else None
         if phase in ("Succeeded", "Failed"):
             continue
         try:
@@ -533,16 +648,16 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
             log.warning("skipping pod %s: %s", key, e)
             _hold_place(state, obj, key)
             continue
-        node_name = (obj.get("spec") or {}).get("nodeName")
+        node_name = obj["spec"].get("nodeName")  # pod_model read spec as an object
         if not node_name:
             pending.append(pod)
             continue
-        if node_name not in state.index:
-            skipped.append(("Pod", key, f"bound to unknown node {node_name!r}"))
+        if not isinstance(node_name, str) or node_name not in state.index:
+            skipped.append(("Pod", key, f"bound to unknown node {str(node_name)[:64]!r}"))
             continue
         i = state.index[node_name]
         req = state.compile(pod)
-        ann = meta.get("annotations") or {}
+        ann = meta.get("annotations") or {}  # pod_model read it as an object
         devices: tuple[int, ...] | None = None
         if "alibabacloud.com/gpu-index" in ann:
             raw_index = str(ann["alibabacloud.com/gpu-index"])
@@ -554,8 +669,8 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
             devices = tuple(int(x) for x in raw_index.split("-"))
         until = float("inf")
         if time_origin is not None and pod.duration is not None:
-            started = _epoch((obj.get("status") or {}).get("startTime")
-                             or meta.get("creationTimestamp"))
+            started = _epoch((status.get("startTime") if isinstance(status, Mapping)
+                              else None) or meta.get("creationTimestamp"))
             if started is not None:
                 until = started + pod.duration - time_origin
         try:
@@ -570,9 +685,11 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
 
 
 def _hold_place(state: ClusterState, obj: Mapping[str, Any], key: str) -> None:
-    """A bound pod the model refuses (an unknown class label, a bad annotation) still runs
-    on its node, and the kubelet counts it: it takes a pod slot there and what it
-    requests of cpu, memory and whole GPUs, as far as they can be read."""
+    """A bound pod the model refuses (an unknown class label, a bad annotation, requests
+    past the model's bounds) still runs on its node, and the kubelet counts it: it takes a
+    pod slot there and what it requests of cpu, memory and whole GPUs, up to what the node
+    has left. One whose requests cannot be read at all may be using anything there: the
+    node reads as full (it took a slot only, and pods were bound beside it)."""
     spec = obj.get("spec")
     node_name = spec.get("nodeName") if isinstance(spec, Mapping) else None
     if not isinstance(node_name, str) or node_name not in state.index:
@@ -580,13 +697,18 @@ def _hold_place(state: ClusterState, obj: Mapping[str, Any], key: str) -> None:
     i = state.index[node_name]
     try:
         req = _requests(spec)  # type: ignore[arg-type]
-        gpus = int(req.get("nvidia.com/gpu", Decimal(0)))
-        pod = Pod(id=key, cpu_milli=int(req.get("cpu", Decimal(0)) * 1000),
-                  memory_mib=int(req.get("memory", Decimal(0)) / MIB), num_gpu=gpus,
-                  gpu_milli=MILLI_PER_DEVICE if gpus else 0)
-    except (ValueError, SmartSchedError, TypeError, AttributeError, ArithmeticError):
-        state.pod_count[i] += 1  # its requests cannot be read: its slot at least
+        cpu = min(_milli(req.get("cpu", Decimal(0))), MAX_NODE_CPU_MILLI)
+        mem = min(_mib(req.get("memory", Decimal(0))), MAX_NODE_MEMORY_MIB)
+        gpus = min(int(req.get("nvidia.com/gpu", Decimal(0)).to_integral_value(ROUND_CEILING)),
+                   MAX_DEVICES_PER_NODE)
+    except (ValueError, SmartSchedError, TypeError, AttributeError, ArithmeticError,
+            RecursionError):
+        cpu, mem, gpus = MAX_NODE_CPU_MILLI, MAX_NODE_MEMORY_MIB, state.spec.nodes[i].num_gpu
+    if cpu == mem == gpus == 0:  # requests nothing (BestEffort): its slot
+        state.pod_count[i] += 1
         return
+    pod = Pod(id="bound", cpu_milli=cpu, memory_mib=mem, num_gpu=gpus,  # key may be junk
+              gpu_milli=MILLI_PER_DEVICE if gpus else 0)
     _take_what_is_left(state, i, state.compile(pod))
 
 
