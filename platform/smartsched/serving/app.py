@@ -237,6 +237,16 @@ def _loc_part(x: Any) -> str | int:
     return "<key>"
 
 
+def _named_for(request: Request, field: str) -> str:
+    """``field`` as the request's body names it: the single-pod route's body holds
+    ``pod``, not ``pods`` (the pod goes through the batch's code as ``pods.0``)."""
+    if request.url.path.endswith("/v1/placements") and (
+            field == "pods" or field.startswith("pods.")):
+        rest = field.removeprefix("pods").removeprefix(".").removeprefix("0")
+        return "pod" + (rest if not rest or rest.startswith(".") else "." + rest)
+    return field
+
+
 def _error(status: int, field: str, msg: str) -> JSONResponse:
     return JSONResponse({"detail": [{"loc": [_printable(x) for x in field.split(".")],
                                      "msg": _printable(msg)}]}, status_code=status)
@@ -442,19 +452,22 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
     # then carries the remote traceback, pid, node IP and actor id): answer from the
     # original exception only.
     @app.exception_handler(UnknownReferenceError)
-    async def _unknown(_: Request, e: UnknownReferenceError) -> JSONResponse:
+    async def _unknown(request: Request, e: UnknownReferenceError) -> JSONResponse:
         c = remote_cause(e)
-        return _error(404, getattr(c, "field", "request"), getattr(c, "message", str(c)))
+        return _error(404, _named_for(request, getattr(c, "field", "request")),
+                      getattr(c, "message", str(c)))
 
     @app.exception_handler(ValidationError)
-    async def _invalid(_: Request, e: ValidationError) -> JSONResponse:
+    async def _invalid(request: Request, e: ValidationError) -> JSONResponse:
         c = remote_cause(e)
-        return _error(422, getattr(c, "field", "request"), getattr(c, "message", str(c)))
+        return _error(422, _named_for(request, getattr(c, "field", "request")),
+                      getattr(c, "message", str(c)))
 
     @app.exception_handler(PermissionDeniedError)
-    async def _forbidden(_: Request, e: PermissionDeniedError) -> JSONResponse:
+    async def _forbidden(request: Request, e: PermissionDeniedError) -> JSONResponse:
         c = remote_cause(e)
-        return _error(403, getattr(c, "field", "request"), getattr(c, "message", str(c)))
+        return _error(403, _named_for(request, getattr(c, "field", "request")),
+                      getattr(c, "message", str(c)))
 
     @app.exception_handler(ServiceUnavailableError)
     async def _unavailable(_: Request, e: ServiceUnavailableError) -> JSONResponse:
@@ -462,9 +475,10 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
                             status_code=503, headers={"Retry-After": "60"})
 
     @app.exception_handler(SmartSchedError)
-    async def _other(_: Request, e: SmartSchedError) -> JSONResponse:
+    async def _other(request: Request, e: SmartSchedError) -> JSONResponse:
         c = remote_cause(e)  # a conflict names its field when it has one
-        return _error(409, getattr(c, "field", "request"), getattr(c, "message", str(c)))
+        return _error(409, _named_for(request, getattr(c, "field", "request")),
+                      getattr(c, "message", str(c)))
 
     return app
 
