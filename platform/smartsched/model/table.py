@@ -85,8 +85,8 @@ def _without_trailing_blank_rows(df: pd.DataFrame) -> pd.DataFrame:
     """``df`` less the rows of empty cells at its end: a spreadsheet exports blank rows
     as bare commas, which pandas (unlike blank lines) reads as rows. One between rows of
     data stays, and is refused as the row it is."""
-    if df.empty or len(df.columns) == 0:
-        return df
+    if df.empty or len(df.columns) == 0 or any(str(v).strip() for v in df.iloc[-1]):
+        return df  # the usual file: its last row holds data, nothing to scan
     blank = np.ones(len(df), dtype=bool)
     for col in df.columns:
         blank &= df[col].astype(str).str.strip().eq("").to_numpy(dtype=bool)
