@@ -261,13 +261,13 @@ class SchedulerLoop:
         self._terminating_on: dict[str, list[tuple[str, int]]] = {}
         for p in others:
             meta, spec = _part(p, "metadata"), _part(p, "spec")
-            if meta.get("deletionTimestamp"):
-                self._terminating.add(f"{meta.get('namespace') or 'default'}/"
-                                      f"{meta.get('name')}")
-            if meta.get("deletionTimestamp") and isinstance(spec.get("nodeName"), str):
+            if not meta.get("deletionTimestamp"):
+                continue
+            key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+            self._terminating.add(key)
+            if isinstance(spec.get("nodeName"), str):
                 self._terminating_on.setdefault(spec["nodeName"], []).append(
-                    (f"{meta.get('namespace') or 'default'}/{meta.get('name')}",
-                     _priority_or_0(spec.get("priority"))))
+                    (key, _priority_or_0(spec.get("priority"))))
         self.metrics.queue.set(len(pods) - len(others))
         mine = sorted((p for p in pods if self._mine(p)), key=lambda p: (
             -_priority_or_0((p.get("spec") or {}).get("priority")),
