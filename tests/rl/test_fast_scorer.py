@@ -8,8 +8,10 @@ import numpy as np
 import torch
 from ray.rllib.core.columns import Columns
 
+import smartsched.rl.fast_scorer as fs
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.presets import load_cluster
+from smartsched.rl.fast_scorer import FastScorer
 from smartsched.rl.policy import RLScheduler
 from smartsched.serving.site import SitePlacer, site_subspec
 
@@ -116,3 +118,60 @@ def test_rows_that_differ_are_found_by_their_bits() -> None:
         b[29, 5] = np.nan
         assert np.flatnonzero(_rows_differ(a, b)).tolist() == [3, 17, 29]
         assert not _rows_differ(a, a.copy()).any()
+
+
+def test_alike_rows_are_computed_once_and_get_the_same_bits() -> None:
+    """Nodes alike (empty nodes of a kind in a rack) are computed once per update; the
+    cached terms equal a computation of every row on its own."""
+    spec = load_cluster("medium")
+    site = SitePlacer(site_subspec(spec, ["region-a"]), f"rl:{SHIPPED}", clock=lambda: 1000.0)
+    sched: RLScheduler = site.scheduler
+    site.place(_pods(200, 3), ttl_s=600)
+    fast = sched.scorer
+    assert fast.rows_computed < fast.rows_updated / 2, (fast.rows_computed,
+                                                        fast.rows_updated)
+    # A fresh scorer that computes every row of each shape in one pass, merging none.
+    plain = FastScorer(sched.module)
+    for rows in fast._rows.values():
+        topo = plain._topology(rows.nodes, None)
+        mine = fs._Rows(rows.nodes.copy(), np.zeros_like(rows.emb), np.zeros_like(rows.a),
+                        None if rows.prior is None else np.zeros_like(rows.prior),
+                        rows.pod_term, rows.gate)
+        saved = fs._distinct
+        fs._distinct = lambda x, sid: None
+        try:
+            plain._update(mine, None, rows.nodes, topo)
+        finally:
+            fs._distinct = saved
+        assert plain.rows_computed == plain.rows_updated  # nothing merged
+        assert np.array_equal(mine.emb, rows.emb) and np.array_equal(mine.a, rows.a)
+        assert rows.prior is None or np.array_equal(mine.prior, rows.prior)
+
+
+def test_rows_merged_only_when_their_bits_and_topology_agree() -> None:
+    rng = np.random.default_rng(5)
+    kinds = rng.random((3, 48)).astype(np.float32)
+    x = kinds[[0, 1, 0, 2, 1, 0, 0, 2]]
+    first, inv = fs._distinct(x, None)
+    assert np.array_equal(x[first][inv], x) and sorted(first.tolist()) == [0, 1, 3]
+    # The same features under different topology embeddings are different rows.
+    sid = np.array([0, 0, 1, 0, 0, 0, 1, 0])
+    first, inv = fs._distinct(x, sid)
+    assert np.array_equal(x[first][inv], x) and np.array_equal(sid[first][inv], sid)
+    assert sorted(first.tolist()) == [0, 1, 2, 3]
+    assert fs._distinct(kinds, None) is None  # nothing alike
+    # -0.0 and 0.0 are different bits: not merged (the module may treat them alike, but
+    # merging is exact or not done).
+    z = np.zeros((2, 48), np.float32)
+    z[1, 4] = -0.0
+    assert fs._distinct(z, None) is None
+    # A hash that collides for every row: compared bit for bit, nothing merged wrongly.
+    saved = fs._hash_mults
+    fs._hash_mults = lambda width: np.zeros(width, np.uint64)
+    try:
+        assert fs._distinct(x, None) is None
+        same = kinds[[1, 1, 1]]
+        first, inv = fs._distinct(same, None)
+        assert first.tolist() == [0] and inv.tolist() == [0, 0, 0]
+    finally:
+        fs._hash_mults = saved

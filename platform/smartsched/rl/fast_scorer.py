@@ -124,10 +124,14 @@ class FastScorer:
         self.heur = torch.tensor(HEURISTIC_COLS, dtype=torch.long)
         self.static_cols = list(STATIC_COLS)
         self._topo: tuple[np.ndarray, np.ndarray] | None = None  # static columns, [N, h]
+        self._sid: np.ndarray | None = None  # [N] topology embedding ids (None: no topology)
         self._rows: OrderedDict[bytes, _Rows] = OrderedDict()
         # ``best``'s work: decisions taken and node logits computed for them (benchmarks).
         self.decisions = 0
         self.nodes_scored = 0
+        # ``_update``'s work: rows brought up to date, and distinct rows computed for them.
+        self.rows_updated = 0
+        self.rows_computed = 0
 
     def _topology(self, nodes: np.ndarray, changed: np.ndarray | None) -> np.ndarray | None:
         """[N, h] first-layer term of the cluster's topology embedding, cached per cluster
@@ -147,6 +151,10 @@ class FastScorer:
             with torch.inference_mode():
                 topo = (self.m._topology(torch.from_numpy(nodes)) @ self.w1_topo_t).numpy()
             self._topo = (static, topo)
+            # Nodes whose topology embeddings are the same bits share an id (``_update``
+            # computes alike rows once).
+            self._sid = np.unique(topo.view(np.int32), axis=0,
+                                  return_inverse=True)[1].reshape(-1).astype(np.int64)
             self._rows.clear()
         return self._topo[1]
 
@@ -270,39 +278,101 @@ class FastScorer:
 
     def _update(self, rows: _Rows, todo: np.ndarray | None, nodes: np.ndarray,
                 topo: np.ndarray | None) -> None:
-        """Recompute the cached terms of rows ``todo`` (None: every row)."""
+        """Recompute the cached terms of rows ``todo`` (None: every row).
+
+        Nodes alike -- the same feature row and topology embedding, as the empty nodes of
+        one type in one rack are -- have the same terms, so each distinct row is computed
+        once and copied to its likes (``_distinct``). That is most of a large update: a
+        min-max normalized score (``score_bestfit``) moves with the feasible nodes' best
+        and worst, and with it the rows of every node of a kind at once. A row's terms are
+        the same bits whichever rows it is computed with (see the module docstring)."""
         x = nodes if todo is None else nodes[todo]
         k = x.shape[0]
-        if k < MIN_ROWS:  # zero rows below: the kernel (and rounding) of a full pass
-            x = np.concatenate([x, np.zeros((MIN_ROWS - k, x.shape[1]), np.float32)])
+        first = inv = None
+        if k > MIN_ROWS:
+            sid = None if self._sid is None else (self._sid if todo is None
+                                                   else self._sid[todo])
+            found = _distinct(x, sid)
+            if found is not None:
+                first, inv = found
+                x = x[first]
+        # Node indices of the rows computed (None: every node, in order).
+        which = todo if first is None else (first if todo is None else todo[first])
+        ku = x.shape[0]
+        self.rows_updated += k
+        self.rows_computed += ku
+        if ku < MIN_ROWS:  # zero rows below: the kernel (and rounding) of a full pass
+            x = np.concatenate([x, np.zeros((MIN_ROWS - ku, x.shape[1]), np.float32)])
         xt = torch.from_numpy(x)
         with torch.inference_mode():
             pre = torch.addmm(rows.pod_term, xt, self.w1_node_t)
             if topo is not None:  # gathered in numpy: torch's row indexing costs more
-                pre[:k] += torch.from_numpy(topo if todo is None else topo[todo])
-            emb = torch.relu(torch.addmm(self.b2, torch.relu(pre), self.w2_t))
-            a = emb @ self.w_e_rows
-            prior = (xt.index_select(1, self.heur) @ rows.gate if rows.gate is not None
-                     else None)
-        a_new = a[:k].numpy()
-        prior_new = None if prior is None else prior[:k].numpy()
-        sel = slice(None) if todo is None else todo
-        rows.emb[sel] = emb[:k].numpy()
-        rows.a[sel] = a_new
-        if rows.prior is not None:
-            assert prior_new is not None
-            rows.prior[sel] = prior_new
-        if k:
+                pre[:ku] += torch.from_numpy(topo if which is None else topo[which])
+            emb_t = torch.relu(torch.addmm(self.b2, torch.relu(pre), self.w2_t))
+            a_t = emb_t @ self.w_e_rows
+            prior_t = (xt.index_select(1, self.heur) @ rows.gate if rows.gate is not None
+                       else None)
+        emb = emb_t[:ku].numpy()
+        a_new = a_t[:ku].numpy()
+        prior_new = None if prior_t is None else prior_t[:ku].numpy()
+        ref_new = None
+        if todo is not None and rows.ref is not None and rows.ref_c is not None:
+            ref_new = self._logits_of(a_new, prior_new, rows.ref_c)
+        if ku:
             new_amax = np.abs(a_new).max(axis=0).astype(np.float64)
             rows.amax = (new_amax if todo is None or rows.amax is None
                          else np.maximum(rows.amax, new_amax))
             if prior_new is not None:
                 pm = float(np.abs(prior_new).max())
                 rows.pmax = pm if todo is None else max(rows.pmax, pm)
+        if inv is not None:  # each row from its distinct one
+            emb, a_new = emb[inv], a_new[inv]
+            prior_new = None if prior_new is None else prior_new[inv]
+            ref_new = None if ref_new is None else ref_new[inv]
+        sel = slice(None) if todo is None else todo
+        rows.emb[sel] = emb
+        rows.a[sel] = a_new
+        if rows.prior is not None:
+            assert prior_new is not None
+            rows.prior[sel] = prior_new
         if todo is None:
             rows.ref = rows.ref_c = None
-        elif rows.ref is not None and rows.ref_c is not None:
-            rows.ref[todo] = self._logits_of(a_new, prior_new, rows.ref_c)
+        elif ref_new is not None and rows.ref is not None:
+            rows.ref[todo] = ref_new
+
+
+def _distinct(x: np.ndarray, sid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(first, inverse)``: the first of each distinct row of ``x`` (float32 bits, with its
+    node's topology id ``sid``) and each row's distinct one, ``x == x[first][inverse]``;
+    None when no two rows are alike. Rows are hashed, and the hash checked: rows alike
+    under a hash that collides are compared bit for bit, and a collision gives None."""
+    if x.shape[1] % 2 == 0 and x.flags.c_contiguous:
+        words = x.view(np.uint64)
+    else:
+        words = x.view(np.uint32).astype(np.uint64)
+    h = words @ _hash_mults(words.shape[1])  # integer arithmetic: wraps modulo 2**64
+    if sid is not None:
+        h += sid.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    _, first, inv = np.unique(h, return_index=True, return_inverse=True)
+    if first.size == x.shape[0]:
+        return None
+    rep = first[inv.reshape(-1)]  # each row's distinct one
+    if not np.array_equal(words[rep], words) or (
+            sid is not None and not np.array_equal(sid[rep], sid)):
+        return None  # a collision: every row computed, as without this
+    return first, inv.reshape(-1)
+
+
+_MULTS: dict[int, np.ndarray] = {}
+
+
+def _hash_mults(width: int) -> np.ndarray:
+    """``width`` fixed odd 64-bit multipliers, one per word of a row."""
+    m = _MULTS.get(width)
+    if m is None:
+        rng = np.random.default_rng(0x5EED)
+        m = _MULTS[width] = rng.integers(1, 2**63, width, dtype=np.uint64) | np.uint64(1)
+    return m
 
 
 def _rows_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
