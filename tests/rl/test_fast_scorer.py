@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from ray.rllib.core.columns import Columns
 
@@ -120,7 +121,8 @@ def test_rows_that_differ_are_found_by_their_bits() -> None:
         assert not _rows_differ(a, a.copy()).any()
 
 
-def test_alike_rows_are_computed_once_and_get_the_same_bits() -> None:
+def test_alike_rows_are_computed_once_and_get_the_same_bits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Nodes alike (empty nodes of a kind in a rack) are computed once per update; the
     cached terms equal a computation of every row on its own."""
     spec = load_cluster("medium")
@@ -137,18 +139,16 @@ def test_alike_rows_are_computed_once_and_get_the_same_bits() -> None:
         mine = fs._Rows(rows.nodes.copy(), np.zeros_like(rows.emb), np.zeros_like(rows.a),
                         None if rows.prior is None else np.zeros_like(rows.prior),
                         rows.pod_term, rows.gate)
-        saved = fs._distinct
-        fs._distinct = lambda x, sid: None
-        try:
+        with monkeypatch.context() as m:
+            m.setattr(fs, "_distinct", lambda x, sid: None)
             plain._update(mine, None, rows.nodes, topo)
-        finally:
-            fs._distinct = saved
         assert plain.rows_computed == plain.rows_updated  # nothing merged
         assert np.array_equal(mine.emb, rows.emb) and np.array_equal(mine.a, rows.a)
         assert rows.prior is None or np.array_equal(mine.prior, rows.prior)
 
 
-def test_rows_merged_only_when_their_bits_and_topology_agree() -> None:
+def test_rows_merged_only_when_their_bits_and_topology_agree(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(5)
     kinds = rng.random((3, 48)).astype(np.float32)
     x = kinds[[0, 1, 0, 2, 1, 0, 0, 2]]
@@ -166,12 +166,8 @@ def test_rows_merged_only_when_their_bits_and_topology_agree() -> None:
     z[1, 4] = -0.0
     assert fs._distinct(z, None) is None
     # A hash that collides for every row: compared bit for bit, nothing merged wrongly.
-    saved = fs._hash_mults
-    fs._hash_mults = lambda width: np.zeros(width, np.uint64)
-    try:
-        assert fs._distinct(x, None) is None
-        same = kinds[[1, 1, 1]]
-        first, inv = fs._distinct(same, None)
-        assert first.tolist() == [0] and inv.tolist() == [0, 0, 0]
-    finally:
-        fs._hash_mults = saved
+    monkeypatch.setattr(fs, "_hash_mults", lambda width: np.zeros(width, np.uint64))
+    assert fs._distinct(x, None) is None
+    same = kinds[[1, 1, 1]]
+    first, inv = fs._distinct(same, None)
+    assert first.tolist() == [0] and inv.tolist() == [0, 0, 0]

@@ -356,11 +356,12 @@ def _distinct(x: np.ndarray, sid: np.ndarray | None) -> tuple[np.ndarray, np.nda
     _, first, inv = np.unique(h, return_index=True, return_inverse=True)
     if first.size == x.shape[0]:
         return None
-    rep = first[inv.reshape(-1)]  # each row's distinct one
+    inv = inv.reshape(-1)
+    rep = first[inv]  # each row's distinct one
     if not np.array_equal(words[rep], words) or (
             sid is not None and not np.array_equal(sid[rep], sid)):
         return None  # a collision: every row computed, as without this
-    return first, inv.reshape(-1)
+    return first, inv
 
 
 _MULTS: dict[int, np.ndarray] = {}
