@@ -247,3 +247,23 @@ def test_a_pod_short_of_a_pod_slot_preempts_one() -> None:
     _bind(st_, 0, pod("p50", cpu=1000, priority=50))
     d = _sched().decide(st_, st_.compile(pod("p", cpu=1000, priority=500)))
     assert d.node == 0 and _victim_ids(d) == {"p50"}
+
+
+def test_fill_mode_counts_a_preempted_then_refused_pod_once() -> None:
+    # Fill mode with two priorities: "high" preempts "low", whose re-offer finds no room.
+    # It arrived once (GPU arrived 200 %, not 300 %) and ends failed, not also placed.
+    spec = cluster(node("g0", cpu=64000, mem=262144, gpus=1))
+    pods = [pod("low", num_gpu=1, gpu_milli=1000, priority=100),
+            pod("high", num_gpu=1, gpu_milli=1000, priority=1000)]
+    e = Engine(spec, pods, EngineConfig(mode="fill", inflate=2.0, power_management=False))
+    s = _sched()
+    offered = []
+    while (req := e.next_decision()) is not None:
+        offered.append(req.pod.id)
+        e.apply(s.decide(e.state, req.request))
+    assert offered == ["low", "high", "low"]  # the victim was offered again
+    m = e.run_report()
+    assert m["pods"]["preemptions"] == 1
+    assert (m["pods"]["placed"], m["pods"]["failed"], m["pods"]["arrived"]) == (1, 1, 2)
+    assert m["gpu_allocation_curve"][-1] == {"arrived_gpu_pct": 200.0,
+                                             "gpu_allocation_pct": 100.0}

@@ -68,6 +68,22 @@ def test_allocate_refuses_and_changes_nothing(node_idx: int, p, devices) -> None
     assert np.array_equal(st.allocated, snap[0]) and np.array_equal(st.gpu_free, snap[1])
 
 
+def test_allocate_refuses_a_pod_past_the_nodes_pod_limit() -> None:
+    # NodeSpec.max_pods is a limit of the state itself, not only of the filters: a driver
+    # that skips them (a journal replay, a fork's trial) cannot bind a pod past it.
+    st = ClusterState(cluster(node("a", cpu=8000, mem=65536, max_pods=2), node("b")))
+    for k in range(2):
+        st.allocate(0, st.compile(pod(f"p{k}")), ())
+    snap = (st.allocated.copy(), st.pod_count.copy(), len(st.bound))
+    with pytest.raises(InfeasibleDecisionError, match="admits 2 pods"):
+        st.allocate(0, st.compile(pod("third")), ())
+    assert np.array_equal(st.allocated, snap[0]) and np.array_equal(st.pod_count, snap[1])
+    assert len(st.bound) == snap[2]
+    st.allocate(1, st.compile(pod("elsewhere")), ())  # no limit on b
+    st.release(0, st.bound.requests[0], ())  # a slot given back is a slot again
+    st.allocate(0, st.compile(pod("third")), ())
+
+
 def test_down_node_does_not_fit() -> None:
     st = _state()
     st.up[1] = False

@@ -179,6 +179,7 @@ class Engine:
         self._gang_todo: list[int] = []
         self._gang_placed: list[tuple[int, int, tuple[int, ...]]] = []
         self._fill: FillProgress | None = None
+        self._fill_arrived = np.zeros(0, dtype=bool)  # fill mode: pods counted as arrived
         self._pod_index: dict[int, int] | None = None  # id(pod) -> index, built on demand
         # Pods evicted by preemption from an app with a disruption budget, not running yet.
         self._disrupted: set[int] = set()
@@ -235,6 +236,9 @@ class Engine:
             self._fill_decided(members)
             if self.config.mode == "fill":
                 self.table.status[members] = FAILED
+                # A pod placed, then preempted, then refused ends failed, not also placed.
+                self.table.scheduled_at[members] = np.nan
+                self.table.started_at[members] = np.nan
                 self.metrics.failed(members)
             elif decision.defer:
                 self.queue.defer(self.queue.unit_of(i))
@@ -344,6 +348,7 @@ class Engine:
             # Offer pods in list order, all at time 0, each only after the previous decision.
             self._fill = FillProgress(order.tolist(), float(self.state.capacity[:, GPU].sum()),
                                       cfg.fill_frag_every_pct)
+            self._fill_arrived = np.zeros(len(tb), dtype=bool)
             return
         for i in order:
             self.events.push(float(tb.arrival[i]), EV_ARRIVE, int(i))
@@ -780,7 +785,12 @@ class Engine:
         """Fill mode: count the decided pods' GPU and sample the allocation curve."""
         if self._fill is None:
             return
-        due = self._fill.decided(float(self.table.requests[pods, GPU].sum()),
+        # A pod arrives once: one re-offered after a preemption is decided again, and its
+        # GPU must not count as arrived twice on the curve.
+        idx = np.asarray(pods, dtype=np.int64)
+        fresh = idx[~self._fill_arrived[idx]]
+        self._fill_arrived[fresh] = True
+        due = self._fill.decided(float(self.table.requests[fresh, GPU].sum()),
                                  float(self.metrics.alloc_total[GPU]))
         if due:
             self.metrics.tick(self.now, 1.0, 0, self.sample_usage(),

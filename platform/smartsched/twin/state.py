@@ -429,6 +429,10 @@ class ClusterState:
             raise InfeasibleDecisionError(f"node index {node} out of range")
         if not self.up[node]:
             raise InfeasibleDecisionError(f"node {self.names[node]} is down")
+        if self.max_pods is not None and self.pod_count[node] >= self.max_pods[node]:
+            raise InfeasibleDecisionError(
+                f"node {self.names[node]}: admits {int(self.max_pods[node])} pods, "
+                f"{int(self.pod_count[node])} are bound")
         v = self.charged(req)
         if np.any(self.allocated[node] + v > self.capacity[node]):
             raise InfeasibleDecisionError(
