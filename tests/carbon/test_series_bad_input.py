@@ -62,9 +62,39 @@ def test_a_single_reading_is_not_a_series(tmp_path: Path, rows: list[str]) -> No
     assert load_carbon_csv(two, "Time", "ci", step_s=3600.0).values.tolist() == [100.0, 80.0]
 
 
+@pytest.mark.parametrize("times", [
+    ["1577836800", "1577838600", "1577840400"],  # seconds since 1970
+    ["1577836800000", "1577838600000", "1577840400000"],  # milliseconds
+    ["1577836800.0", "1577838600.5", "1577840400.0"],  # seconds as a Prometheus query gives
+])
+def test_epoch_numbers_read_as_the_dates_they_are(tmp_path: Path, times: list[str]) -> None:
+    # Read as nanoseconds (pandas' default) they were a whole file in one bin: a constant.
+    dates = _write(tmp_path, b"Time,ci\n2020-01-01 00:00,100\n2020-01-01 00:30,300\n"
+                   b"2020-01-01 01:00,200\n")
+    rows = "".join(f"{t},{v}\n" for t, v in zip(times, (100, 300, 200), strict=True))
+    epoch = tmp_path / "epoch.csv"
+    epoch.write_bytes(f"Time,ci\n{rows}".encode())
+    want = load_carbon_csv(dates, "Time", "ci").values
+    assert load_carbon_csv(epoch, "Time", "ci").values.tolist() == want.tolist()
+    assert len(set(want.tolist())) == 3
+
+
+@pytest.mark.parametrize(("times", "row"), [
+    (["1", "2", "3"], 0),  # no date: hours? days? refused, not guessed
+    (["1577836800", "1577838600000", "1577840400"], 1),  # seconds, then milliseconds
+    (["1577836800", "", "1577840400"], 1),  # an empty time
+])
+def test_epoch_numbers_of_no_single_unit_are_refused_naming_the_row(
+        tmp_path: Path, times: list[str], row: int) -> None:
+    f = tmp_path / "odd.csv"
+    f.write_bytes(("Time,ci\n" + "".join(f"{t},100\n" for t in times)).encode())
+    with pytest.raises(ValidationError) as e:
+        load_carbon_csv(f, "Time", "ci")
+    assert (e.value.field, e.value.row, e.value.source) == ("Time", row, str(f))
+
+
 @pytest.mark.parametrize(("data", "field", "says"), [
-    # epoch seconds were read as nanoseconds: a whole file in one 15-min bin, a constant
-    (b"Time,ci\n1577836800,100\n1577838600,300\n1577840400,200\n", "Time", "not timestamps"),
+    (b"Time,ci\nTrue,100\nFalse,300\n", "Time", "true/false"),
     # True/False values were read as 1 and 0 g/kWh
     (b"Time,ci\n2020-01-01 00:00,True\n2020-01-01 01:00,False\n", "ci", "true/false"),
 ])

@@ -192,20 +192,12 @@ def load_carbon_csv(
             raise ValidationError(col, "missing column", source=str(path))
     if df.empty:
         raise ValidationError(value_column, "no rows", source=str(path))
-    # Numbers in the time column were read as nanoseconds since 1970 (epoch seconds: a
-    # whole file in one bin, a constant series); true/false values as 1 and 0 g/kWh.
-    if df[time_column].dtype.kind in "iuf":
-        raise ValidationError(time_column, "numbers, not timestamps (write them as dates, "
-                              "e.g. 2020-01-01 00:30:00)", source=str(path))
+    # True/false values were read as 1 and 0 g/kWh.
     if df[value_column].dtype.kind == "b":
         raise ValidationError(value_column, "true/false, not numbers", source=str(path))
-    ts = pd.to_datetime(df[time_column], utc=True, errors="coerce")
+    ts = _timestamps(df, time_column, path)
     raw = df[value_column]
     vals = pd.to_numeric(raw, errors="coerce")
-    bad_time = ts.isna()
-    if bad_time.any():
-        row = int(np.flatnonzero(bad_time.to_numpy())[0])
-        raise ValidationError(time_column, "not a timestamp", row=row, source=str(path))
     secs_all = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
     back = np.flatnonzero(np.diff(secs_all) <= 0)
     if back.size:
@@ -237,6 +229,44 @@ def load_carbon_csv(
                               source=str(path))
     grid = _resample(secs_all[keep], vals[keep].to_numpy(dtype=np.float64), step_s)
     return CarbonSeries(grid, step_s, path.stem)
+
+
+# Epoch numbers a time column may hold, told apart by magnitude: seconds from 1973 to
+# 2286, milliseconds from 1973 to 2286. Anything else in a numeric column is ambiguous.
+_EPOCH_S = (1e8, 1e10)
+_EPOCH_MS = (1e11, 1e13)
+
+
+def _timestamps(df: pd.DataFrame, column: str, path: Path) -> pd.Series:
+    """``column`` as UTC timestamps: dates and times as text, or numbers since 1970 in
+    seconds or milliseconds (as a Prometheus range query or a Unix tool writes them; which
+    is told by their size, the same for the whole column). Refused,
+    naming the row: text that is not a time, an empty time, numbers of neither size
+    (pandas alone reads numbers as nanoseconds: a whole day in one bin)."""
+    import pandas as pd
+
+    col = df[column]
+    if col.dtype.kind == "b":
+        raise ValidationError(column, "true/false, not timestamps", source=str(path))
+    if col.dtype.kind in "iuf":
+        x = col.to_numpy(dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(x))
+        if bad.size:
+            raise ValidationError(column, "not a timestamp", row=int(bad[0]), source=str(path))
+        in_s = (x >= _EPOCH_S[0]) & (x <= _EPOCH_S[1])
+        unit, fits = ("s", in_s) if in_s[0] else (
+            "ms", (x >= _EPOCH_MS[0]) & (x <= _EPOCH_MS[1]))  # the first row decides
+        if fits.all():
+            return pd.Series(pd.to_datetime(x, unit=unit, utc=True), index=col.index)
+        odd = int(np.flatnonzero(~fits)[0])
+        raise ValidationError(column, "numbers must all be seconds or all milliseconds since "
+                              f"1970 (dates from 1973 on), got {x[odd]:g}", row=odd,
+                              source=str(path))
+    ts = pd.to_datetime(col, utc=True, errors="coerce")
+    if ts.isna().any():
+        raise ValidationError(column, "not a timestamp",
+                              row=int(np.flatnonzero(ts.isna().to_numpy())[0]), source=str(path))
+    return ts
 
 
 def _resample(secs: np.ndarray, v: np.ndarray, step_s: float, n: int | None = None
@@ -271,10 +301,7 @@ def load_generation_share(path: str | Path, time_column: str, share_of: Sequence
     for col in (time_column, *total_of):
         if col not in df.columns:
             raise ValidationError(col, "missing column", source=str(path))
-    ts = pd.to_datetime(df[time_column], utc=True, errors="coerce")
-    if ts.isna().any():
-        raise ValidationError(time_column, "not a timestamp",
-                              row=int(np.flatnonzero(ts.isna().to_numpy())[0]), source=str(path))
+    ts = _timestamps(df, time_column, path)
     raw = {col: df[col] for col in total_of}
     # A row with every generation column empty is a missing reading (held, as empty
     # intensities are); anything else must be numbers >= 0.
