@@ -111,6 +111,27 @@ def test_a_real_parquet_file_named_csv_is_named_as_one(tmp_path: Path) -> None:
     assert e.value.field == "file" and "Parquet" in e.value.message
 
 
+def test_parquet_column_names_with_spaces_read_as_a_csv_headers_do(tmp_path: Path) -> None:
+    # A tool that kept a CSV's spaced header wrote " cpu_milli" into the Parquet schema:
+    # both the openb loader and the project's own pod files read it as cpu_milli.
+    cols = {"name": ["p1", "p2"], "cpu_milli": [1000, 2000], "memory_mib": [1, 2],
+            "num_gpu": [0, 1], "gpu_milli": [0, 500]}
+    clean, spaced = tmp_path / "clean.parquet", tmp_path / "spaced.parquet"
+    pq.write_table(pa.table(cols), clean)
+    pq.write_table(pa.table({f" {k} ": v for k, v in cols.items()}), spaced)
+    assert _key(load_openb_pods(spaced)) == _key(load_openb_pods(clean))
+    own = write_pods(_pods(), tmp_path / "own.parquet") or tmp_path / "own.parquet"
+    table = pq.read_table(own)
+    pq.write_table(table.rename_columns([f"{c} " for c in table.column_names]), own)
+    assert _key(read_pods(own)) == _key(_pods())
+    twice = tmp_path / "twice.parquet"
+    pq.write_table(pa.table({**cols, " cpu_milli": [1, 1]}), twice)
+    for load in (load_openb_pods, read_pods):
+        with pytest.raises(ValidationError, match="twice") as e:
+            load(twice)
+        assert e.value.field == "cpu_milli"
+
+
 def test_a_directory_is_not_called_missing(tmp_path: Path) -> None:
     (tmp_path / "pods.csv").mkdir()
     with pytest.raises(ValidationError) as e:

@@ -39,8 +39,13 @@ def read_frame(path: Path) -> pd.DataFrame:
         if not csv:
             import pyarrow.parquet as pq
 
-            check_column_names(pq.read_schema(path).names, str(path))  # arrow: unclearly
+            # Names stripped as the CSV header's are (a column " cpu_milli" written by a
+            # tool that kept a CSV's spaces); one named twice after it is refused here,
+            # where arrow would refuse it unclearly.
+            check_column_names([str(c).strip() for c in pq.read_schema(path).names],
+                               str(path))
             df = pd.read_parquet(path)
+            df.columns = [str(c).strip() for c in df.columns]
         else:
             _check_text(path)
             df = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)

@@ -87,9 +87,11 @@ def read_pods(path: str | Path) -> list[Pod]:
     """Read pods written by :func:`write_pods`, validating every row."""
     src = str(path)
     try:
-        names = pq.read_schema(path).names
+        # Names stripped as a CSV header's are: " cpu_milli" (a tool that kept a CSV's
+        # spaces) is cpu_milli; one named twice after it is refused.
+        names = [str(c).strip() for c in pq.read_schema(path).names]
         check_column_names(names, src)
-        rows = pq.read_table(path).to_pylist()
+        rows = pq.read_table(path).rename_columns(names).to_pylist()
     except (OSError, pa.ArrowInvalid) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ValidationError("file", f"cannot read Parquet: {first}", source=src) from None

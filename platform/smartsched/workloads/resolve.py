@@ -71,7 +71,7 @@ def _is_openb_table(path: Path) -> bool:
     import pyarrow.parquet as pq
 
     try:
-        names = set(pq.read_schema(path).names)
+        names = {str(c).strip() for c in pq.read_schema(path).names}
     except (OSError, pa.ArrowInvalid):
         return False  # read_pods names the unreadable file
     return "id" not in names and "name" in names
