@@ -442,3 +442,31 @@ def test_a_bad_duration_annotation_is_named() -> None:
         pod["metadata"]["annotations"]["smartsched.io/expected-duration-seconds"] = bad
         with pytest.raises(ValueError, match="expected-duration-seconds"):
             pod_model(pod)
+
+
+def test_a_group_with_members_running_holds_room_for_the_rest_only(objects) -> None:
+    """A group of three, one member already running elsewhere: the two pending members
+    need two nodes, and the hold took three (room for the whole group), keeping a third
+    node from pods that would run past its due time."""
+    import datetime as dt
+
+    from tests.k8s.test_scheduler_sequences import node
+
+    nodes = [node(f"n{i}", cpu="64") for i in range(4)]
+    now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    busy = [_timed(_cpu_pod(f"run-{i}", "60", 0, f"n{i}", "default-scheduler"), 600 * (i + 1),
+                   now) for i in range(3)]
+    group = []
+    for i in range(3):
+        p = _timed(_cpu_pod(f"w{i}", "40", 0, "n3" if i == 0 else None), 3600,
+                   now if i == 0 else None)
+        p["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "job"}
+        p["metadata"]["annotations"]["scheduling.x-k8s.io/min-member"] = "3"
+        group.append(p)
+    with FakeAPIServer(nodes, busy + group) as api:
+        core, _ = _client(api.url)
+        loop = SchedulerLoop(core, "smartsched", "composite-accelerators",
+                             gang_reservations=True)
+        why = loop.run_once().failed["prod/w1"]
+        assert "pod group not placed" in why and "room held on" in why
+        assert sorted(loop._holds["prod/job"][0]) == ["n0", "n1"]  # the two freeing first

@@ -149,6 +149,25 @@ def test_a_status_patch_refused_is_logged_not_fatal() -> None:
         assert "Insufficient cpu" in res.failed["default/big"] and api.status_patches == []
 
 
+def test_a_forbidden_status_patch_is_not_retried_for_every_pod_every_pass() -> None:
+    # A Role without pods/status: patch made one refused call per pending pod per pass.
+    with FakeAPIServer([node("n1", cpu="2")], [pod(f"big{i}", "4") for i in range(3)]) as api:
+        api.inject("PATCH", r".*/status", 403, reason="Forbidden", times=100)
+        core, _ = _client(api.url)
+        loop = SchedulerLoop(core)
+
+        def patches() -> int:
+            return sum(1 for m, p in api.requests if m == "PATCH" and p.endswith("/status"))
+
+        for _ in range(3):
+            res = loop.run_once()
+            assert all("Insufficient cpu" in res.failed[f"default/big{i}"] for i in range(3))
+        assert patches() == 1
+        loop._status_forbidden_until = 0.0  # the wait is over: one try, refused again
+        loop.run_once()
+        assert patches() == 2
+
+
 def test_a_new_leader_waits_for_the_victims_an_earlier_one_evicted() -> None:
     """A replica taking over while a preemptor's victims terminate had no memory of the
     nomination: it evicted another node's pod for the same preemptor (two victims for

@@ -35,6 +35,7 @@ dropped stream for a reconnect with backoff.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -66,6 +67,10 @@ API_TIMEOUT_S = 30.0
 EVENT_REPEAT_S = 300.0
 # The longest ``Retry-After`` honoured (a larger or unreadable one counts as this).
 MAX_RETRY_AFTER_S = 60.0
+# After the API server refuses a pod status patch as forbidden (a Role without
+# ``pods/status: patch``), how long pending pods go unmarked before one is tried again:
+# each try is a refused call per pending pod per pass otherwise.
+STATUS_FORBIDDEN_RETRY_S = 300.0
 
 
 @dataclass
@@ -164,6 +169,7 @@ class SchedulerLoop:
         # pod key -> the PodScheduled=False status last patched (uid, reason, message,
         # nominated): a pod recreated under its name is another pod
         self._conditioned: dict[str, tuple[Any, str, str, str | None]] = {}
+        self._status_forbidden_until = 0.0  # time.monotonic(): no status patch before it
         # resourceVersions of this pass's own status patches: their watch events are no work
         self._own_writes: set[str] = set()
         # Hard constraints on every pass's snapshot (scheduling.compliance): the node list
@@ -401,6 +407,14 @@ class SchedulerLoop:
                 res.failed[k] = why
             return
         trial = snap.state.fork()
+        if running:  # room is needed, and held, for the members still to start only
+            members = [(o, dataclasses.replace(p, gang_size=need)) for o, p in members]
+            # The twin's gangs never run in part, so the reservation rule takes the room of
+            # bound members as theirs to give back (members placed tentatively); here they
+            # run, and their room is theirs until they end.
+            own = trial.bound.gang_index(members[0][1].gang_id)
+            if own is not None:
+                trial.bound.gang[trial.bound.gang_rows(own)] = -1
         chosen: list[tuple[int, int, tuple[int, ...]]] = []  # member, node, devices
         missed: dict[int, str] = {}  # member -> why it fits nowhere
         first_miss: tuple[int, Any] | None = None  # (member, its Decision.reserve)
@@ -623,7 +637,8 @@ class SchedulerLoop:
         upstream's clearNominatedNode does; None leaves it (a preemption that stopped
         half-way: its victims are going). The Cluster Autoscaler scales up only for pods
         marked Unschedulable so, and ``kubectl get``/``describe`` show why. Best effort (a
-        refusal is logged and the next pass sends it again), and no call when the pod
+        refusal is logged and the next pass sends it again; after a 403, the first pass
+        STATUS_FORBIDDEN_RETRY_S later), and no call when the pod
         already says so (the list carries its status) or this loop already sent it: an
         unchanged pending pod costs no call per pass."""
         import json
@@ -651,6 +666,8 @@ class SchedulerLoop:
         if res.retry_after is not None or (self.leader_until is not None
                                            and time.monotonic() >= self.leader_until):
             return  # asked to wait, or no longer the leader: the next pass says it
+        if time.monotonic() < self._status_forbidden_until:
+            return  # refused as forbidden lately: one try per STATUS_FORBIDDEN_RETRY_S
         self._conditioned[key] = sent
         # The transition time moves only when the condition's status changes (upstream).
         since = (have.get("lastTransitionTime") if have is not None
@@ -678,6 +695,12 @@ class SchedulerLoop:
                 self._own_writes.add(rv)
         except ApiException as e:
             self._conditioned.pop(key, None)  # not sent: the next pass tries again
+            if e.status == 403:
+                self._status_forbidden_until = time.monotonic() + STATUS_FORBIDDEN_RETRY_S
+                log.warning("could not mark %s unschedulable: HTTP 403 %s; pending pods go "
+                            "unmarked for %g s (grant the scheduler's Role pods/status: "
+                            "patch)", key, e.reason, STATUS_FORBIDDEN_RETRY_S)
+                return
             log.warning("could not mark %s unschedulable: HTTP %s %s", key, e.status, e.reason)
         except (urllib3.exceptions.HTTPError, OSError) as e:
             self._conditioned.pop(key, None)
