@@ -505,7 +505,7 @@ app_api = make_fastapi()
 
 # Routes are registered before @serve.ingress captures (pickles) the app; they reach
 # the replica's Ingress through serving.replica (see there why).
-def _ingress() -> Any:
+async def _ingress() -> Any:
     from smartsched.serving.replica import current
 
     ing = current()
