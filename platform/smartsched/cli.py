@@ -26,13 +26,17 @@ EXIT_BAD_INPUT = 2
 
 class FiniteRange(click.FloatRange):
     """A float range that also refuses NaN (click's range lets it through: every comparison
-    with NaN is false), so the option, not a setting deep inside, is named."""
+    with NaN is false) and, where it has no upper bound, infinity (``--interval inf`` was
+    an OverflowError from time.sleep), so the option, not a setting deep inside, is
+    named."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
                 ) -> Any:
         out = super().convert(value, param, ctx)
         if isinstance(out, float) and out != out:
             self.fail("NaN is not a number here", param, ctx)
+        if isinstance(out, float) and out in (float("inf"), float("-inf")):
+            self.fail(f"{out} is not a finite number", param, ctx)
         return out
 
 
@@ -109,12 +113,23 @@ def _scheduler_names(_ctx: click.Context, param: click.Parameter, value: str | N
     return value
 
 
+def _nonempty(_ctx: click.Context, _param: click.Parameter, value: str | None
+              ) -> str | None:
+    """A path option given as ``''`` is refused: an empty output path silently wrote
+    nothing (``--json ''``), or was the working directory (``--state-dir ''`` put the
+    service's tokens there, ``--output-dir ''`` fell back to the config's)."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("is empty (give a path)")
+    return value
+
+
 def _out_file(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """An output file option (``--json``, ``--plot``): its folder is made, and must be
     writable, as the command line is read, so a bad path fails before the work, not
     after it."""
     import os
 
+    _nonempty(_ctx, _param, value)
     if value:
         parent = Path(value).parent
         try:
@@ -133,6 +148,7 @@ def _out_folder(_ctx: click.Context, _param: click.Parameter, value: str | None
     so a bad path fails before the training, not after every round of it."""
     import os
 
+    _nonempty(_ctx, _param, value)
     if value:
         folder = Path(value)
         try:
@@ -210,7 +226,7 @@ def _seeds(text: str) -> list[int]:
               help="replay: simulate this long first and measure only after it.")
 @click.option("--start-hours", type=float, default=None,
               help="replay a trace from this hour (pods running then start at 0).")
-@click.option("--out", type=click.Path(file_okay=False), default=None,
+@click.option("--out", type=click.Path(file_okay=False), default=None, callback=_nonempty,
               help="Report folder (report.json, timeseries.parquet, PNG plots).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file, help="Also write the report as JSON here.")
@@ -244,6 +260,10 @@ def simulate(
         raise click.BadParameter(f"applies to {'replay' if mode == 'fill' else 'fill'} mode "
                                  f"only, not --mode {mode}",
                                  param_hint=f"'--{name.replace('_', '-')}'")
+    if node_mtbf_hours is None and ctx.get_parameter_source(
+            "repair_hours") is not click.core.ParameterSource.DEFAULT:  # (no failures to repair)
+        raise click.BadParameter("applies only with --node-mtbf-hours (node failures)",
+                                 param_hint="'--repair-hours'")
     if progress is None:
         progress = sys.stderr.isatty()
     report = run_sim(
@@ -260,7 +280,8 @@ def simulate(
 
 
 @main.command()
-@click.option("--out", type=click.Path(file_okay=False), default="reports/demo", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default="reports/demo", show_default=True,
+              callback=_nonempty)
 @click.option("--cluster", default="small", show_default=True)
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
@@ -284,9 +305,10 @@ def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
 @main.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               default="rllib_configs/ppo_default.yaml", show_default=True)
-@click.option("--iterations", type=int, default=None, help="Override the config's iterations.")
+@click.option("--iterations", type=click.IntRange(1, 1_000_000), default=None,  # as the config's
+              help="Override the config's iterations.")
 @click.option("--resume", is_flag=True, help="Continue from the latest checkpoint.")
-@click.option("--output-dir", default=None,
+@click.option("--output-dir", default=None, callback=_nonempty,
               help="Override the config's output_dir (one holding a run needs --resume).")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=None,
               help="Override the config's seed (training seeds: run several, report spread).")
@@ -301,8 +323,6 @@ def train(config_path: str, iterations: int | None, resume: bool, output_dir: st
     cfg = load_train_config(config_path)
     if seed is not None:
         cfg = cfg.model_copy(update={"seed": seed})
-    if iterations is not None and iterations < 1:
-        raise click.BadParameter("--iterations must be >= 1")
     if not resume:
         from smartsched.rl.train import refuse_earlier_run
 
@@ -318,7 +338,8 @@ def train(config_path: str, iterations: int | None, resume: bool, output_dir: st
               default="tune_sweeps/reward_weights.yaml", show_default=True)
 @click.option("--num-samples", type=click.IntRange(1, 100_000), default=None,  # as the sweep's
               help="Override the sweep's number of trials.")
-@click.option("--output-dir", default=None, help="Override the sweep's output_dir.")
+@click.option("--output-dir", default=None, callback=_nonempty,
+              help="Override the sweep's output_dir.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
@@ -342,9 +363,9 @@ def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
               help="[default: the config's http_options.host, else 127.0.0.1]")
 @click.option("--port", default=None, type=click.IntRange(1, 65535),
               help="[default: the config's http_options.port, else 8000]")
-@click.option("--state-dir", default="runs/serve", show_default=True,
+@click.option("--state-dir", default="runs/serve", show_default=True, callback=_nonempty,
               help="This instance's tokens, journal and Ray files (created private).")
-@click.option("--models-dir", default="models", show_default=True,
+@click.option("--models-dir", default="models", show_default=True, callback=_nonempty,
               help="Where live reloads may load policies and profile files from "
                    "(ignored when missing: reloads then take packaged profile names only).")
 @click.option("--ray-address", default=None,
@@ -364,6 +385,12 @@ def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
     """Run the placement service on a local Ray (Ctrl-C stops it)."""
     if ctx.invoked_subcommand is not None:
         return
+    learn_names = [s.strip() for s in learn_sites.split(",") if s.strip()]
+    if learn_sites and not learn_path:  # ignored without a word
+        raise click.UsageError("--learn-sites applies only with --learn")
+    if learn_sites and not learn_names:  # read as "every region"
+        raise click.BadParameter("names no site (leave it out for every region)",
+                                 param_hint="'--learn-sites'")
     from pathlib import Path
 
     from smartsched.rl.learning import ServiceLearning
@@ -374,7 +401,7 @@ def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
                             "edge_profile": edge_profile,
                             "models_dir": str(models) if models else None},
               host, port, state_dir, echo=click.echo, ray_address=ray_address,
-              beside=ServiceLearning(learn_path, [s for s in learn_sites.split(",") if s],
+              beside=ServiceLearning(learn_path, learn_names,
                                      echo=click.echo) if learn_path else None)
 
 
@@ -388,11 +415,11 @@ def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
               default=None, help="The operator token [default: $SMARTSCHED_OPERATOR_TOKEN]")
 def serve_reload(url: str, site: str, profile: str, operator_token_file: str | None) -> None:
     """Swap a site's profile (or policy) live; reservations stay. Needs the operator token."""
-    from pathlib import Path
-
     from smartsched.client import PlacementClient
+    from smartsched.model.configfile import read_token_file
 
-    token = Path(operator_token_file).read_text().strip() if operator_token_file else None
+    token = (read_token_file(operator_token_file, "operator_token_file")
+             if operator_token_file else None)
     out = PlacementClient(url, operator_token=token).set_profile(site, profile)
     click.echo(f"{out['site']}: now deciding with {out['profile']}")
 
@@ -605,6 +632,9 @@ def forecast_evaluate(model: str | None, data: str, plot: str | None,
     from smartsched.forecast.evaluate import format_table
     from smartsched.forecast.run import evaluate_forecaster
 
+    if plot is not None and model is None:  # baselines only: no plot was drawn, exit 0
+        raise click.BadParameter("needs --model (the plot shows the LSTM's forecasts)",
+                                 param_hint="'--plot'")
     res = evaluate_forecaster(model, _forecast_data(data), plot=plot)
     click.echo(format_table(res))
     for t, best in res["best_baseline"].items():
@@ -637,6 +667,20 @@ def forecast_crossfit(data: str, folds: int, epochs: int, lookback: int, hidden:
         r = res["models"]["LSTM"][t]["machine"]["MASE_vs_best"]
         click.echo(f"{t}: LSTM MAE / best baseline ({best}) MAE = {r:.3f}")
     _write_json(json_path, res)
+
+
+def _service_sites(service: str | None, sites: str, served_as: str | None) -> list[str]:
+    """The sites a ``--service`` reloads, checked before anything changes: ``--sites`` that
+    names none (``,``) reloaded nothing, and ``--sites`` / ``--served-as`` without
+    ``--service`` were ignored without a word."""
+    names = [x.strip() for x in sites.split(",") if x.strip()]
+    if service is None:
+        if sites or served_as is not None:
+            raise click.UsageError("--sites and --served-as apply only with --service")
+        return names
+    if not names:
+        raise click.UsageError("--service needs --sites (the sites to reload)")
+    return names
 
 
 def _site_names(_ctx: click.Context, _param: click.Parameter, value: str | None
@@ -728,13 +772,15 @@ def telemetry() -> None:
               help="Simulated seconds per wall-clock second.")
 @click.option("--hours", default=24.0, show_default=True,
               help="Workload span; the twin restarts with the next seed after it.")
-@click.option("--warm-hours", default=1.0, show_default=True,
+# A warm-up of NaN or -1 was skipped without a word, and a duration of NaN, -1 or 0
+# served nothing and exited 0: each is refused, naming the option.
+@click.option("--warm-hours", default=1.0, show_default=True, type=FiniteRange(min=0),
               help="Simulated before serving, so the cluster is not empty.")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=9500, show_default=True, type=click.IntRange(0, 65535),
               help="0 picks a free port.")
-@click.option("--duration", default=None, type=float,
+@click.option("--duration", default=None, type=FiniteRange(min=0, min_open=True),
               help="Stop after this many wall-clock seconds (default: until interrupted).")
 def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, hours: float,
                     warm_hours: float, seed: int, host: str, port: int,
@@ -758,8 +804,9 @@ def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, h
 @click.option("--hours", default=24.0, show_default=True)
 @click.option("--seeds", callback=_seed_list, default="0-1", show_default=True,
               help="Training seeds.")
-@click.option("--test-seed", default=100, show_default=True)
-@click.option("--components", "k", default=8, show_default=True)
+@click.option("--test-seed", default=100, show_default=True,
+              type=click.IntRange(0, MAX_SEED), help="Held out: not one of --seeds.")
+@click.option("--components", "k", default=8, show_default=True, type=click.IntRange(min=1))
 @click.option("--out", default="models/telemetry", show_default=True,
               type=click.Path(file_okay=False),
               callback=_model_out("projection.json", "projection.npz"))
@@ -772,6 +819,9 @@ def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, 
     """Fit the PCA projection of the node telemetry on twin runs; ablate the families."""
     from smartsched.bench.telemetry_study import format_study, study
 
+    if test_seed in seeds:  # checked here too: before the first recording's minutes
+        raise click.BadParameter(f"{test_seed} is also one of --seeds; give a held-out "
+                                 "seed", param_hint="'--test-seed'")
     proj, res = study(cluster, workload, scheduler, hours, seeds, test_seed, k,
                       echo=click.echo)
     proj.save(out)
@@ -787,7 +837,7 @@ def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, 
 @click.option("--minutes", default=10.0, show_default=True, type=FiniteRange(min=0.01))
 @click.option("--step", "step_s", default=5.0, show_default=True,
               type=FiniteRange(min=0.001))
-@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_out_file)
 def telemetry_panel(url: str, dashboard: str, title: str, minutes: float, step_s: float,
                     out: str) -> None:
     """Render one dashboard panel's data from Prometheus to a PNG (no Grafana needed)."""
@@ -807,8 +857,9 @@ def telemetry_panel(url: str, dashboard: str, title: str, minutes: float, step_s
               "sites, and each promotion reloaded into --sites (operator token from "
               "SMARTSCHED_OPERATOR_TOKEN).")
 @click.option("--sites", default="", help="Sites to reload on promotion (comma-separated).")
-@click.option("--served-as", default=None, help="The store's path as the service's "
-              "models_dir names it (default: the store path).")
+@click.option("--served-as", default=None, callback=_nonempty,
+              help="The store's path as the service's models_dir names it (default: the "
+              "store path).")
 def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
           served_as: str | None) -> None:
     """Continuous learning: every interval, fine-tune the current policy on recent
@@ -824,9 +875,8 @@ def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
     cfg = load_learn_config(doc)
     PolicyStore(cfg.store).path_of()  # a current version, or an error naming the store,
     # before Ray starts (the learner actor found it only once it was up)
-    if service and not sites:
-        raise click.UsageError("--service needs --sites (the sites to reload on promotion)")
-    svc = ({"url": service, "sites": [s for s in sites.split(",") if s],
+    names = _service_sites(service, sites, served_as)
+    svc = ({"url": service, "sites": names,
             "served_as": served_as or cfg.store} if service else None)
     from smartsched.rl.train import init_ray, require_cpus
 
@@ -868,7 +918,7 @@ def policy() -> None:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               default=None, help="Gate settings (YAML: cluster, workload, seeds, hours, ...).")
 @click.option("--seeds", type=click.IntRange(min=2), default=None)
-@click.option("--store", type=click.Path(file_okay=False), default=None,
+@click.option("--store", type=click.Path(file_okay=False), default=None, callback=_nonempty,
               help="With a candidate rl:PATH: add and promote it here if the gate passes, "
               "log the refusal if not.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -879,6 +929,9 @@ def policy_gate(candidate: str, incumbent: str, config_path: str | None, seeds: 
     from smartsched.model.configfile import read_yaml
     from smartsched.rl.gate import parse_gate_config, run_gate
 
+    if store is not None and not candidate.startswith("rl:"):  # before the gate's runs
+        raise click.BadParameter("needs a candidate rl:PATH (a trained policy to store)",
+                                 param_hint="'--store'")
     doc = read_yaml(config_path, "gate") if config_path else {}
     if seeds is not None:
         doc = {**(doc or {}), "seeds": seeds}
@@ -893,8 +946,6 @@ def policy_gate(candidate: str, incumbent: str, config_path: str | None, seeds: 
     if store is not None:
         from smartsched.rl.versions import PolicyStore
 
-        if not candidate.startswith("rl:"):
-            raise click.ClickException("--store needs a candidate rl:PATH")
         st = PolicyStore(store)
         if res.promoted:
             v = st.promote(st.add(candidate[3:].split("?", 1)[0]), res.to_dict())
@@ -909,22 +960,21 @@ def policy_gate(candidate: str, incumbent: str, config_path: str | None, seeds: 
 @click.option("--service", default=None, help="Also reload --sites of this service with it "
               "(operator token from SMARTSCHED_OPERATOR_TOKEN).")
 @click.option("--sites", default="", help="Sites to reload (comma-separated).")
-@click.option("--served-as", default=None, help="The store's path as the service's "
-              "models_dir names it (default: the store path).")
+@click.option("--served-as", default=None, callback=_nonempty,
+              help="The store's path as the service's models_dir names it (default: the "
+              "store path).")
 def policy_rollback(store: str, service: str | None, sites: str,
                     served_as: str | None) -> None:
     """Make the previous promoted version current again (and serve it, with --service)."""
     from smartsched.rl.versions import PolicyStore
 
+    names = _service_sites(service, sites, served_as)  # before the store changes
     st = PolicyStore(store)
     v = st.rollback()
     click.echo(f"current: {v} ({st.path_of(v)})")
     if service:
         from smartsched.rl.learning import service_hooks
 
-        names = [x for x in sites.split(",") if x]
-        if not names:
-            raise click.UsageError("--service needs --sites")
         _, reload = service_hooks(service, names, served_as or store)
         reload(v, st.path_of(v))
         click.echo(f"reloaded {', '.join(names)} with {v}")
@@ -966,7 +1016,7 @@ def audit() -> None:
 
 
 @audit.command("keygen")
-@click.option("--out", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_nonempty,
               help="Private key file (created 0600; the public key beside it, .pub).")
 def audit_keygen(out: str) -> None:
     """Make the Ed25519 key pair that signs the log's heads."""
@@ -1023,7 +1073,7 @@ def audit_verify(log_dir: str, heads: str, public_key: str, live: bool, log_id: 
 @audit.command("prove")
 @_log_options
 @click.option("--seq", required=True, type=click.IntRange(0), help="The record's number.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False),
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_nonempty,
               help="Proof file; the record goes beside it as <out>.record.json.")
 def audit_prove(log_dir: str, heads: str, seq: int, out: str) -> None:
     """Write an inclusion proof for one record (checkable with the public key alone)."""
@@ -1300,7 +1350,7 @@ def bench_rl(policy: str | None, skip_sampling: bool, envs_per_runner: str, roun
 @click.option("--records", default=1_000_000, show_default=True, type=click.IntRange(1))
 @click.option("--proofs", default=100, show_default=True, type=click.IntRange(1))
 @click.option("--no-fsync", is_flag=True, help="Skip fsync (shows what the disk costs).")
-@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None, callback=_nonempty,
               help="Keep the log here (default: a temporary folder, removed): new, "
                    "empty or made by an earlier run (never a real audit log: it is cleared).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -1339,6 +1389,16 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
     against k8s-default on the same failures."""
     from smartsched.bench.finance import VARIANTS, run_finance
 
+    if workload.removeprefix("resample:").split(":", 1)[0] != "finance":  # another
+        # workload has no nightly runs: a table of dashes, exit 0
+        raise click.BadParameter(f"must be finance or finance:<profile.yaml>, got "
+                                 f"{workload!r}", param_hint="'--workload'")
+    ctx = click.get_current_context()
+    for name in ("mtbf_hours", "repair_hours"):
+        if no_failures and ctx.get_parameter_source(
+                name) is not click.core.ParameterSource.DEFAULT:  # ignored without a word
+            raise click.BadParameter("cannot be combined with --no-failures",
+                                     param_hint=f"'--{name.replace('_', '-')}'")
     chosen = VARIANTS
     if variants:
         known = {v.name: v for v in VARIANTS}
@@ -1391,6 +1451,13 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
     with --twin, temporal and spatial shifting in the twin)."""
     from smartsched.bench.carbon import run_carbon, run_twin_carbon
 
+    # An option of the other experiment was ignored without a word (--days -1 ran).
+    ctx = click.get_current_context()
+    other = ("jobs", "seed", "plot") if twin else ("days", "hours", "variants", "workers")
+    for name in other:
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+            raise click.BadParameter("applies only " + ("without" if twin else "with")
+                                     + " --twin", param_hint=f"'--{name}'")
     slacks = _int_list(slack_hours, "--slack-hours", 1, 168)
     if twin:
         starts = _int_list(days, "--days", 0, 10_000)
@@ -1455,6 +1522,13 @@ def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str
     if unknown or not parts:
         raise click.BadParameter(f"unknown part(s) {sorted(unknown)}; use gap, speed, fill, "
                                  "gangs", param_hint="--part")
+    if "fill" in parts:  # a typo failed only after the gap part's minutes
+        try:
+            _scheduler_names(click.get_current_context(), click.Option(["--fill-spec"]),
+                             fill_spec)
+        except click.BadParameter as e:
+            e.param_hint = "'--fill-spec'"
+            raise
     out: dict[str, Any] = {}
     if "gap" in parts:
         out["gap"] = bench_mod.run_gap(seeds, nodes=nodes, pods=pods,
@@ -1517,7 +1591,7 @@ def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
               type=click.IntRange(10, 100_000), help="Sequential requests per path.")
 @click.option("--batches", default=4, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 1000))
-@click.option("--state-dir", default="runs/bench_serve", show_default=True,
+@click.option("--state-dir", default="runs/bench_serve", show_default=True, callback=_nonempty,
               help="The benchmark's own folder: new, empty or made by an earlier run "
                    "(never a service's --state-dir: its files are cleared).")
 @click.option("--journal/--no-journal", default=True, show_default=True,

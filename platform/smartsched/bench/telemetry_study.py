@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from smartsched.model.errors import ValidationError
 from smartsched.model.resources import CPU, GPU, MEM
 from smartsched.twin.telemetry.reduction import (
     Z_CLIP,
@@ -128,6 +129,13 @@ def study(cluster: str, workload: str, scheduler: str, hours: float,
 
     layout = Layout.STANDARD
     names = column_names(layout)
+    # Checked before the recordings: the projection refused a bad k only after them all.
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(names):
+        raise ValidationError("components", f"must be an integer in 1..{len(names)} (the "
+                              f"telemetry's columns), got {k!r}")
+    if test_seed in train_seeds:  # its "held-out" R^2 would be measured on training rows
+        raise ValidationError("test_seed", f"seed {test_seed} is also a training seed; "
+                              "give a held-out seed")
     families = np.array([d.metric.family for d in dimensions(layout)])
     train = []
     for s in train_seeds:

@@ -97,7 +97,9 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
     if folds < 2:
         raise ValidationError("folds", f"must be >= 2, got {folds}")
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    eval_lookback = DAY_STEPS_5MIN + horizon  # seasonal naive needs a day of past
+    # Seasonal naive needs a day of past, the LSTM its own lookback (a shorter window was
+    # a shape error, after every fold's training).
+    eval_lookback = max(DAY_STEPS_5MIN + horizon, lookback)
     names = [b.name for b in baselines()]
     held = {n: HeldOut(n) for n in names}
     held["LSTM"] = HeldOutInterval("LSTM")
@@ -107,6 +109,9 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
         rest = [s for s in series if fold_of(s, folds, seed) != k]
         train_s, val_s = _train_val(rest, seed) if rest else ([], [])
         test = make_windows(test_s, eval_lookback, horizon) if test_s else None
+        if test_s and test is not None and len(test) == 0 and lookback > DAY_STEPS_5MIN:
+            raise ValidationError("lookback", f"no held-out series of fold {k} is "
+                                  f"{eval_lookback + horizon} steps long (lower --lookback)")
         if test is None or len(test) == 0 or not train_s:
             raise ValidationError("data", f"fold {k} has no scorable series (too few jobs "
                                   f"for {folds} folds?)")

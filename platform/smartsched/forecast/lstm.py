@@ -82,6 +82,11 @@ class LSTMForecaster:
     # ---------------------------------------------------------------- tensors
     def _inputs(self, w: Windows) -> tuple[np.ndarray, ...]:
         s = self.s
+        if w.past.shape[1] < s.lookback:  # sliced short, then a shape error (or 24 GB)
+            from smartsched.model.errors import ValidationError
+
+            raise ValidationError("lookback", f"the model looks back {s.lookback} steps; "
+                                  f"these windows hold {w.past.shape[1]}")
         past = w.past[:, -s.lookback:, :]
         scale = np.maximum(past.mean(axis=1, keepdims=True), 1e-3)  # [N, 1, K]
         x = past / scale
@@ -113,6 +118,11 @@ class LSTMForecaster:
         import torch
 
         s = self.s
+        if not len(train):  # trained on nothing, it was saved and scored as a model
+            from smartsched.model.errors import ValidationError
+
+            raise ValidationError("lookback", f"no training window: no training series is "
+                                  f"{s.lookback} + {s.horizon} steps long (lower --lookback)")
         self.init_net(train)
         rng = np.random.default_rng(s.seed)
         opt = torch.optim.Adam(self.net.parameters(), lr=s.lr)

@@ -83,7 +83,10 @@ def evaluate_forecaster(model: str | Path | None, data: str | Path, *, split_see
         horizon = lstm.s.horizon
         series = _for_model(series, lstm.s.targets, lstm.s.step_s, model, data)
     sp = _split(data, split_seed, series)
-    lookback = DAY_STEPS_5MIN + horizon
+    # Windows long enough for seasonal naive and for the model's own lookback: one that
+    # looks back further than the windows sliced the past short and built time features
+    # for its whole lookback per window (a model of lookback 10,000 took 24 GB, then died).
+    lookback = max(DAY_STEPS_5MIN + horizon, lstm.s.lookback if model is not None else 0)
     train_w = make_windows(sp.train, lookback, horizon, stride=3)
     for b in baselines():
         b.fit(train_w)

@@ -120,6 +120,26 @@ def _check_size(doc: Any, limit: int, field: str, source: str | None) -> None:
             stack.extend((x, depth + 1) for x in value)
 
 
+MAX_TOKEN_BYTES = 64 << 10  # a bearer token file: a line of a few dozen characters
+
+
+def read_token_file(path: str | Path, field: str) -> str:
+    """The bearer token in the file at ``path`` (surrounding whitespace dropped); errors
+    are named ``field``. A FIFO or a directory is refused rather than waited on, a binary
+    file is named rather than a UnicodeDecodeError traceback, and an empty file is an
+    error: a file named for a token that holds none is a mistake, not "no token"."""
+    try:
+        token = read_regular_file(path, MAX_TOKEN_BYTES).decode("utf-8").strip()
+    except OSError as e:
+        raise ValidationError(field, f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ValidationError(field, f"{path} is not UTF-8 text: {e.reason} at byte "
+                              f"{e.start}") from None
+    if not token:
+        raise ValidationError(field, f"{path} holds no token")
+    return token
+
+
 def read_resource(package: str, name: str, field: str) -> Any:
     """The parsed YAML file ``name`` packaged in ``package`` (``importlib.resources``).
 

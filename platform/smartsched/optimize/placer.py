@@ -48,7 +48,13 @@ from smartsched.optimize.candidates import HOMES, VALUES, Pruning, build_problem
 from smartsched.optimize.lns import ruin_recreate
 from smartsched.optimize.problem import WindowProblem
 from smartsched.optimize.repair import polish, repair
-from smartsched.scheduling.base import Scheduler, SplitScheduler, TwinNeeds, make_scheduler
+from smartsched.scheduling.base import (
+    Scheduler,
+    SplitScheduler,
+    TwinNeeds,
+    make_scheduler,
+    refuse_repeated_options,
+)
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.twin.decision import Decision
 from smartsched.twin.state import ClusterState, PodRequest
@@ -313,6 +319,7 @@ def parse_spec(spec: str) -> tuple[str, AnnealOptions]:
     kw: dict[str, Any] = {}
     if sep:
         parsed = parse_qs(query, keep_blank_values=True)
+        refuse_repeated_options(parsed)
         fields = AnnealOptions.__dataclass_fields__
         for key, vals in parsed.items():
             if key not in fields:

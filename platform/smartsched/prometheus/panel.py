@@ -19,15 +19,28 @@ from typing import Any
 import numpy as np
 
 from smartsched.model.errors import ValidationError
+from smartsched.paths import read_regular_file
 from smartsched.prometheus.source import PrometheusSource
+
+MAX_DASHBOARD_BYTES = 64 << 20  # a Grafana dashboard's JSON: a few hundred KiB
 
 
 def find_panel(dashboard: str | Path, title: str) -> dict[str, Any]:
+    """The panel titled ``title`` in the Grafana dashboard JSON at ``dashboard``. A FIFO is
+    refused rather than waited on; a binary file, or JSON that is no dashboard, is named
+    rather than a UnicodeDecodeError or AttributeError traceback."""
     try:
-        dash = json.loads(Path(dashboard).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        dash = json.loads(read_regular_file(dashboard, MAX_DASHBOARD_BYTES).decode("utf-8"))
+    except OSError as e:
+        raise ValidationError("dashboard", f"cannot read {dashboard}: {e.strerror or e}"
+                              ) from None
+    except ValueError as e:  # not UTF-8 text, or not JSON
         raise ValidationError("dashboard", f"cannot read {dashboard}: {e}") from None
-    panels = dash.get("panels", [])
+    panels = dash.get("panels", []) if isinstance(dash, dict) else None
+    if not isinstance(panels, list):
+        raise ValidationError("dashboard", f"{dashboard} is not a Grafana dashboard (a JSON "
+                              "object with a list of panels)")
+    panels = [p for p in panels if isinstance(p, dict)]
     for p in panels:
         if p.get("title") == title:
             return p

@@ -15,26 +15,33 @@ from pydantic import BaseModel, ConfigDict, Field
 from smartsched.model.configfile import read_yaml, validate
 from smartsched.model.errors import ValidationError
 
+MAX_BATCH = 10_000_000  # environment steps per training iteration
+MAX_CPUS = 100_000  # what Ray may be told this machine has
+
 
 class EnvRunners(BaseModel):
     model_config = ConfigDict(extra="forbid")
     num_env_runners: int = Field(1, ge=0, le=256)
     num_envs_per_env_runner: int = Field(1, ge=1, le=256)
     rollout_fragment_length: Annotated[int, Field(ge=1, le=1_000_000)] | Literal["auto"] = "auto"
-    sample_timeout_s: float = Field(300.0, gt=0)
+    sample_timeout_s: float = Field(300.0, gt=0, le=86_400, allow_inf_nan=False)
 
 
 class Training(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    train_batch_size_per_learner: int = Field(2000, ge=8)
+    # Bounded like rollout_fragment_length: 10**30 steps per iteration passed validation
+    # and sampled for ever.
+    train_batch_size_per_learner: int = Field(2000, ge=8, le=MAX_BATCH)
     minibatch_size: int = Field(250, ge=1)
     num_epochs: int = Field(6, ge=1, le=100)
     lr: float = Field(3e-4, gt=0, le=1)
     gamma: float = Field(0.99, ge=0, le=1)
     lambda_: float = Field(0.95, ge=0, le=1)
-    entropy_coeff: float = Field(0.01, ge=0)
-    vf_loss_coeff: float = Field(0.5, ge=0)
-    grad_clip: float | None = Field(0.5, gt=0)
+    # Finite: an infinite coefficient makes every loss inf or NaN, and training then runs
+    # to the end writing a policy of NaN weights.
+    entropy_coeff: float = Field(0.01, ge=0, le=1e6, allow_inf_nan=False)
+    vf_loss_coeff: float = Field(0.5, ge=0, le=1e6, allow_inf_nan=False)
+    grad_clip: float | None = Field(0.5, gt=0, allow_inf_nan=False)
 
 
 # The widest layer a policy may declare (training configs and exported specs alike).
@@ -62,8 +69,8 @@ class TrainConfig(BaseModel):
     iterations: int = Field(30, ge=1, le=1_000_000)
     checkpoint_every: int = Field(5, ge=1)
     seed: int = Field(0, ge=0)
-    output_dir: str = "runs/ppo"
-    num_cpus: int | None = Field(None, ge=1)
+    output_dir: str = Field("runs/ppo", min_length=1)  # "" was the working directory
+    num_cpus: int | None = Field(None, ge=1, le=MAX_CPUS)
     # Start from this exported policy's weights (fine-tuning) instead of from scratch.
     init_policy: str | None = None
 

@@ -165,6 +165,19 @@ def _check_scalars(cfg: EnvConfig, nodes: int) -> None:
     if not isinstance(cfg.engine, dict):
         raise ValidationError("env.engine", f"must be a mapping of twin settings, got "
                               f"{cfg.engine!r}")
+    # Names the env hands to loaders that take text (a workload spec, a profile, a folder):
+    # a number or a list there was a TypeError or AttributeError traceback.
+    for name, optional in (("workload", False), ("mode", False), ("filters_profile", False),
+                           ("weight_sampling", False), ("forecaster", True),
+                           ("telemetry", True), ("base", True)):
+        v = getattr(cfg, name)
+        if not (v is None and optional) and not (isinstance(v, str) and v):
+            raise ValidationError(f"env.{name}", "must be a non-empty name"
+                                  + (" or null" if optional else "") + f", got {v!r}")
+    rw = cfg.reward_weights
+    if not isinstance(rw, dict) and not (isinstance(rw, str) and rw):
+        raise ValidationError("env.reward_weights", "must map reward components to weights, "
+                              f"or name a scenario profile, got {rw!r}")
 
 
 class SchedulingEnv(gym.Env):

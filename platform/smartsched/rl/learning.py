@@ -36,7 +36,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from smartsched.model.configfile import read_yaml, validate
+from smartsched.model.configfile import read_token_file, read_yaml, validate
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod
 from smartsched.rl.gate import GateConfig, GateResult, run_gate
@@ -73,10 +73,12 @@ class LearnConfig(BaseModel):
     keep_rounds: int = Field(3, ge=1, le=1000)
 
 
-def load_learn_config(path: str | Path | Any) -> LearnConfig:
-    """The settings from a file or its parsed document; an empty file or a document that
-    is not a mapping is named (``learn``), as is every field."""
-    doc = read_yaml(path, "learn") if isinstance(path, str | Path) else path
+def load_learn_config(path: Path | Any) -> LearnConfig:
+    """The settings from a file (a ``Path``) or its parsed document; an empty file or a
+    document that is not a mapping is named (``learn``), as is every field. A string is a
+    document, never a path: a settings file holding only the text ``other.yaml`` was read
+    as that file (or failed as "cannot read other.yaml")."""
+    doc = read_yaml(path, "learn") if isinstance(path, Path) else path
     if not isinstance(doc, dict):
         raise ValidationError("learn", "the settings must be a mapping (store, interval_s, "
                               f"fine_tune, gate, workload), got {type(doc).__name__}")
@@ -297,7 +299,7 @@ class LearnerActor:
             # A token file (mode 0600, read here) rather than the token in the actor's
             # arguments, which Ray keeps in its object store.
             tf = service.get("operator_token_file")
-            token = Path(tf).read_text().strip() if tf else None
+            token = read_token_file(tf, "operator_token_file") if tf else None
             experience, on_promote = service_hooks(service["url"], service["sites"],
                                                    service["served_as"],
                                                    operator_token=token)
@@ -356,7 +358,8 @@ def start_service_learner(plan: dict[str, Any], url: str, operator_token_file: s
     (a Ray actor) against this service: its first round one interval from now."""
     from smartsched.client import PlacementClient
 
-    token = Path(operator_token_file).read_text().strip() if operator_token_file else None
+    token = (read_token_file(operator_token_file, "operator_token_file")
+             if operator_token_file else None)
     store = PolicyStore(plan["config"]["store"])
     version = store.current()
     client = PlacementClient(url, operator_token=token)

@@ -48,7 +48,7 @@ from smartsched.objectives.reward import COMPONENTS, RewardWeights
 from smartsched.rl.artifact import SPEC_FILE, read_module
 from smartsched.rl.observation import POD_COLUMNS, Observer, node_columns
 from smartsched.rl.shortlist import Shortlist
-from smartsched.scheduling.base import TwinNeeds
+from smartsched.scheduling.base import TwinNeeds, refuse_repeated_options
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.plugins.gpu import FGD, FgdArgs
 from smartsched.scheduling.registry import load_profile
@@ -335,6 +335,7 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
 
     path, _, query = spec.partition("?")
     opts = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
+    refuse_repeated_options(opts, lists=("classes",))
     known = ("weights", "dynamic", "defer", "filters", "base", "k", "classes")
     unknown = set(opts) - set(known)
     if unknown:

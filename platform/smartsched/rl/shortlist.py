@@ -54,8 +54,8 @@ class Shortlist:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValidationError(f_k, f"must be an integer >= 1, got {k!r}")
         known = [c.value for c in POD_CLASSES]
-        if classes is not None and (isinstance(classes, str) or not all(
-                isinstance(c, str) for c in classes)):
+        if classes is not None and (not isinstance(classes, list | tuple | frozenset) or not all(
+                isinstance(c, str) for c in classes)):  # (a number was not iterable)
             raise ValidationError(f_classes, "must be a list of pod classes")
         for c in classes or ():
             if c not in known:

@@ -123,6 +123,18 @@ def register_prefix(prefix: str, factory: SchedulerFactory) -> None:
     _PREFIXES[prefix] = factory
 
 
+def refuse_repeated_options(parsed: Mapping[str, Sequence[str]],
+                            lists: Sequence[str] = ()) -> None:
+    """ValidationError naming an option a scheduler spec gives twice (``rl:P?weights=a&
+    weights=b``): the last one was used without a word, as a YAML file's second key was
+    before it was refused. ``parsed``: ``urllib.parse.parse_qs``'s answer; ``lists``: the
+    options that collect every value given (``classes=batch&classes=ai-train``)."""
+    for key, values in parsed.items():
+        if len(values) > 1 and key not in lists:
+            raise ValidationError(f"scheduler.{key[:64]}", f"given {len(values)} times; "
+                                  "give it once")
+
+
 def scheduler_names() -> list[str]:
     from smartsched.scheduling.registry import builtin_profiles
 

@@ -38,7 +38,12 @@ import numpy as np
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod
 from smartsched.model.resources import CPU, GPU, MEM
-from smartsched.scheduling.base import Scheduler, WorkloadAware, make_scheduler
+from smartsched.scheduling.base import (
+    Scheduler,
+    WorkloadAware,
+    make_scheduler,
+    refuse_repeated_options,
+)
 from smartsched.twin.decision import Decision, Migration
 from smartsched.twin.state import ClusterState, InfeasibleDecisionError, PodRequest
 
@@ -198,6 +203,7 @@ def make_lookahead(spec: str, seed: int) -> LookaheadScheduler:
     if sep:
         parsed = parse_qs(query, keep_blank_values=True)
         if parsed and set(parsed) <= {*OPTIONS, "rollout", "objective"}:
+            refuse_repeated_options(parsed)
             base_spec, opts = head, {k: v[-1] for k, v in parsed.items()}
     if not base_spec:
         raise ValidationError("scheduler", "lookahead: needs a base, e.g. lookahead:fgd")

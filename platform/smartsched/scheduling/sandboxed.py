@@ -34,7 +34,13 @@ from typing import Any
 from smartsched.model.configfile import read_yaml
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod
-from smartsched.scheduling.base import Scheduler, TwinNeeds, WorkloadAware, make_scheduler
+from smartsched.scheduling.base import (
+    Scheduler,
+    TwinNeeds,
+    WorkloadAware,
+    make_scheduler,
+    refuse_repeated_options,
+)
 from smartsched.scheduling.sandbox import Placement, Proposal, Sandbox, validate_config
 from smartsched.twin.decision import Decision, Migration
 from smartsched.twin.state import ClusterState, PodRequest
@@ -171,6 +177,7 @@ def make_sandboxed(spec: str, seed: int) -> SandboxedScheduler:
         parsed = parse_qs(query, keep_blank_values=True)
         known = WRAPPER_OPTIONS | set(SANDBOX_OPTIONS)
         if parsed and set(parsed) <= known:
+            refuse_repeated_options(parsed)
             base_spec, opts = head, {k: v[-1] for k, v in parsed.items()}
         elif ":" not in head:  # a profile takes no options: these can only be the wrapper's
             bad = sorted(set(parsed) - known) or [query]

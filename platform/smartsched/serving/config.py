@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from smartsched.model.configfile import validate
+from smartsched.model.configfile import read_token_file, validate
 from smartsched.model.errors import ValidationError
 from smartsched.scheduling.sandbox import SandboxConfig
 
@@ -207,10 +207,7 @@ class Credentials:
 
 def _read_token(env: str, file: str | None, field: str) -> str:
     if file:
-        try:
-            return Path(file).read_text().strip()
-        except OSError as e:
-            raise ValidationError(f"service.auth.{field}", f"cannot read: {e}") from None
+        return read_token_file(file, f"service.auth.{field}")
     return os.environ.get(env, "").strip()
 
 

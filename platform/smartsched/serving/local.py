@@ -63,10 +63,13 @@ def _config_doc(config: str | Path) -> dict[str, Any]:
         raise ValidationError("config.applications[0].import_path",
                               f"`smartsched serve` runs {APP_IMPORT_PATH}, got "
                               f"{app['import_path']!r} (use `serve run` for other apps)")
-    if not isinstance(app.get("args") or {}, dict):
+    # None (`args:` left empty) is no settings; [] or '' is no mapping (it ran on defaults).
+    if not isinstance(app.get("args", {}), dict | None):
         raise ValidationError("config.applications[0].args",
                               "must be a mapping of the service's settings")
-    http = doc.get("http_options") or {}
+    http = doc.get("http_options")
+    if http is None:
+        http = {}
     if not isinstance(http, dict):
         raise ValidationError("config.http_options", "must be a mapping (host, port)")
     port = http.get("port", DEFAULT_PORT)

@@ -39,11 +39,24 @@ class ClassImages:
     popularity: np.ndarray  # Zipf weights, summing to 1
 
 
+SECTION_KEYS = ("zipf_s", "base_layers_mib", "classes")
+CLASS_KEYS = ("count", "gb", "base")
+
+
+def _refuse_unknown(doc: Mapping[str, Any], known: Sequence[str], where: str) -> None:
+    """A key the catalogue does not read is named, as the profile's other sections do: a
+    typo (``zipf: 2``, ``size_gb:``) was dropped and the default used without a word."""
+    for key in doc:
+        if key not in known:
+            raise ValidationError(f"{where}.{key}", f"unknown field (known: {', '.join(known)})")
+
+
 def catalogue(section: Mapping[str, Any], where: str = "workload.images"
               ) -> dict[PodClass, ClassImages]:
     """The images of each pod class described by ``section`` (see the module docstring)."""
     if not isinstance(section, Mapping):
         raise ValidationError(where, "must be a mapping")
+    _refuse_unknown(section, SECTION_KEYS, where)
     s = section.get("zipf_s", 1.1)
     if isinstance(s, bool) or not isinstance(s, int | float) or not 0 <= s <= 10:
         raise ValidationError(f"{where}.zipf_s", f"must be a number within [0, 10], got {s!r}")
@@ -54,7 +67,9 @@ def catalogue(section: Mapping[str, Any], where: str = "workload.images"
         if isinstance(mib, bool) or not isinstance(mib, int) or mib <= 0:
             raise ValidationError(f"{where}.base_layers_mib.{name}",
                                   f"must be a positive integer MiB, got {mib!r}")
-    classes = section.get("classes") or {}
+    classes = section.get("classes")
+    if classes is None:  # `classes:` left empty
+        classes = {}
     if not isinstance(classes, Mapping):
         raise ValidationError(f"{where}.classes", "must map pod classes to their images")
     out: dict[PodClass, ClassImages] = {}
@@ -67,6 +82,7 @@ def catalogue(section: Mapping[str, Any], where: str = "workload.images"
                                   ) from None
         if not isinstance(spec, Mapping):
             raise ValidationError(w, "must be a mapping (count, gb, base)")
+        _refuse_unknown(spec, CLASS_KEYS, w)
         count = spec.get("count")
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10_000:
             raise ValidationError(f"{w}.count", f"must be an integer in [1, 10000], got {count!r}")
