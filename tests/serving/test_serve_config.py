@@ -45,6 +45,17 @@ def test_the_packaged_config_reads_and_its_port_is_used(tmp_path: Path) -> None:
      "config.applications[0].import_path"),
     (lambda d: d["http_options"].update(port="eighty"), "config.http_options.port"),
     (lambda d: d.update(applications=[]), "config.applications"),
+    # what `serve run` applies and `smartsched serve` would not: refused, not dropped
+    (lambda d: d["applications"][0].update(route_prefix="/v2"),
+     "config.applications[0].route_prefix"),
+    (lambda d: d["applications"][0].update(deployments=[{"name": "region-a",
+                                                         "num_replicas": 2}]),
+     "config.applications[0].deployments[0].num_replicas"),
+    (lambda d: d["applications"][0].update(deployments=[{"name": "region-a", "user_config":
+                                                         {"profile": "fgd", "x": 1}}]),
+     "config.applications[0].deployments[0].user_config"),
+    (lambda d: d["applications"][0].update(deployments={"region-a": "fgd"}),
+     "config.applications[0].deployments"),
 ])
 def test_what_the_command_would_ignore_or_choke_on_is_named(tmp_path: Path, edit,
                                                              field: str) -> None:
@@ -52,6 +63,23 @@ def test_what_the_command_would_ignore_or_choke_on_is_named(tmp_path: Path, edit
     with pytest.raises(ValidationError) as e:
         service_args(_edited(tmp_path, edit), {})
     assert e.value.field == field
+
+
+def test_a_sites_profile_in_the_deployments_section_is_applied(tmp_path: Path) -> None:
+    """`serve run` applies a deployment's user_config over the args; `smartsched serve
+    --config` ignored it, so the same file ran another profile at that site."""
+    def pin(d: dict) -> None:
+        d["applications"][0]["args"]["profiles"] = {"region-b": "bestfit"}
+        d["applications"][0]["deployments"] = [
+            {"name": "region-a", "user_config": {"profile": "fgd"}},
+            {"name": "region-b", "user_config": {"profile": "k8s-default"}}]
+
+    args = service_args(_edited(tmp_path, pin), {"region_profile": "bestfit"})
+    assert args["profiles"] == {"region-a": "fgd", "region-b": "k8s-default"}
+    cfg, _ = checked_service({**args, "auth": {"disabled": True}})
+    assert [cfg.profile_of(s, "region") for s in ("region-a", "region-b")] == [
+        "fgd", "k8s-default"]
+    assert not service_args(PACKAGED, {}).get("profiles")  # the shipped file pins no site
 
 
 @pytest.mark.parametrize(("args", "field"), [

@@ -78,7 +78,46 @@ def _config_doc(config: str | Path) -> dict[str, Any]:
                               f"{port!r}")
     if not isinstance(http.get("host", DEFAULT_HOST), str):
         raise ValidationError("config.http_options.host", "must be a host name or address")
+    prefix = app.get("route_prefix", "/")
+    if prefix not in ("/", None):  # `smartsched serve` serves the API at the root
+        raise ValidationError("config.applications[0].route_prefix",
+                              f"`smartsched serve` serves at /, got {prefix!r} (use `serve "
+                              "run` for another prefix)")
+    _deployment_profiles(app)  # checked here, applied by service_args
     return doc
+
+
+def _deployment_profiles(app: dict[str, Any]) -> dict[str, str]:
+    """Each site's profile set in the application's ``deployments`` section (a site's
+    deployment is named after it; ``user_config: {profile: ...}``), as ``serve run``
+    applies it over the args. What else a deployment entry may set in Serve (replicas,
+    actor options, ...) `smartsched serve` does not apply, so it is refused, not dropped."""
+    deps = app.get("deployments")
+    if deps is None:
+        return {}
+    where = "config.applications[0].deployments"
+    if not isinstance(deps, list):
+        raise ValidationError(where, "must be a list of deployments (name, user_config)")
+    out: dict[str, str] = {}
+    for i, d in enumerate(deps):
+        if not isinstance(d, dict) or not isinstance(d.get("name"), str) or not d["name"]:
+            raise ValidationError(f"{where}[{i}].name", "each deployment needs a site name")
+        extra = sorted(set(map(str, d)) - {"name", "user_config"})
+        if extra:
+            raise ValidationError(f"{where}[{i}].{extra[0]}", "`smartsched serve` applies a "
+                                  "deployment's user_config only (use `serve run` for more)")
+        uc = d.get("user_config") or {}
+        if not isinstance(uc, dict) or set(map(str, uc)) - {"profile"}:
+            raise ValidationError(f"{where}[{i}].user_config",
+                                  "must be a mapping with profile only")
+        if "profile" in uc:
+            if not isinstance(uc["profile"], str) or not uc["profile"]:
+                raise ValidationError(f"{where}[{i}].user_config.profile",
+                                      "must be a profile name")
+            if d["name"] in out:
+                raise ValidationError(f"{where}[{i}].name", f"{d['name']!r} appears twice")
+            out[d["name"]] = uc["profile"]
+    return out
 
 
 def service_args(config: str | Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +125,16 @@ def service_args(config: str | Path | None, overrides: dict[str, Any]) -> dict[s
     the built-in defaults (``ServiceConfig``) when ``config`` is None."""
     args: dict[str, Any] = {}
     if config is not None:
-        args = dict(_config_doc(config)["applications"][0].get("args") or {})
+        app = _config_doc(config)["applications"][0]
+        args = dict(app.get("args") or {})
+        # A site's profile in the deployments section wins over the args, as in `serve
+        # run` (it was ignored: the same file ran another profile there).
+        pinned = _deployment_profiles(app)
+        if pinned:
+            profiles = args.get("profiles") or {}
+            if not isinstance(profiles, dict):
+                raise ValidationError("service.profiles", "must map sites to profiles")
+            args["profiles"] = {**profiles, **pinned}
     args.update({k: v for k, v in overrides.items() if v is not None})
     return args
 
