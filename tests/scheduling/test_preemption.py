@@ -267,3 +267,67 @@ def test_fill_mode_counts_a_preempted_then_refused_pod_once() -> None:
     assert (m["pods"]["placed"], m["pods"]["failed"], m["pods"]["arrived"]) == (1, 1, 2)
     assert m["gpu_allocation_curve"][-1] == {"arrived_gpu_pct": 200.0,
                                              "gpu_allocation_pct": 100.0}
+
+
+def test_a_pod_preempted_again_before_it_ran_counts_once_in_its_budget() -> None:
+    # "o" (online, app shop) is preempted at 10 s while running, re-placed at 30 s, and
+    # preempted again at 35 s while its image is still coming (bound, not running). Once it
+    # runs again no shop pod is down: the budget must count none (it kept one for ever).
+    img = {"image": "shop", "image_layers": (("shop/app", 5000),)}
+    pods = [pod("o", cpu=4000, pod_class=PodClass.ONLINE, app="shop", priority=100,
+                duration=100.0, **img),
+            pod("p1", cpu=4000, priority=500, arrival=10.0, duration=20.0),
+            pod("p2", cpu=4000, priority=500, arrival=35.0, duration=20.0)]
+    e = Engine(cluster(node("a", cpu=4000, image_disk_mib=100)), pods,
+               EngineConfig(power_management=False))
+    sched = _sched()
+    counts = []
+    while (req := e.next_decision()) is not None:
+        e.apply(sched.decide(e.state, req.request))
+        counts.append(e.state.disrupted.get("shop", 0))
+    assert e.run_report()["pods"]["preemptions"] == 2
+    assert max(counts) == 1  # one pod down at a time
+    assert (e.table.status == DONE).all() and e.state.disrupted.get("shop", 0) == 0
+
+
+def test_a_refused_preemption_changes_nothing() -> None:
+    # The first victim is valid, the second is not (higher priority); then valid victims
+    # that leave too little room. Either way apply raises before evicting anyone.
+    from smartsched.model.errors import InfeasibleDecisionError
+
+    for cpu, victims in ((2000, ("low", "high")), (3000, ("low",))):
+        pods = [pod("low", cpu=2000, priority=0, duration=100.0),
+                pod("high", cpu=2000, priority=900, duration=100.0),
+                pod("p", cpu=cpu, priority=500, arrival=10.0, duration=10.0)]
+        e = Engine(cluster(node("a", cpu=4000, mem=65536)), pods,
+                   EngineConfig(power_management=False))
+        for _ in range(2):
+            e.next_decision()
+            e.apply(Decision(0))
+        assert e.next_decision().pod.id == "p"
+        before = e.state.allocated.copy(), e.table.status.copy()
+        by_id = {x.id: x for x in pods}
+        with pytest.raises(InfeasibleDecisionError):
+            e.apply(Decision(0, victims=tuple(by_id[v] for v in victims)))
+        assert np.array_equal(e.state.allocated, before[0])
+        assert np.array_equal(e.table.status, before[1])
+        assert e.metrics.evictions == 0 and e.metrics.preemptions_cls.sum() == 0
+        e.apply(Decision.reject("no room"))  # the offer still stands: a driver may refuse it
+
+
+def test_fill_mode_a_preempted_then_refused_edge_pod_is_no_slo_success() -> None:
+    # As above, with "low" a latency-bound edge pod: failed, it is no latency pod placed
+    # and counts as missed (it counted as placed within its SLO: 100 % for 0 served).
+    spec = cluster(node("g0", cpu=64000, mem=262144, gpus=1))
+    edge = {"pod_class": PodClass.EDGE_RT, "origin_site": "r1", "latency_slo_ms": 100.0}
+    pods = [pod("low", num_gpu=1, gpu_milli=1000, priority=100, **edge),
+            pod("high", num_gpu=1, gpu_milli=1000, priority=1000)]
+    e = Engine(spec, pods, EngineConfig(mode="fill", inflate=2.0, power_management=False))
+    s = _sched()
+    while (req := e.next_decision()) is not None:
+        e.apply(s.decide(e.state, req.request))
+    m = e.run_report()
+    assert (m["pods"]["preemptions"], m["pods"]["failed"]) == (1, 1)
+    slo = m["slo"]
+    assert (slo["latency_pods"], slo["latency_pods_arrived"]) == (0, 1)
+    assert slo["latency_within_slo_pct"] == 0.0

@@ -153,6 +153,44 @@ def test_engine_config_validation() -> None:
     with pytest.raises(ValidationError) as e:
         EngineConfig(tick_s=0)
     assert e.value.field == "tick_s"
+    # Switches are booleans: a string "false" would have read as true.
+    for name, bad in (("power_management", "false"), ("frag_include_cpu_pods", 1),
+                      ("power_management", None)):
+        with pytest.raises(ValidationError) as e:
+            EngineConfig(**{name: bad})
+        assert e.value.field == name
+
+
+def test_warmup_evictions_and_rejections_are_not_counted() -> None:
+    # "high" preempts "low" at 100 s, and "low" is refused until "high" ends at 200 s: all
+    # inside the warm-up. The window counts no preemption, so no eviction or rejection.
+    pods = [pod("low", cpu=8000, priority=0, duration=5000.0),
+            pod("high", cpu=8000, priority=1000, arrival=100.0, duration=100.0)]
+    counts = {}
+    for warm in (0.0, 1000.0):
+        _, m = _run(cluster(node("a")), pods, "k8s-default", power_management=False,
+                    warmup_s=warm, horizon_s=3000.0)
+        counts[warm] = (m["pods"]["preemptions"], m["pods"]["evictions"],
+                        sum(m["rejections_by_reason"].values()))
+    assert counts[0.0][:2] == (1, 1) and counts[0.0][2] > 0  # measured without a warm-up
+    assert counts[1000.0] == (0, 0, 0)
+
+
+def test_usage_never_passes_capacity() -> None:
+    from smartsched.model.pod import UsageProfile
+
+    # A pod bursting to twice its (whole-node) request: the node delivers its capacity.
+    hot = [pod("hot", cpu=8000, duration=3000.0, usage=UsageProfile(mean=2.0))]
+    _, m = _run(cluster(node("a")), hot, power_management=False, horizon_s=3000.0)
+    assert m["usage_pct"]["cpu"] == pytest.approx(100.0)
+    assert m["usage_on_pct"]["cpu"] == pytest.approx(100.0)
+    # A pod using its whole node leaves just after the 300 s tick and the node powers down
+    # 30 s later: the sample held to 600 s is set against the capacity on at that sample,
+    # not the exact powered-on time (it read 181 %).
+    busy = [pod("busy", cpu=8000, duration=301.0, usage=UsageProfile(mean=1.0))]
+    _, m = _run(cluster(node("a")), busy, idle_power_down_s=30.0, horizon_s=3000.0)
+    assert m["usage_on_pct"]["cpu"] == pytest.approx(100.0)
+    assert 0.0 <= m["usage_pct"]["cpu"] <= 100.0
 
 
 def test_warmup_is_not_measured() -> None:

@@ -156,6 +156,10 @@ def test_inject_failure_validates() -> None:
     with pytest.raises(ValidationError) as err:
         e.inject_failure(0, -1.0)
     assert err.value.field == "at_s"
+    fill = Engine(cluster(node("a")), [_online("web")], EngineConfig(mode="fill"))
+    with pytest.raises(ValidationError) as err:  # it was dropped without a word
+        fill.inject_failure(0, 0.0)
+    assert err.value.field == "mode"
     with pytest.raises(ValidationError) as err:
         EngineConfig(eviction_toleration_s=-1.0)
     assert err.value.field == "eviction_toleration_s"

@@ -11,6 +11,7 @@ from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod
 from smartsched.twin.engine import Decision, Engine, EngineConfig
 from smartsched.twin.images import MBIT_PER_MIB, ImageCaches
+from smartsched.twin.podtable import DONE
 from tests.builders import cluster, node, pod
 
 BASE = ("base/os", 100)
@@ -118,6 +119,24 @@ def test_pods_start_after_their_pull() -> None:
     assert m["images"]["pulled_gib"] == pytest.approx(1000 / 1024)
     assert m["classes"]["batch"]["image_pull_s"]["p50"] == pytest.approx(pull + 3.0)
     assert e.state.images._pins[0] == {}  # every pod left: nothing pinned
+
+
+def test_a_pod_restarted_in_place_leaves_its_layers_evictable() -> None:
+    # "web" runs on a, a fails at 50 s and is repaired at 150 s (before the eviction):
+    # web pulls again in place. Once it is done, "big" needs the disk web's layer holds:
+    # that layer is unused and must make way (its first pins were never released).
+    pods = [pod("web", duration=1000.0, image="web", image_layers=(("web/app", 400),)),
+            pod("big", arrival=3000.0, duration=10.0, image="big",
+                image_layers=(("big/app", 800),))]
+    e = Engine(cluster(node("a", image_disk_mib=1000)), pods,
+               EngineConfig(power_management=False, repair_s=100.0))
+    e.inject_failure(0, 50.0)
+    while e.next_decision() is not None:
+        e.apply(Decision(0))
+    c = e.state.images
+    assert e.table.last_start[0] > 150.0  # it did restart in place
+    assert (e.table.status == DONE).all() and c._pins[0] == {}
+    assert c.present[0, c.image_ids["big"]] and not c.present[0, c.image_ids["web"]]
 
 
 @pytest.mark.parametrize(("kw", "field"), [

@@ -100,7 +100,9 @@ class EngineConfig:
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 raise ValidationError(name, f"must be a finite number, got {v!r}")
-        for name in ("report_metrics", "track_traffic"):
+        # Strictly booleans: a string from a config ("false") would read as true.
+        for name in ("power_management", "frag_include_cpu_pods", "report_metrics",
+                     "track_traffic"):
             if not isinstance(getattr(self, name), bool):
                 raise ValidationError(name,
                                       f"must be true or false, got {getattr(self, name)!r}")

@@ -239,6 +239,9 @@ class Engine:
                 # A pod placed, then preempted, then refused ends failed, not also placed.
                 self.table.scheduled_at[members] = np.nan
                 self.table.started_at[members] = np.nan
+                # ... nor a latency-bound pod served within its SLO (failed counts missed).
+                self.table.latency_ms[members] = np.nan
+                self.table.room_within_slo[members] = False
                 self.metrics.failed(members)
             elif decision.defer:
                 self.queue.defer(self.queue.unit_of(i))
@@ -254,7 +257,9 @@ class Engine:
             raise InfeasibleDecisionError(f"node index {node} out of range")
         freed: set[int] = set()
         if decision.victims:
-            freed = self._preempt(decision.victims, i)
+            # Checked before the first eviction: a refused decision changes nothing.
+            victims = self._checked_victims(decision.victims, i, node, req, decision.devices)
+            freed = self._preempt(victims, i)
         devices = (
             tuple(int(d) for d in decision.devices)
             if decision.devices is not None
@@ -307,6 +312,8 @@ class Engine:
     def inject_failure(self, node: int, at_s: float) -> None:
         """Fail ``node`` at simulated time ``at_s`` (beside any failures the MTBF draws);
         it is repaired ``repair_s`` later and its pods are handled as for any failure."""
+        if self._fill is not None:  # its events would never run: say so, not drop it
+            raise ValidationError("mode", "fill mode has no time: nodes fail in replay only")
         if isinstance(node, bool) or not isinstance(node, int | np.integer) \
                 or not 0 <= node < self.state.num_nodes:
             raise ValidationError("node", f"must be a node index in 0..{self.state.num_nodes - 1}"
@@ -509,8 +516,14 @@ class Engine:
         if img < 0:
             self._start(i)
             return
-        done, mib, pinned = self.state.images.pull(int(tb.node[i]), img, self.now)
+        node = int(tb.node[i])
+        done, mib, pinned = self.state.images.pull(node, img, self.now)
         at = done + self.config.container_start_s
+        if tb.pinned[i]:
+            # Restarting in place (its node was repaired): the pull just pinned the layers
+            # again, so the first start's pins go, or they would never be released and the
+            # layers never evicted.
+            self.state.images.release(node, tb.pinned[i])
         tb.pinned[i] = pinned
         tb.pull_s[i] = at - self.now
         tb.pulled_mib[i] += mib
@@ -654,14 +667,15 @@ class Engine:
                         self._evict(m)
                 self.queue.park_evicted([-(g + 1)])
 
-    def _preempt(self, victims: tuple[Pod, ...], by: int) -> set[int]:
-        """Evict ``victims`` (bound pods, lower priority than pod ``by``) and requeue them;
-        a victim's gang goes whole. Returns the nodes that got room back."""
-        tb = self.table
+    def _checked_victims(self, victims: tuple[Pod, ...], by: int, node: int, req: PodRequest,
+                         devices: Sequence[int] | None) -> list[int]:
+        """The pod indices of ``victims``, once each is a bound pod of lower priority than
+        pod ``by`` and ``by`` fits ``node`` after they (and their gang mates there) leave;
+        InfeasibleDecisionError otherwise, before anything is evicted."""
+        tb, st = self.table, self.state
         if self._pod_index is None:
             self._pod_index = {id(p): k for k, p in enumerate(tb.pods)}
-        freed: set[int] = set()
-        units: list[int] = []
+        ks: list[int] = []
         for pod in victims:
             k = self._pod_index.get(id(pod))
             if k is None or tb.status[k] not in (RUNNING, BOUND):
@@ -670,11 +684,50 @@ class Engine:
                 raise InfeasibleDecisionError(
                     f"{tb.pods[by].id} (priority {tb.priority[by]}) cannot preempt {pod.id} "
                     f"(priority {tb.priority[k]})")
+            if k not in ks:  # named twice, evicted once
+                ks.append(k)
+        # Room on ``node`` once they go: a victim's gang mates bound there go too.
+        leaving = set(ks)
+        for g in {int(self.queue.gang_of[k]) for k in ks} - {-1}:
+            leaving.update(self.queue.gang_members[g])
+        here = np.array(sorted(k for k in leaving if tb.node[k] == node
+                               and tb.status[k] in (RUNNING, BOUND)), dtype=np.int64)
+        dev = np.zeros(st.max_devices, dtype=np.int64)
+        for k in here.tolist():
+            dev[list(tb.devices[k])] += tb.gpu_milli[k]
+        room = (tb.charged[here].sum(axis=0, keepdims=True),
+                (tb.requests[here, :2] - tb.charged[here, :2]).sum(axis=0, keepdims=True),
+                dev[None, :])
+        fits = all(bool(m[0]) for _, m in st.fit_checks(req, np.array([node]), extra=room))
+        if st.max_pods is not None and st.pod_count[node] - here.size >= st.max_pods[node]:
+            fits = False  # fit_checks leaves pod slots out when given room
+        if fits and devices is not None:
+            d = np.asarray(devices, dtype=np.int64)
+            fits = (d.size == req.num_gpu and np.unique(d).size == d.size
+                    and bool(((d >= 0) & (d < st.gpu_count[node])).all())
+                    and bool((st.gpu_free[node, d] + dev[d] >= req.gpu_milli).all()))
+        if not fits:
+            raise InfeasibleDecisionError(
+                f"{tb.pods[by].id} does not fit node {st.names[node]} after evicting "
+                f"{[p.id for p in victims]}")
+        return ks
+
+    def _preempt(self, victims: list[int], by: int) -> set[int]:
+        """Evict ``victims`` (pod indices checked by ``_checked_victims``) and requeue them;
+        a victim's gang goes whole. Returns the nodes that got room back."""
+        tb = self.table
+        freed: set[int] = set()
+        units: list[int] = []
+        for k in victims:
+            pod = tb.pods[k]
             freed.add(int(tb.node[k]))
             self._evict(k)
             self.metrics.preempted(k)
             app = pod.app
-            if app and tb.cls[k] in self._budgeted:
+            # A budget counts pods evicted and not running again: one evicted again before
+            # it ran (bound, pulling or booting) is already counted, and ``_start`` gives
+            # back one count per pod.
+            if app and tb.cls[k] in self._budgeted and k not in self._disrupted:
                 self.state.disrupted[app] = self.state.disrupted.get(app, 0) + 1
                 self._disrupted.add(k)
             unit = self.queue.unit_of(k)
@@ -755,8 +808,7 @@ class Engine:
         tb.epoch[i] += 1
         tb.status[i] = PENDING
         tb.node[i] = -1
-        self.metrics.evictions += 1
-        self.metrics.requeued(i)
+        self.metrics.evicted(i)
 
     def _lose_work(self, i: int) -> None:
         """Running pod ``i`` stops: count what it loses, and its downtime starts."""

@@ -10,7 +10,10 @@ table at the end.
 Definitions (time-weighted over the simulated span T):
   allocation[r]      = int allocated_r dt / int capacity_r dt                (all capacity)
   allocation_on[r]   = int allocated_r dt / int powered-on capacity_r dt
-  usage[r], usage_on[r]  likewise with actual use
+  usage[r], usage_on[r]  likewise with actual use, sampled at ticks and held; a node's
+                       use counts up to its capacity (demand beyond it is contention,
+                       under slo), and usage_on divides by the powered-on capacity held
+                       over the same spans, so neither passes 100 %
   gpu_allocation_rate = allocation[gpu] (replay); allocated/total at the end (fill)
   energy_kwh         = int sum_nodes (idle + dynamic watts) * PUE(site) dt
                        dynamic = (max-idle)_host * cpu_use + sum_gpu (max-idle) * gpu_use
@@ -166,6 +169,11 @@ class MetricsRecorder:
         self.int_pending_cls_s = np.zeros(len(POD_CLASS_IDS))
         self.int_usage = np.zeros(3)
         self.int_usage_time = 0.0
+        # What a node can deliver of cpu / memory / GPU use (bursts beyond it contend), and
+        # the powered-on part of it held over the usage samples' spans (usage_on's divisor:
+        # the exact integral would set a sample held past a power-down against less).
+        self._usage_cap = state.capacity[:, list(USAGE_RES)].astype(np.float64)
+        self.int_on_cap_usage = np.zeros(3)
         self.energy_j = 0.0
         self.carbon_g = 0.0
         self.cost_usd = 0.0
@@ -286,6 +294,14 @@ class MetricsRecorder:
         self.pending_gpu += float(self.table.requests[pod, GPU])
         self.pending_cls[self.table.cls[pod]] += 1
 
+    def evicted(self, pod: int) -> None:
+        """A bound pod was taken off its node and is back in the queue (preempted, moved,
+        or its node failed): counted after the warm-up, as preemptions and migrations are
+        (an eviction while the cluster filled up is no figure of the measured window)."""
+        self.requeued(pod)
+        if self.t_last >= self.measure_from:
+            self.evictions += 1
+
     def preempted(self, pod: int) -> None:
         """A pod was evicted to make room for a higher-priority one."""
         if self.t_last >= self.measure_from:
@@ -385,7 +401,10 @@ class MetricsRecorder:
         self._void_rates()
 
     def rejected(self, rejections: Sequence[Rejection]) -> None:
-        """Count a rejection under each of its reasons (and each plugin that gave one)."""
+        """Count a rejection under each of its reasons (and each plugin that gave one), after
+        the warm-up only (nothing before it counts)."""
+        if self.t_last < self.measure_from:
+            return
         for r in rejections or (Rejection("unschedulable"),):
             self.rejections[r.reason] = self.rejections.get(r.reason, 0) + 1
             if r.plugin:
@@ -410,12 +429,13 @@ class MetricsRecorder:
         self.work_w_site = np.bincount(st.site_id, node_use * pm.max_w,
                                        minlength=self.work_w_site.size)
         self._void_rates()
-        usage_sum = st.usage.sum(axis=0)
+        usage_sum = np.minimum(st.usage, self._usage_cap).sum(axis=0)
         if t < self.measure_from or dt <= 0:
             return  # warm-up (or the instant at the horizon): keep power current only
         if self.full:
             self._pod_carbon(use, cpu_util, gpu_util, t, dt)
         self.int_usage += usage_sum * dt
+        self.int_on_cap_usage += self.on_capacity[list(USAGE_RES)] * dt
         self.int_usage_time += dt
         self.be_demand_cpu_s += float(be_demand[:, 0].sum()) * dt
         self.be_throttled_cpu_s += float((be_demand[:, 0] - be_got[:, 0]).sum()) * dt
@@ -509,14 +529,13 @@ class MetricsRecorder:
             alloc = ratio(self.int_alloc, self.int_cap)
             alloc_on = ratio(self.int_alloc, self.int_on_cap)
             usage_avg = self.int_usage / max(self.int_usage_time, 1e-9)
-            avg_on_cap = self.int_on_cap / span
+            usage_on = ratio(self.int_usage, self.int_on_cap_usage)
         else:  # fill mode: no time passes, report the final snapshot
             alloc = ratio(self.alloc_total, self.capacity_total)
             alloc_on = ratio(self.alloc_total, self.on_capacity)
-            usage_avg = st.usage.sum(axis=0)
-            avg_on_cap = self.on_capacity
+            usage_avg = np.minimum(st.usage, self._usage_cap).sum(axis=0)
+            usage_on = ratio(usage_avg, self.on_capacity[list(USAGE_RES)])
         usage = ratio(usage_avg, self.capacity_total[list(USAGE_RES)])
-        usage_on = ratio(usage_avg, avg_on_cap[list(USAGE_RES)])
         final_gpu_alloc = float(ratio(self.alloc_total[GPU], self.capacity_total[GPU]))
         gpu_rate = final_gpu_alloc if mode == "fill" else float(alloc[GPU])
 
