@@ -139,6 +139,12 @@ def test_bad_input_is_named() -> None:
         make_scheduler("anneal:lookahead:fgd")
     with pytest.raises(ValidationError, match="window"):
         make_scheduler("anneal:fgd?window=0")
+    # Absurd sizes were accepted and then exhausted memory: named, with the bound.
+    for spec, field in (("replicas=100000", "replicas"), ("window=100000000000", "window"),
+                        ("k=100000", "k"), ("lns=10000000000", "lns")):
+        with pytest.raises(ValidationError, match=r"\[\d, [\d,]+\]") as e:
+            make_scheduler(f"anneal:fgd?{spec}")
+        assert e.value.field.endswith(field)
 
 
 def test_fill_mode_hands_the_scheduler_one_window_at_a_time() -> None:

@@ -62,6 +62,14 @@ from smartsched.twin.state import ClusterState, PodRequest
 GANGS = ("model", "after")  # whole gangs in the window's model, or left to the profile
 
 
+# Upper bounds of the integer options: the annealer holds replicas x window x k x d
+# arrays, so replicas=100000 or window=1e11 was accepted and then exhausted memory (or
+# ran for ever) instead of being named. Each bound is far above any setting measured in
+# docs/benchmarks.md (window 1,000, k 8, d 2, replicas 8, sweeps up to 80, lns 3,000).
+OPTION_MAX = {"window": 100_000, "k": 256, "d": 64, "sweeps": 100_000, "replicas": 1_024,
+              "batch": 100_000, "polish": 10_000_000, "lns": 1_000_000}
+
+
 @dataclass(frozen=True)
 class AnnealOptions:
     """How a window is solved (see the module docstring for the spec keys)."""
@@ -85,8 +93,10 @@ class AnnealOptions:
         for name in ("window", "k", "d", "sweeps", "replicas", "batch", "polish", "lns"):
             v = getattr(self, name)
             low = 0 if name in ("polish", "lns") else 1
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValidationError(name, f"must be an integer >= {low}, got {v!r}")
+            high = OPTION_MAX[name]
+            if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+                raise ValidationError(name, f"must be an integer in [{low}, {high:,}], "
+                                      f"got {v!r}")
         if self.method not in METHODS:
             raise ValidationError("method", f"must be one of {', '.join(METHODS)}")
         if self.value not in VALUES:
