@@ -153,6 +153,12 @@ def test_engine_config_validation() -> None:
     with pytest.raises(ValidationError) as e:
         EngineConfig(tick_s=0)
     assert e.value.field == "tick_s"
+    # A run steps through every tick and flush to its horizon: these never finished.
+    for kw, field in (({"horizon_s": 1e308}, "horizon_s"), ({"tick_s": 1e-6}, "tick_s"),
+                      ({"flush_s": 0.001}, "flush_s")):
+        with pytest.raises(ValidationError) as e:
+            EngineConfig(**kw)
+        assert e.value.field == field
     # Switches are booleans: a string "false" would have read as true.
     for name, bad in (("power_management", "false"), ("frag_include_cpu_pods", 1),
                       ("power_management", None)):

@@ -16,6 +16,14 @@ from smartsched.model.errors import ValidationError
 MODES: Final = ("replay", "fill")
 
 
+# A run walks through every metric tick and queue flush up to its horizon or its last
+# event: a horizon of 1e308 s, or a tick of a microsecond over a day's trace, was
+# accepted and never finished. (build_run caps a run at a year; these bound the engine
+# for callers that drive it directly.)
+MAX_HORIZON_S = 10 * 366 * 86_400.0
+MIN_STEP_S = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Settings of one simulation run.
@@ -119,8 +127,13 @@ class EngineConfig:
             raise ValidationError("container_start_s", "must be >= 0")
         if not (isinstance(self.power_up_s, int | float) and 0 <= self.power_up_s < math.inf):
             raise ValidationError("power_up_s", f"must be >= 0, got {self.power_up_s!r}")
-        if self.horizon_s is not None and not (0 < self.horizon_s < math.inf):
-            raise ValidationError("horizon_s", f"must be a positive number, got {self.horizon_s}")
+        if self.horizon_s is not None and not (0 < self.horizon_s <= MAX_HORIZON_S):
+            raise ValidationError("horizon_s", f"must be a positive number of seconds up to "
+                                  f"{MAX_HORIZON_S:g} (ten years), got {self.horizon_s}")
+        for name in ("tick_s", "flush_s"):  # a run steps through every tick and flush
+            if getattr(self, name) < MIN_STEP_S:
+                raise ValidationError(name, f"must be at least {MIN_STEP_S:g} s, got "
+                                      f"{getattr(self, name)}")
         if not (0 <= self.warmup_s < (self.horizon_s or math.inf)):
             raise ValidationError("warmup_s", "must be >= 0 and before the horizon")
         if not (0 < self.inflate <= 100):
