@@ -301,3 +301,25 @@ def test_deferred_pod_waits_for_the_periodic_retry() -> None:
     assert batch_offers == [0.0, 300.0, 600.0]
     assert can_defer(pods[1], 0.0) and not can_defer(pods[1], 4950.0)
     assert not can_defer(pods[0], 0.0)
+
+
+def test_a_descheduling_pass_with_a_bad_move_changes_nothing() -> None:
+    # The first move is good, the second names a pod the twin does not have: the pass
+    # was carried out up to the bad move (the first pod moved) before it raised.
+    from smartsched.twin.decision import Migration
+
+    spec = cluster(node("a"), node("b"))
+    pods = [pod(f"p{i}", arrival=0.0, duration=5000.0) for i in range(2)]
+    e = Engine(spec, pods, EngineConfig(power_management=False))
+    for _ in range(2):
+        e.next_decision()
+        e.apply(Decision(0))
+    before = (e.table.node.copy(), e.state.allocated.copy(), e.metrics.evictions)
+    with pytest.raises(InfeasibleDecisionError, match="not a bound pod"):
+        e.migrate([Migration(e.table.pods[0], 1), Migration(pod("stranger"), 1)])
+    with pytest.raises(InfeasibleDecisionError, match="moved twice"):
+        e.migrate([Migration(e.table.pods[0], 1), Migration(e.table.pods[0], 0)])
+    assert np.array_equal(e.table.node, before[0])
+    assert np.array_equal(e.state.allocated, before[1]) and e.metrics.evictions == before[2]
+    e.migrate([Migration(e.table.pods[0], 1)])  # a good pass still moves
+    assert int(e.table.node[0]) == 1

@@ -775,15 +775,23 @@ class Engine:
         tb = self.table
         if self._pod_index is None:
             self._pod_index = {id(p): k for k, p in enumerate(tb.pods)}
+        # Every move is checked before the first is carried out: a bad one part-way left
+        # the pass half-applied.
+        checked: list[tuple[int, int]] = []
         for mv in moves:
             k = self._pod_index.get(id(mv.pod))
             if k is None or tb.status[k] not in (RUNNING, BOUND):
                 raise InfeasibleDecisionError(f"{mv.pod.id} is not a bound pod of this twin")
             if self.queue.unit_of(k) < 0:
                 raise InfeasibleDecisionError(f"{mv.pod.id} is a gang member: gangs move whole")
-            node, src = int(mv.node), int(tb.node[k])
+            node = int(mv.node)
             if not 0 <= node < self.state.num_nodes:
                 raise InfeasibleDecisionError(f"node index {node} out of range")
+            if any(k == j for j, _ in checked):
+                raise InfeasibleDecisionError(f"{mv.pod.id} is moved twice in one pass")
+            checked.append((k, node))
+        for k, node in checked:
+            src = int(tb.node[k])
             if node == src:
                 continue
             req = self._request(k)
