@@ -690,18 +690,14 @@ class Engine:
         leaving = set(ks)
         for g in {int(self.queue.gang_of[k]) for k in ks} - {-1}:
             leaving.update(self.queue.gang_members[g])
-        here = np.array(sorted(k for k in leaving if tb.node[k] == node
-                               and tb.status[k] in (RUNNING, BOUND)), dtype=np.int64)
-        dev = np.zeros(st.max_devices, dtype=np.int64)
-        for k in here.tolist():
-            dev[list(tb.devices[k])] += tb.gpu_milli[k]
-        room = (tb.charged[here].sum(axis=0, keepdims=True),
-                (tb.requests[here, :2] - tb.charged[here, :2]).sum(axis=0, keepdims=True),
-                dev[None, :])
-        fits = all(bool(m[0]) for _, m in st.fit_checks(req, np.array([node]), extra=room))
-        if st.max_pods is not None and st.pod_count[node] - here.size >= st.max_pods[node]:
-            fits = False  # fit_checks leaves pod slots out when given room
+        b = st.bound  # their rows on ``node``
+        rows = np.array([r for k in sorted(leaving) if tb.node[k] == node
+                         and tb.status[k] in (RUNNING, BOUND)
+                         for r in b.row_of.get(id(self._request(k)), ()) if b.node[r] == node],
+                        dtype=np.int64)
+        fits = st.fits_without(req, node, rows)
         if fits and devices is not None:
+            dev = b.room_on(rows)[2][0]
             d = np.asarray(devices, dtype=np.int64)
             fits = (d.size == req.num_gpu and np.unique(d).size == d.size
                     and bool(((d >= 0) & (d < st.gpu_count[node])).all())

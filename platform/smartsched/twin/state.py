@@ -341,6 +341,15 @@ class ClusterState:
             ok = ok & mask
         return ok
 
+    def fits_without(self, req: PodRequest, node: int, rows: np.ndarray) -> bool:
+        """Whether ``req`` fits ``node`` once the bound ``rows`` (all on that node) leave:
+        its resources, best-effort pool, devices and a pod slot (what a preemption must
+        free; its plugin and the engine's check of a decision's victims both ask this)."""
+        if self.max_pods is not None and self.pod_count[node] - rows.size >= self.max_pods[node]:
+            return False  # no pod slot: fit_checks leaves slots out when given room
+        room = self.bound.room_on(rows)
+        return all(bool(m[0]) for _, m in self.fit_checks(req, np.array([node]), extra=room))
+
     def fit_checks(self, reqs: PodRequest | RequestBatch,
                    nodes: np.ndarray | slice = _ALL_NODES,
                    extra: Room | None = None) -> list[tuple[str, np.ndarray]]:

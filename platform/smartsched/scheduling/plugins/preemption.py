@@ -145,7 +145,7 @@ class DefaultPreemption:
         victims = set(on_node.tolist())
         for r in on_node[idx].tolist():
             victims.discard(r)
-            if not self._fits(state, req, node, np.fromiter(victims, dtype=np.int64)):
+            if not state.fits_without(req, node, np.fromiter(victims, dtype=np.int64)):
                 victims.add(r)  # needed: it stays a victim
         if not victims:
             return None  # cannot happen: the pod did not fit without evicting anyone
@@ -159,14 +159,6 @@ class DefaultPreemption:
         if violations and self.args.pdb == "strict":
             return None
         return _Candidate(node, rows, violations, order)
-
-    @staticmethod
-    def _fits(state: ClusterState, req: PodRequest, node: int, victims: np.ndarray) -> bool:
-        room = state.bound.room_on(victims)
-        if state.max_pods is not None and \
-                state.pod_count[node] - victims.size >= state.max_pods[node]:
-            return False  # no pod slot: fit_checks leaves slots out when given room
-        return all(bool(m[0]) for _, m in state.fit_checks(req, np.array([node]), extra=room))
 
     def _breaks_budget(self, state: ClusterState, rows: np.ndarray) -> np.ndarray:
         """Bool per row: evicting these rows together exceeds its app's budget."""
