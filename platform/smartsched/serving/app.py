@@ -116,8 +116,8 @@ def service_hierarchy(cfg: ServiceConfig) -> Any:
     return h
 
 
-def by_value(handles: dict[str, Any]) -> dict[str, Any]:
-    """Deployment handles that call their replica over Serve's inter-deployment gRPC,
+def by_value(handle: Any) -> Any:
+    """A deployment handle that calls its replica over Serve's inter-deployment gRPC,
     arguments and answers passed by value, instead of as a Ray actor task with its
     object references: about a millisecond less per hop on this machine (a bare chain of
     two deployments, interleaved: p50 14.6 against 16.0 ms), and a request crosses one
@@ -126,8 +126,8 @@ def by_value(handles: dict[str, Any]) -> dict[str, Any]:
     stand-in) is kept as it is."""
     from ray.serve.handle import DeploymentHandle
 
-    return {k: h.options(_by_reference=False) if isinstance(h, DeploymentHandle) else h
-            for k, h in handles.items()}
+    return (handle.options(_by_reference=False) if isinstance(handle, DeploymentHandle)
+            else handle)
 
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=2000)
@@ -141,8 +141,7 @@ class SiteDeployment:
         h = service_hierarchy(cfg)
         tier = "region" if site in h.regions else "edge"
 
-        if parent is not None:
-            parent = by_value({"parent": parent})["parent"]
+        parent = by_value(parent)
 
         async def call_parent(pods: list, ttl_s: float, rid: str | None,
                               validate: bool = False) -> list:
@@ -836,7 +835,8 @@ class Ingress(Authorizer):
         self.creds = load_credentials(self.cfg.auth)
         self.trail = Trail(self.cfg.audit)
         self.h = service_hierarchy(self.cfg)
-        regions, edges = by_value(regions), by_value(edges)
+        regions = {k: by_value(h) for k, h in regions.items()}
+        edges = {k: by_value(h) for k, h in edges.items()}
         self.sites = {**regions, **edges}
         self._regions = regions
         self._free: dict[str, dict[str, float]] | None = None

@@ -83,7 +83,6 @@ def _config_doc(config: str | Path) -> dict[str, Any]:
         raise ValidationError("config.applications[0].route_prefix",
                               f"`smartsched serve` serves at /, got {prefix!r} (use `serve "
                               "run` for another prefix)")
-    _deployment_profiles(app)  # checked here, applied by service_args
     return doc
 
 
