@@ -37,13 +37,9 @@ def read_frame(path: Path) -> pd.DataFrame:
     csv = path.suffix != ".parquet"
     try:
         if not csv:
-            import pyarrow.parquet as pq
-
-            # Names stripped as the CSV header's are (a column " cpu_milli" written by a
-            # tool that kept a CSV's spaces); one named twice after it is refused here,
-            # where arrow would refuse it unclearly.
-            check_column_names([str(c).strip() for c in pq.read_schema(path).names],
-                               str(path))
+            # One named twice (after stripping) is refused here, where arrow would refuse
+            # it unclearly.
+            check_column_names(parquet_names(path), str(path))
             df = pd.read_parquet(path)
             df.columns = [str(c).strip() for c in df.columns]
         else:
@@ -111,6 +107,15 @@ def check_shape(df: pd.DataFrame, source: str, *, csv: bool) -> None:
         raise ValidationError("file", f"rows have {extra} field(s) more than the header's "
                               f"{len(df.columns)} columns (a trailing comma?)", source=source)
     check_column_names([str(c) for c in df.columns], source, renamed=csv)
+
+
+def parquet_names(path: str | Path) -> list[str]:
+    """A Parquet file's column names, stripped as a CSV header's are: a tool that kept a
+    CSV's spaced header wrote " cpu_milli " into the schema, which then read as a missing
+    cpu_milli."""
+    import pyarrow.parquet as pq
+
+    return [str(c).strip() for c in pq.read_schema(path).names]
 
 
 def check_column_names(names: Sequence[str], source: str, *, renamed: bool = False) -> None:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from smartsched.model.cluster_io import read_cluster, write_cluster
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, UsageProfile
-from smartsched.model.table import check_column_names
+from smartsched.model.table import check_column_names, parquet_names
 
 __all__ = ["read_cluster", "read_pods", "write_cluster", "write_pods"]
 
@@ -87,9 +87,7 @@ def read_pods(path: str | Path) -> list[Pod]:
     """Read pods written by :func:`write_pods`, validating every row."""
     src = str(path)
     try:
-        # Names stripped as a CSV header's are: " cpu_milli" (a tool that kept a CSV's
-        # spaces) is cpu_milli; one named twice after it is refused.
-        names = [str(c).strip() for c in pq.read_schema(path).names]
+        names = parquet_names(path)
         check_column_names(names, src)
         rows = pq.read_table(path).rename_columns(names).to_pylist()
     except (OSError, pa.ArrowInvalid) as e:

@@ -68,10 +68,11 @@ def _is_openb_table(path: Path) -> bool:
     """A Parquet pod list in the openb trace's columns (``name``, ...) rather than the
     project's own pod schema (``id``, ...): each is read by its own loader."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
+
+    from smartsched.model.table import parquet_names
 
     try:
-        names = {str(c).strip() for c in pq.read_schema(path).names}
+        names = set(parquet_names(path))
     except (OSError, pa.ArrowInvalid):
         return False  # read_pods names the unreadable file
     return "id" not in names and "name" in names
