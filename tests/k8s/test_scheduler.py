@@ -399,6 +399,13 @@ def _timed(pod: dict, seconds: float, started: str | None = None) -> dict:
     return pod
 
 
+def _member(pod: dict, group: str, min_member: int) -> dict:
+    """``pod`` as a member of pod group ``group`` of ``min_member``."""
+    pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": group}
+    pod["metadata"]["annotations"]["scheduling.x-k8s.io/min-member"] = str(min_member)
+    return pod
+
+
 def test_a_pod_group_holds_the_room_that_frees_soonest_and_others_backfill(objects) -> None:
     """Both 64-core nodes are busy for 10 and 15 more minutes; a group of two 40-core
     members waits with the room held for it; a pod that would still run then keeps off,
@@ -410,12 +417,7 @@ def test_a_pod_group_holds_the_room_that_frees_soonest_and_others_backfill(objec
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     bound = [_timed(_cpu_pod("run-a", "60", 0, names[0], "default-scheduler"), 600, now),
              _timed(_cpu_pod("run-b", "60", 0, names[1], "default-scheduler"), 900, now)]
-    group = []
-    for i in range(2):
-        p = _timed(_cpu_pod(f"w{i}", "40", 0), 3600)
-        p["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "job"}
-        p["metadata"]["annotations"]["scheduling.x-k8s.io/min-member"] = "2"
-        group.append(p)
+    group = [_member(_timed(_cpu_pod(f"w{i}", "40", 0), 3600), "job", 2) for i in range(2)]
     with FakeAPIServer(nodes, bound + group) as api:
         core, _ = _client(api.url)
         loop = SchedulerLoop(core, "smartsched", "composite-accelerators",
@@ -456,13 +458,8 @@ def test_a_group_with_members_running_holds_room_for_the_rest_only(objects) -> N
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     busy = [_timed(_cpu_pod(f"run-{i}", "60", 0, f"n{i}", "default-scheduler"), 600 * (i + 1),
                    now) for i in range(3)]
-    group = []
-    for i in range(3):
-        p = _timed(_cpu_pod(f"w{i}", "40", 0, "n3" if i == 0 else None), 3600,
-                   now if i == 0 else None)
-        p["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "job"}
-        p["metadata"]["annotations"]["scheduling.x-k8s.io/min-member"] = "3"
-        group.append(p)
+    group = [_member(_timed(_cpu_pod(f"w{i}", "40", 0, "n3" if i == 0 else None), 3600,
+                            now if i == 0 else None), "job", 3) for i in range(3)]
     with FakeAPIServer(nodes, busy + group) as api:
         core, _ = _client(api.url)
         loop = SchedulerLoop(core, "smartsched", "composite-accelerators",
