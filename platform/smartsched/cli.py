@@ -1596,10 +1596,15 @@ def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
                    "(never a service's --state-dir: its files are cleared).")
 @click.option("--journal/--no-journal", default=True, show_default=True,
               help="Sites journal reservations (fsynced), as `smartsched serve` runs them.")
+@click.option("--division", type=click.Choice(["aggregated", "by_capacity"]),
+              default="aggregated", show_default=True,
+              help="The service's ranking.division: a batch's like pods all to the first "
+                   "ranked region, or divided by region capacity.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, batches: int,
-                batch_size: int, state_dir: str, journal: bool, json_path: str | None) -> None:
+                batch_size: int, state_dir: str, journal: bool, division: str,
+                json_path: str | None) -> None:
     """The placement service on loopback beside a bare echo deployment (bounded load)."""
     from smartsched.bench.serve import format_serve_bench, run_serve_bench
 
@@ -1607,7 +1612,7 @@ def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, ba
                           profiles=tuple(p for p in profiles.split(",") if p),
                           requests_per_kind=requests_per_kind, batches=batches,
                           batch_size=batch_size, state_dir=state_dir, journal=journal,
-                          echo=click.echo)
+                          division=division, echo=click.echo)
     click.echo(format_serve_bench(res))
     _write_json(json_path, res)
 

@@ -116,7 +116,8 @@ def _edge_compute(nodes_per_edge: int, n: int) -> dict[str, float]:
 def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] = (
         "k8s-default",), requests_per_kind: int = 200, batches: int = 4, batch_size: int = 500,
         state_dir: str | Path = "runs/bench_serve", journal: bool = True,
-        echo: Callable[[str], Any] = print) -> dict[str, Any]:
+        division: str = "aggregated", echo: Callable[[str], Any] = print) -> dict[str, Any]:
+    """``division``: the service's ``ranking.division`` (how a batch shares the regions)."""
     import ray
     import requests
     from ray import serve
@@ -141,26 +142,30 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
     auth = {"Authorization": f"Bearer {TOKEN}"}
     serve.run(_echo_app(), name="echo", route_prefix="/bench-echo")
     results: dict[str, Any] = {"nodes_per_region": nodes_per_region, "journal": journal,
-                               "profiles": {}}
+                               "division": division, "profiles": {}}
     try:
         for profile in profiles:
             echo(f"deploying the service ({profile}, {nodes_per_region} nodes per region) ...")
             entry_port = _free_port()  # mec-0's own entry (a fresh port per deployment)
             args = {"cluster": str(cluster_file), "region_profile": profile,
                     "edge_profile": profile, "auth": {"token_file": str(state / "token")},
-                    "edge_entry": {"ports": {"mec-0": entry_port}}}
+                    "edge_entry": {"ports": {"mec-0": entry_port}},
+                    "ranking": {"division": division}}
             if journal:  # a fresh one per deployment: nothing replayed from the last
                 args["journal_dir"] = str(state / "journal" / uuid.uuid4().hex[:12])
             serve.run(build_app(args), name="placement", route_prefix="/")
             entry = f"http://127.0.0.1:{entry_port}"
             _wait(s, entry)
 
-            def post(path: str, body: dict[str, Any], base: str = url) -> float:
+            def post(path: str, body: dict[str, Any], base: str = url,
+                     keep: list[Any] | None = None) -> float:
                 t0 = time.perf_counter()
                 r = s.post(base + path, json=body, headers=auth, timeout=60)
                 dt = time.perf_counter() - t0
                 if r.status_code != 200:
                     raise RuntimeError(f"{path}: HTTP {r.status_code}: {r.text[:200]}")
+                if keep is not None:  # read after the timed phase
+                    keep.append(r)
                 return dt
 
             for i in range(20):  # warm-up: connections, caches, first policy call
@@ -184,11 +189,12 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
                 lat["edge_entry_alone"].append(post(
                     "/v1/placements", {"pod": _pod("edge", requests_per_kind + i),
                                        "ttl_s": 30}, entry))
+            answers: list[Any] = []
             t0 = time.perf_counter()
             for b in range(batches):
                 post("/v1/placements:batch", {"pods": [_pod("region", b * batch_size + j)
                                                        for j in range(batch_size)],
-                                              "ttl_s": 30})
+                                              "ttl_s": 30}, keep=answers)
             batch_s = time.perf_counter() - t0
             row = {k: {"p50_ms": 1e3 * _pct(v, 50), "p99_ms": 1e3 * _pct(v, 99)}
                    for k, v in lat.items()}
@@ -202,6 +208,12 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
                 "region_minus_echo": row["region"]["p50_ms"] - e50,
                 "escalated_minus_edge": row["escalated"]["p50_ms"] - row["edge"]["p50_ms"]}
             row["batch_placements_per_s"] = batches * batch_size / batch_s
+            where: dict[str, int] = {}
+            for r in answers:
+                for p in r.json()["placements"]:
+                    key = p["region"] if p["placed"] else "unplaced"
+                    where[key] = where.get(key, 0) + 1
+            row["batch_pods_by_region"] = dict(sorted(where.items()))
             results["profiles"][profile] = row
             serve.delete("placement")
         results["edge_compute"] = _edge_compute(8, 2000)
@@ -213,8 +225,9 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
 
 def format_serve_bench(res: dict[str, Any]) -> str:
     journal = "journaled" if res.get("journal", True) else "no journal"
+    division = res.get("division", "aggregated")
     lines = [f"placement service, {res['nodes_per_region']} nodes per region (2 regions, "
-             f"2 MEC sites; {journal}), sequential requests on loopback",
+             f"2 MEC sites; {journal}; batches {division}), sequential requests on loopback",
              "| profile | path | p50 ms | p99 ms | p50 / echo | p99 / echo |",
              "|---|---|---:|---:|---:|---:|"]
     for prof, row in res["profiles"].items():
@@ -230,7 +243,9 @@ def format_serve_bench(res: dict[str, Any]) -> str:
     lines.append("")
     for prof, row in res["profiles"].items():
         h = row["hops_added_ms_p50"]
-        lines.append(f"{prof}: batch {row['batch_placements_per_s']:,.0f} placements/s; "
+        split = ", ".join(f"{k} {v}" for k, v in row.get("batch_pods_by_region", {}).items())
+        lines.append(f"{prof}: batch {row['batch_placements_per_s']:,.0f} placements/s "
+                     f"({split}); "
                      f"p50 over echo: cloud->region +{h['region_minus_echo']:.2f} ms, "
                      f"cloud->edge +{h['edge_minus_echo']:.2f} ms, escalation adds "
                      f"{h['escalated_minus_edge']:.2f} ms")

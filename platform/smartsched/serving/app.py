@@ -862,9 +862,10 @@ class Ingress(Authorizer):
             journal = Journal(Path(self.cfg.journal_dir) / ANSWERS_JOURNAL)
         self.cloud = CloudTier(self.h, {k: caller(v) for k, v in regions.items()},
                                {k: caller(v) for k, v in edges.items()}, self._free_of,
-                               RankWeights(**self.cfg.ranking.model_dump()),
+                               RankWeights(**self.cfg.ranking.model_dump(
+                                   exclude={"division"})),
                                drop_holds={k: dropper(v) for k, v in self.sites.items()},
-                               journal=journal)
+                               journal=journal, division=self.cfg.ranking.division)
         self.metrics = ServiceMetrics()
         self.site_names = frozenset(s.name for s in self.h.spec.sites)
         zone_site = self.h.spec.zone_site()

@@ -128,7 +128,7 @@ class Hierarchy:
             return []
         origin = self.site(pod.origin_site) if pod.origin_site else None
         lat = np.array([self.site(r).latency_ms_from(origin) if origin else 0.0 for r in cand])
-        need = _dominant(pod)
+        need = dominant_resource(pod)
         load = np.array([1.0 - float(free.get(r, {}).get(need, 1.0)) for r in cand])
         price = np.array([_price(self.site(r), pod) for r in cand])
         carbon = np.array([self.site(r).carbon.at(now_s) for r in cand])
@@ -149,7 +149,8 @@ class Hierarchy:
         return [(cand[i], why(i)) for i in order]
 
 
-def _dominant(pod: Pod) -> str:
+def dominant_resource(pod: Pod) -> str:
+    """The resource a pod's region choice weighs (load) and divides (capacity) by."""
     return "gpu" if pod.num_gpu > 0 else ("cpu" if pod.cpu_milli > 0 else "memory")
 
 

@@ -828,11 +828,17 @@ class SitePlacer:
 
     # ------------------------------------------------------------ views
     def free_fraction(self) -> dict[str, float]:
+        """Free share of each resource over the nodes that are up, and (``capacity_*``)
+        their capacity: millicores, MiB and GPU milli (the cloud tier divides a batch by
+        it, ``CloudTier``'s ``division``)."""
         st = self.state
-        cap = np.maximum(st.capacity[st.up].sum(axis=0), 1)
+        total = st.capacity[st.up].sum(axis=0)
+        cap = np.maximum(total, 1)
         free = st.free_res[st.up].sum(axis=0)
         return {"cpu": float(free[CPU] / cap[CPU]), "memory": float(free[MEM] / cap[MEM]),
-                "gpu": float(free[GPU] / cap[GPU]) if st.capacity[:, GPU].sum() else 0.0}
+                "gpu": float(free[GPU] / cap[GPU]) if st.capacity[:, GPU].sum() else 0.0,
+                "capacity_cpu": float(total[CPU]), "capacity_memory": float(total[MEM]),
+                "capacity_gpu": float(total[GPU])}
 
     def summary(self) -> dict[str, Any]:
         self.expire()

@@ -40,9 +40,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from smartsched.model.errors import SmartSchedError, remote_cause
+from smartsched.model.errors import SmartSchedError, ValidationError, remote_cause
 from smartsched.model.pod import Pod, PodClass
-from smartsched.serving.hierarchy import Hierarchy, RankWeights
+from smartsched.serving.hierarchy import Hierarchy, RankWeights, dominant_resource
 from smartsched.serving.journal import Journal
 from smartsched.serving.site import (
     IDEMPOTENCY_KEEP,
@@ -510,12 +510,17 @@ class CloudTier:
                  free_of: Callable[[], Awaitable[dict[str, dict[str, float]]]],
                  weights: RankWeights | None = None, clock: Callable[[], float] = time.time,
                  drop_holds: dict[str, Callable[[str], Awaitable[Any]]] | None = None,
-                 journal: Journal | None = None) -> None:
+                 journal: Journal | None = None, division: str = "aggregated") -> None:
         """``drop_holds``: per site, drop the room it holds for a gang (``gang_room``), so a
         gang placed elsewhere, or held by another site already, does not keep it.
         ``journal``: where the answers to requests with an id are kept across a restart
         (else a retry after one is placed again, possibly at another site than the first
-        time: booked twice)."""
+        time: booked twice). ``division``: how a batch's pods that rank alike share the
+        regions (``DIVISIONS``; see ``divide_by_capacity``)."""
+        if division not in DIVISIONS:
+            raise ValidationError("ranking.division",
+                                  f"must be one of {', '.join(DIVISIONS)}, got {division!r}")
+        self.division = division
         self.h = hierarchy
         self.regions = regions
         self.edges = edges
@@ -581,6 +586,8 @@ class CloudTier:
         now = self.clock() - self.t0
         ranked: dict[tuple[Any, ...], list[tuple[str, str]]] = {}  # one ranking per kind
         plans = [self._plan(members, free, now, ranked) for members in groups.values()]
+        if self.division == "by_capacity" and len(plans) > 1:
+            divide_by_capacity(self.h, plans, free)
         # Rounds: every group still unplaced goes to its next target; groups with the
         # same target share one call (a batch costs one hop per site, not per pod).
         for rnd in itertools.count():
@@ -733,6 +740,66 @@ class _Plan:
     result: list[dict[str, Any]] | None = None
     room: dict[str, Any] | None = None  # room a site holds for the gang (gang_room)
     rooms: list[str] = field(default_factory=list)  # every site that held room for it
+
+
+DIVISIONS = ("aggregated", "by_capacity")
+
+
+def _demand(pod: Pod, need: str) -> float:
+    """What ``pod`` asks of resource ``need`` (the units of ``free_fraction``'s capacity)."""
+    return float(pod.gpu_total_milli if need == "gpu" else pod.cpu_milli if need == "cpu"
+                 else pod.memory_mib)
+
+
+def divide_by_capacity(h: Hierarchy, plans: list[_Plan],
+                       free: dict[str, dict[str, float]]) -> None:
+    """Share a batch among the regions in proportion to their capacity (Karmada's divided
+    replicas, weighted by each member cluster's size), instead of sending every pod that
+    ranks alike to the one region ranked first and spilling over only once it is full.
+
+    Plans that start at a region (not edge-first) and ask the same dominant resource are
+    divided together among the regions each could go to first: allowed, and within the
+    pod's latency SLO where one is set (a region over it is never moved ahead of one
+    within). Walking the plans in request order, each goes first to the region furthest
+    below its share of the demand assigned so far (ties: the ranking's order); the rest of
+    its ranked list stays behind it, so a full region still spills over. The shares
+    depend on capacity (nodes up) and on the request, not on load: a retry of the request
+    is divided as it was, and each site's idempotency key (the pods sent there) is
+    the same."""
+    groups: dict[tuple[str, frozenset[str]], list[tuple[_Plan, list[str]]]] = {}
+    for plan in plans:
+        if not plan.seq or plan.seq[0][0] != "region":
+            continue
+        lead = plan.members[0]
+        regions = [site for kind, site, _ in plan.seq if kind == "region"]
+        if lead.latency_slo_ms is not None and lead.origin_site is not None:
+            origin = h.site(lead.origin_site)
+            regions = [r for r in regions
+                       if h.site(r).latency_ms_from(origin) <= lead.latency_slo_ms]
+        if len(regions) < 2:
+            continue
+        need = dominant_resource(lead)
+        groups.setdefault((need, frozenset(regions)), []).append((plan, regions))
+    for (need, _), members in groups.items():
+        if len(members) < 2:
+            continue
+        order = members[0][1]  # the first plan's ranking breaks ties
+        weight = np.array([max(float(free.get(r, {}).get(f"capacity_{need}", 0.0)), 0.0)
+                          for r in order])
+        if not weight.sum() > 0:
+            continue
+        share = weight / weight.sum()
+        given = np.zeros(len(order))
+        for plan, _ in members:
+            d = sum(_demand(p, need) for p in plan.members)
+            pick = int(np.argmax(share * (given.sum() + d) - given))  # first of the most
+            given[pick] += d
+            first = order[pick]
+            i = next(i for i, (kind, site, _) in enumerate(plan.seq)
+                     if kind == "region" and site == first)
+            kind, site, why = plan.seq.pop(i)
+            plan.seq.insert(0, (kind, site, f"{why}; batch divided by region capacity "
+                                            f"({100 * share[pick]:.0f} % here)"))
 
 
 def _unplaced(pod: Pod, stages: list[dict[str, Any]]) -> dict[str, Any]:
