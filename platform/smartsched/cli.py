@@ -768,8 +768,12 @@ def telemetry() -> None:
 @click.option("--cluster", default="small", show_default=True)
 @click.option("--workload", default="mixed", show_default=True)
 @click.option("--scheduler", default="k8s-default", show_default=True)
+# --speed 1e308 (or anything past what the twin can simulate) was accepted and served an
+# unpaced twin under a "1e+308x clock" banner: refused above a simulated day per second.
 @click.option("--speed", default=60.0, show_default=True,
-              help="Simulated seconds per wall-clock second.")
+              type=FiniteRange(min=0, min_open=True, max=86_400),
+              help="Simulated seconds per wall-clock second (at most 86400: a simulated "
+                   "day per second).")
 @click.option("--hours", default=24.0, show_default=True,
               help="Workload span; the twin restarts with the next seed after it.")
 # A warm-up of NaN or -1 was skipped without a word, and a duration of NaN, -1 or 0

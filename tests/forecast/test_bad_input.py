@@ -225,3 +225,21 @@ def test_a_trained_model_is_replaced_only_when_asked(tmp_path: Path, command: li
                                else [*command, "--overwrite", "--out", str(out), "--hours", "-1"])
     assert "--overwrite" not in again.output, again.output  # past the check: another error
     assert again.exit_code != 0 and (out / artifact).read_bytes() == b"the model"
+
+
+@pytest.mark.parametrize(("row", "field", "value"), [
+    ("v,1,1.5,1,3,40", "day", "1.5"),  # truncated to day 1 without a word
+    ("v,1,1,2.7,3,40", "step", "2.7"),  # truncated to step 2
+    ("v,1,1,1e20,3,40", "step", "1e+20"),  # wrapped around int64
+    ("v,1,1,288,3,40", "step", "288"),  # the next day's step 0
+    ("v,1,0,1,3,40", "day", "0"),
+])
+def test_the_google_loader_refuses_a_day_or_step_that_is_no_index(tmp_path: Path, row: str,
+                                                                    field: str,
+                                                                    value: str) -> None:
+    f = tmp_path / "g.csv"
+    f.write_text("vm_file,job_id,day,step,cpu_util_pct,mem_util_pct\n"
+                 f"v,1,1,0,3,40\n{row}\nv,1,1,3,3,40\n")
+    with pytest.raises(ValidationError, match="whole number") as e:
+        load_google2011(f)
+    assert (e.value.field, e.value.row) == (field, 1) and value in str(e.value)

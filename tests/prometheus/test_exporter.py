@@ -13,6 +13,7 @@ import requests
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from smartsched.model.errors import ValidationError
 from smartsched.prometheus.exporter import LiveTwin, TelemetryCollector
 from tests.builders import free_port
 
@@ -103,6 +104,21 @@ def test_telemetry_serve_names_bad_options() -> None:
         r = CliRunner().invoke(main, ["telemetry", "serve", "--warm-hours", "0.1", "--port",
                                       str(port), "--duration", "1"])
     assert r.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in r.output
+
+
+@pytest.mark.parametrize("speed", ["1e308", "86401", "0", "-1", "nan", "inf", "-inf"])
+def test_an_absurd_speed_is_refused_naming_the_option(speed: str) -> None:
+    """--speed 1e308 was accepted: an unpaced twin served under a "1e+308x clock" banner."""
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    r = CliRunner().invoke(main, ["telemetry", "serve", "--speed", speed, "--duration", "1",
+                                  "--port", "0"])
+    assert r.exit_code == 2 and "'--speed'" in r.output, r.output
+    assert "serving" not in r.output
+    with pytest.raises(ValidationError, match="speed"):
+        LiveTwin("small", "mixed", "k8s-default", speed=float(speed))
 
 
 def test_live_twin_follows_the_accelerated_clock() -> None:

@@ -79,3 +79,20 @@ def test_a_failing_prometheus_is_an_error_not_an_empty_sample() -> None:
     col = PrometheusPodUsage(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(PrometheusQueryError):
         col.sample()
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-250"])
+def test_a_value_that_is_no_usage_is_an_error_naming_the_pod(value: str) -> None:
+    """A NaN was written to the audit log as null, a negative as negative use."""
+    from smartsched.prometheus.pod_usage import PrometheusPodUsage
+    from smartsched.prometheus.source import PrometheusQueryError, PrometheusSource, Sample
+
+    class Fake(PrometheusSource):
+        def instant(self, expr: str, at: float | None = None) -> list[Sample]:
+            v = float(value) if "cpu" in expr else 1.0
+            return [Sample({"namespace": "t", "pod": "p", "node": "n"}, v, 0.0)]
+
+    col = PrometheusPodUsage("http://x", source=Fake("http://x", []))
+    with pytest.raises(PrometheusQueryError, match="pod t/p: cpu_milli") as e:
+        col.sample()
+    assert e.value.reason == "bad_data"

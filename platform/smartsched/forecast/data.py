@@ -100,6 +100,16 @@ def _utilization(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
     return vals
 
 
+def _whole(df: pd.DataFrame, col: str, source: str, lo: int, hi: int) -> np.ndarray:
+    """Column ``col`` as whole numbers within [lo, hi]."""
+    vals = _numeric(df, col, source)
+    bad = np.flatnonzero((vals != np.round(vals)) | (vals < lo) | (vals > hi))
+    if bad.size:
+        raise ValidationError(col, f"must be a whole number within [{lo}, {hi}], got "
+                              f"{vals[bad[0]]:g}", row=int(bad[0]), source=source)
+    return vals.astype(np.int64)
+
+
 def series_from_long(df: pd.DataFrame, targets: Sequence[str], source: str = "table",
                      step_s: float | None = None) -> list[Series]:
     """Series from a long table ``series_id, timestamp, <targets...>``.
@@ -162,8 +172,10 @@ def load_google2011(path: str | Path, chain_days: bool = True) -> list[Series]:
     path = Path(path)
     df = _read_table(path)
     _require(df, GOOGLE_COLUMNS, str(path))
-    day = _numeric(df, "day", str(path)).astype(np.int64)
-    step = _numeric(df, "step", str(path)).astype(np.int64)
+    # A day of 1.5 or a step of 2.7 was truncated to 1 and 2 without a word, and a step of
+    # 1e20 wrapped around int64: each is refused naming the row.
+    day = _whole(df, "day", str(path), 1, 100_000)
+    step = _whole(df, "step", str(path), 0, 86_400 // 300 - 1)
     job = df["job_id"].astype(str).to_numpy()
     long = pd.DataFrame({
         "timestamp": (day - 1) * 86_400 + step * 300,

@@ -33,6 +33,10 @@ from smartsched.twin.engine import Engine
 
 log = logging.getLogger(__name__)
 
+# Simulated seconds per wall second, at most: beyond what the twin simulates the clock is not
+# kept, and a banner saying "1e+308x" would not be what is served.
+MAX_SPEED = 86_400.0
+
 
 class TelemetryCollector:
     """A prometheus-client collector over one engine (replaceable) and its synthesizer."""
@@ -165,8 +169,9 @@ class LiveTwin:
                  clock: Callable[[], float] = time.monotonic) -> None:
         from smartsched.model.errors import ValidationError
 
-        if not (math.isfinite(speed) and speed > 0):
-            raise ValidationError("speed", f"must be > 0, got {speed}")
+        if not (math.isfinite(speed) and 0 < speed <= MAX_SPEED):
+            raise ValidationError("speed", f"must be > 0 and at most {MAX_SPEED:g} (a "
+                                  f"simulated day per second), got {speed}")
         if not (math.isfinite(hours) and hours > 0):
             raise ValidationError("hours", f"must be > 0, got {hours}")
         self.cluster, self.workload, self.scheduler_name = cluster, workload, scheduler

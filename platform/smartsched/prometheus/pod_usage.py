@@ -6,16 +6,18 @@ Reads what kubelet's cAdvisor exports per container, summed per pod:
 with pod labels, ``DCGM_FI_DEV_GPU_UTIL`` (per cent of a device, as milli). The
 namespace is the tenant, as in the Kubernetes snapshot. A pod missing from a metric
 reads 0 for it; a failed query raises ``PrometheusQueryError`` naming it (an audit
-sample is not silently partial).
+sample is not silently partial), and so does a value that is no usage (NaN, infinite or
+negative: it was recorded as null or as negative use), naming the pod and the field.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
 from smartsched.audit.usage import PodUsage
-from smartsched.prometheus.source import PrometheusSource
+from smartsched.prometheus.source import PrometheusQueryError, PrometheusSource
 
 CPU_Q = ('sum by (namespace, pod, node) (rate(container_cpu_usage_seconds_total'
          '{{container!="", pod!=""}}[{window}])) * 1000')
@@ -42,6 +44,9 @@ class PrometheusPodUsage:
                 ns, pod = s.labels.get("namespace", "default"), s.labels.get("pod")
                 if not pod:
                     continue
+                if not (math.isfinite(s.value) and s.value >= 0):
+                    raise PrometheusQueryError(expr, "bad_data", f"pod {ns}/{pod}: {field} "
+                                               f"{s.value:g} is no usage value", 1)
                 row = per.setdefault((ns, pod), {"node": "", "cpu_milli": 0.0,
                                                  "memory_mib": 0.0, "gpu_milli": 0.0})
                 row[field] = s.value

@@ -37,6 +37,9 @@ from smartsched.model.errors import SmartSchedError, ValidationError
 log = logging.getLogger(__name__)
 
 MIB: Final = 1024.0 * 1024.0
+# A node's value above this many times its capacity is no measurement (the twin's own usage
+# model reaches at most 40x: a mean of 4 x a burst of 10), and is skipped, named.
+MAX_OVER_CAPACITY: Final = 100.0
 
 
 class PrometheusQueryError(SmartSchedError):
@@ -92,8 +95,10 @@ class UsageReading:
     ``values`` [N, 3] in twin units (last good value where the latest is missing or
     stale; NaN if never measured); ``age_s`` [N, 3] seconds since that value was
     measured (inf if never); ``fresh`` [N, 3] whether it was measured within
-    ``stale_after_s``. ``errors`` names each failed query; ``unknown_nodes`` series whose
-    node label is not in the cluster."""
+    ``stale_after_s``. ``errors`` names each failed query and each value skipped, with why
+    (negative, not finite in twin units, absurdly over capacity, measured in the future,
+    several series for one node, series without the node label); ``unknown_nodes`` series
+    whose node label is not in the cluster."""
 
     at: float
     values: np.ndarray
@@ -118,6 +123,8 @@ class PrometheusSource:
         node_names: the cluster's nodes, in ``ClusterState`` order.
         expected: [N, 3] which usage fields each node has (a CPU-only node has no GPU
             series: its GPU usage is 0, not missing); default all. ``for_state`` sets it.
+        capacity: [N, 3] the nodes' capacity in twin units; a value over
+            ``MAX_OVER_CAPACITY`` times it is skipped. Default: no bound. ``for_state`` sets it.
         queries: field -> FieldQuery for ``cpu``, ``mem``, ``gpu`` (defaults above).
         node_label: the label that holds the node name.
         timeout_s: per HTTP request; also sent to Prometheus as the query timeout.
@@ -127,7 +134,7 @@ class PrometheusSource:
     """
 
     def __init__(self, url: str, node_names: Sequence[str], *,
-                 expected: np.ndarray | None = None,
+                 expected: np.ndarray | None = None, capacity: np.ndarray | None = None,
                  queries: Mapping[str, FieldQuery] | None = None, node_label: str = "node",
                  timeout_s: float = 2.0, retries: int = 2, backoff_s: float = 0.25,
                  stale_after_s: float = 30.0, rate_window: str = "15s",
@@ -158,6 +165,10 @@ class PrometheusSource:
         if self.expected.shape != shape:
             raise ValidationError("prometheus.expected", f"shape {self.expected.shape}, "
                                   f"needs {shape}")
+        self.capacity = None if capacity is None else np.asarray(capacity, float)
+        if self.capacity is not None and self.capacity.shape != shape:
+            raise ValidationError("prometheus.capacity", f"shape {self.capacity.shape}, "
+                                  f"needs {shape}")
         self._last = np.where(self.expected, np.nan, 0.0)
         self._last_t = np.where(self.expected, -np.inf, np.inf)  # absent fields never age
         self.failures = 0  # queries that failed, over the source's life
@@ -171,12 +182,14 @@ class PrometheusSource:
         from smartsched.model.resources import CPU, GPU, MEM
 
         names = [x.name for x in state.spec.nodes]
-        expected = state.capacity[:, [CPU, MEM, GPU]] > 0
+        capacity = state.capacity[:, [CPU, MEM, GPU]].astype(float)
+        expected = capacity > 0
         if reuse is not None:
             if reuse.names == names and np.array_equal(reuse.expected, expected):
+                reuse.capacity = capacity  # a resized node: its bound follows
                 return reuse
             reuse.close()
-        return cls(url, names, expected=expected, **kw)
+        return cls(url, names, expected=expected, capacity=capacity, **kw)
 
     def close(self) -> None:
         self.http.close()
@@ -195,13 +208,16 @@ class PrometheusSource:
             params["time"] = f"{at:.3f}"
         data = self._get("/api/v1/query", params, expr)
         if data.get("resultType") == "scalar":
-            t, v = data["result"]
-            return [Sample({}, _float(v), float(t))]
+            t, v = _point(data.get("result"), "data.result", expr)
+            return [Sample({}, v, t)]
         if data.get("resultType") != "vector":
             raise PrometheusQueryError(expr, "bad_data", f"expected a vector, got "
                                        f"{data.get('resultType')}", 1)
-        return [Sample(r.get("metric", {}), _float(r["value"][1]), float(r["value"][0]))
-                for r in data["result"]]
+        out = []
+        for i, r in enumerate(_series(data, expr)):
+            t, v = _point(r.get("value"), f"data.result[{i}].value", expr)
+            out.append(Sample(_labels(r, i, expr), v, t))
+        return out
 
     def range(self, expr: str, start: float, end: float, step_s: float
               ) -> list[tuple[dict[str, str], np.ndarray, np.ndarray]]:
@@ -211,13 +227,21 @@ class PrometheusSource:
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
                   "step": f"{step_s}", "timeout": f"{max(1, round(self.timeout_s * 1000))}ms"}
         data = self._get("/api/v1/query_range", params, expr)
+        if data.get("resultType") != "matrix":
+            raise PrometheusQueryError(expr, "bad_data", f"expected a matrix, got "
+                                       f"{data.get('resultType')}", 1)
         out = []
-        for r in data.get("result", []):
-            v = np.array(r["values"], dtype=object)
-            if len(v) == 0:
+        for i, r in enumerate(_series(data, expr)):
+            values = r.get("values")
+            if not isinstance(values, list):
+                raise PrometheusQueryError(expr, "bad_data", f"data.result[{i}].values: not "
+                                           "a list of [time, value] pairs", 1)
+            if not values:
                 continue
-            out.append((r.get("metric", {}), v[:, 0].astype(float),
-                        np.array([_float(x) for x in v[:, 1]])))
+            points = [_point(p, f"data.result[{i}].values[{j}]", expr)
+                      for j, p in enumerate(values)]
+            out.append((_labels(r, i, expr), np.array([t for t, _ in points]),
+                        np.array([v for _, v in points])))
         return out
 
     def _get(self, path: str, params: dict[str, str], expr: str) -> dict[str, Any]:
@@ -251,24 +275,45 @@ class PrometheusSource:
                 self.failures += 1
                 raise PrometheusQueryError(expr, body.get("errorType", f"http {r.status_code}"),
                                            body.get("error", r.text[:200]), attempts)
+            if not isinstance(body.get("data"), dict):  # "success" without an answer
+                self.failures += 1
+                raise PrometheusQueryError(expr, "bad_data", "the answer has no 'data' object",
+                                           attempts)
             return body["data"]
         self.failures += 1
         raise PrometheusQueryError(expr, reason, detail, attempts)
 
     # ------------------------------------------------------------- mapping
-    def _per_node(self, samples: Sequence[Sample], unknown: set[str]
-                  ) -> tuple[np.ndarray, np.ndarray]:
-        """Values [N] (NaN where absent) and sample times [N] by the node label."""
+    def _per_node(self, samples: Sequence[Sample], unknown: set[str],
+                  skipped: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Values [N] (NaN where absent) and sample times [N] (-inf where absent) by the node
+        label. A node with
+        several series is ambiguous (the query must give one per node): NaN, and named in
+        ``skipped`` with the series that have no node label."""
         vals = np.full(len(self.names), np.nan)
         ts = np.full(len(self.names), -np.inf)
+        seen = np.zeros(len(self.names), int)
+        unlabelled = 0
         for s in samples:
             name = s.labels.get(self.node_label)
-            i = self.index.get(name) if name is not None else None
+            if name is None:
+                unlabelled += 1
+                continue
+            i = self.index.get(name)
             if i is None:
                 unknown.add(str(name))
                 continue
-            if math.isfinite(s.value):
-                vals[i], ts[i] = s.value, s.t
+            seen[i] += 1
+            vals[i], ts[i] = s.value, s.t  # NaN / inf too: the caller names them
+        dup = seen > 1
+        vals[dup], ts[dup] = np.nan, -np.inf
+        if skipped is not None:
+            if dup.any():
+                skipped.append(_nodes(f"several series for one node (the query must give one "
+                                      f"per {self.node_label!r})", self.names, dup, seen,
+                                      "{:.0f} series"))
+            if unlabelled:
+                skipped.append(f"{unlabelled} series without the {self.node_label!r} label")
         return vals, ts
 
     def read_usage(self) -> UsageReading:
@@ -280,9 +325,10 @@ class PrometheusSource:
         fresh_cache: dict[str, np.ndarray] = {}
         for k, name in enumerate(USAGE_FIELDS):
             q = self.queries[name]
+            skipped: list[str] = []
             try:
                 expr = q.expr.format(window=self.rate_window, node=self.node_label)
-                vals, evaluated = self._per_node(self.instant(expr), unknown)
+                vals, evaluated = self._per_node(self.instant(expr), unknown, skipped)
                 if q.freshness is None:  # no selector: the evaluation time (no staleness check)
                     measured = evaluated
                 else:
@@ -295,16 +341,43 @@ class PrometheusSource:
                 errors.append(f"{name}: {e}")
                 log.warning("usage field %s not read: %s", name, e)
                 continue
+            # Values that are no measurement are skipped, named, and the last good value
+            # kept: negative, not finite once scaled (1e308 x 1000), absurdly over capacity,
+            # or measured in the future (beyond a clock skew of stale_after_s: such a time
+            # would let no later measurement replace the value).
+            with np.errstate(over="ignore", invalid="ignore"):
+                scaled = vals * q.scale
+            ok = np.isfinite(vals) & self.expected[:, k]
+            sent = np.isfinite(evaluated) & self.expected[:, k]  # a sample, maybe NaN
+            checks = [(sent & ~np.isfinite(vals), "not a finite number", "{:g}"),
+                      (ok & (scaled < 0), "negative", "{:g}"),
+                      (ok & ~np.isfinite(scaled), "not finite in twin units", "{:g}")]
+            if self.capacity is not None:
+                with np.errstate(invalid="ignore"):
+                    over = scaled > MAX_OVER_CAPACITY * self.capacity[:, k]
+                checks.append((ok & np.isfinite(scaled) & over,
+                               f"over {MAX_OVER_CAPACITY:g}x the node's capacity", "{:g}"))
+            values_bad = np.zeros(len(self.names), bool)
+            for bad, why, fmt in checks:
+                if bad.any():
+                    skipped.append(_nodes(why, self.names, bad, scaled, fmt))
+                    values_bad |= bad
+            future = ok & np.isfinite(measured) & (measured > now + self.stale_after_s)
+            if future.any():
+                skipped.append(_nodes("measured in the future (s ahead of now)", self.names,
+                                      future, measured - now, "{:.3g}"))
+            for why in skipped:
+                errors.append(f"{name}: skipped {why}")
+                log.warning("usage field %s: skipped %s", name, why)
             # A value lands only with a known measurement time newer than the one kept: a
             # node without a freshness sample is not "measured now", and a stale sample
             # still replaces an older one (it is then reported stale with its real age).
-            newer = np.isfinite(vals) & np.isfinite(measured) & self.expected[:, k]
+            newer = ok & ~values_bad & ~future & np.isfinite(measured)
             newer &= measured > self._last_t[:, k]
-            self._last[newer, k] = vals[newer] * q.scale
+            self._last[newer, k] = scaled[newer]
             self._last_t[newer, k] = measured[newer]
         age = np.where(self.expected, now - self._last_t, 0.0)
         fresh = age <= self.stale_after_s
-        unknown.discard("None")
         return UsageReading(now, self._last.copy(), age, fresh, errors, sorted(unknown))
 
     def apply(self, state: Any) -> UsageReading:
@@ -361,6 +434,49 @@ def _float(v: Any) -> float:
         return float(v)  # Prometheus sends "NaN", "+Inf" as strings; float() reads them
     except (TypeError, ValueError):
         return math.nan
+
+
+def _nodes(why: str, names: Sequence[str], mask: np.ndarray, values: np.ndarray,
+           fmt: str, show: int = 5) -> str:
+    """``why: a (v), b (v) and 3 more`` for the nodes in ``mask``."""
+    idx = np.flatnonzero(mask)
+    listed = ", ".join(f"{names[i]} ({fmt.format(values[i])})" for i in idx[:show])
+    more = f" and {len(idx) - show} more" if len(idx) > show else ""
+    return f"{why}: {listed}{more}"
+
+
+def _series(data: dict[str, Any], expr: str) -> list[dict[str, Any]]:
+    """``data.result`` as a list of series objects, or a query error naming the field."""
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise PrometheusQueryError(expr, "bad_data", "data.result: not a list", 1)
+    for i, r in enumerate(result):
+        if not isinstance(r, dict):
+            raise PrometheusQueryError(expr, "bad_data", f"data.result[{i}]: not an object", 1)
+    return result
+
+
+def _labels(r: dict[str, Any], i: int, expr: str) -> dict[str, str]:
+    metric = r.get("metric", {})
+    if not isinstance(metric, dict):
+        raise PrometheusQueryError(expr, "bad_data", f"data.result[{i}].metric: not an "
+                                   "object of labels", 1)
+    return {str(k): str(v) for k, v in metric.items()}
+
+
+def _point(p: Any, where: str, expr: str) -> tuple[float, float]:
+    """A ``[time, "value"]`` pair -> (time, value); a malformed one is a query error naming
+    ``where`` (the value may be "NaN" or "+Inf": Prometheus sends those; the time may not)."""
+    if not (isinstance(p, list | tuple) and len(p) == 2):
+        raise PrometheusQueryError(expr, "bad_data", f"{where}: not a [time, value] pair", 1)
+    try:
+        t = float(p[0])
+    except (TypeError, ValueError):
+        t = math.nan
+    if not math.isfinite(t):
+        raise PrometheusQueryError(expr, "bad_data", f"{where}: time {p[0]!r} is not a "
+                                   "number", 1)
+    return t, _float(p[1])
 
 
 def _json(r: Any) -> dict[str, Any]:
