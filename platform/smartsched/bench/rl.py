@@ -39,8 +39,19 @@ def env_and_model_split(policy: str | None, steps: int = 1000) -> dict[str, Any]
 
     from smartsched.rl.env import SchedulingEnv
 
-    env = SchedulingEnv({"cluster": "small", "hours": 24, "max_decisions": None})
-    module = _module_for(env, policy)
+    env_cfg: dict[str, Any] = {"cluster": "small", "hours": 24, "max_decisions": None}
+    module = None
+    if policy:  # loaded and checked as every loader does; the env observes as it does
+        from smartsched.rl.policy import RLScheduler
+
+        sched = RLScheduler(policy)
+        module = sched.module
+        env_cfg.update(observed_components=sched.observed_components,
+                       heuristic_features=sched.heuristics, forecaster=sched.forecaster,
+                       telemetry=sched.telemetry)
+    env = SchedulingEnv(env_cfg)
+    if module is None:
+        module = _module_for(env, None)
     obs, _ = env.reset(seed=123)
     t_env = t_model = 0.0
     done_steps = 0

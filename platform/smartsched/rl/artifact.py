@@ -10,7 +10,10 @@ tensors and containers). ``write_module`` converts a checkpoint the trainer
 just wrote (trusted: this process made it); ``read_module`` is what every
 reader uses, and it refuses a pickle checkpoint outright: a policy folder may
 come from anyone (``rl:PATH`` on the command line, a live reload of the
-service), and nothing read from one may run.
+service), and nothing read from one may run. Nor may it decide other than its files
+declare: the spec must be what ``export_module`` writes (its keys named when not), the
+weights exactly the module's parameters (each present, of its shape, floating point,
+finite), and the files the folder's own (a link out of it is refused).
 """
 
 from __future__ import annotations
@@ -73,31 +76,155 @@ def export_module(module: Any, folder: Path) -> None:
 
 def load_module(folder: Path) -> Any:
     """The module of an exported policy, built from its spec and weights; a damaged or
-    foreign artifact is a ValidationError naming the scheduler."""
+    foreign artifact is a ValidationError naming the scheduler (and, where the damage is
+    in what the files declare, the key or parameter)."""
     import gymnasium as gym
     import torch
 
     try:
-        spec = json.loads((folder / SPEC_FILE).read_text())
-        cls = _module_classes().get(spec["class"])
-        if cls is None:
-            raise ValidationError("scheduler", f"{folder}: module class {spec['class']!r} "
-                                  "is not one SmartSched builds")
-        _check_sizes(spec, folder)
+        spec = json.loads(_artifact_file(folder, SPEC_FILE, MAX_SPEC_BYTES).read_text())
+        _check_spec(spec, folder)
+        cls = _module_classes()[spec["class"]]
         obs = gym.spaces.Dict({k: gym.spaces.Box(b["low"], b["high"], tuple(b["shape"]),
                                                  np.dtype(b["dtype"]))
                                for k, b in spec["observation_space"].items()})
         module = cls(observation_space=obs,
                      action_space=gym.spaces.Discrete(int(spec["action_space"]["n"])),
                      inference_only=False, model_config=dict(spec["model_config"]))
-        state = torch.load(folder / WEIGHTS_FILE, weights_only=True, map_location="cpu")
-        module.set_state(state)
+        expected = module.state_dict()
+        weights = _artifact_file(folder, WEIGHTS_FILE, _max_weights_bytes(expected))
+        state = torch.load(weights, weights_only=True, map_location="cpu")
+        _check_state(state, expected, folder)
+        module.load_state_dict(state, strict=True)  # every parameter, nothing else
     except ValidationError:
         raise
     except Exception as e:  # any damage: name it, no traceback
         raise ValidationError("scheduler", f"cannot load the policy module at {folder} "
                               f"({type(e).__name__}): re-export or retrain it") from None
     return module
+
+
+# The files of an export are small (the shipped one: 166 KB of weights, 1 KB of spec): a
+# file far larger, or one that is not a plain file (a FIFO, a device), is not one.
+MAX_SPEC_BYTES = 1 << 20
+
+
+def _max_weights_bytes(expected: dict[str, Any]) -> int:
+    """The largest weights file the module built from the spec can have: every value as
+    float64, plus the archive's own records."""
+    return 8 * sum(int(v.numel()) for v in expected.values()) + 4096 * len(expected) + (1 << 20)
+
+
+def _artifact_file(folder: Path, name: str, max_bytes: int) -> Path:
+    """``folder / name``, checked to be a plain file inside the folder (a link out of it
+    would read a file the folder's owner did not ship: a service reads policies only from
+    its models_dir) of at most ``max_bytes``."""
+    path = folder / name
+    if not path.exists():
+        raise ValidationError("scheduler", f"{folder}: no {name} (re-export or retrain it)")
+    real = path.resolve()
+    if not real.is_relative_to(folder.resolve()):
+        raise ValidationError("scheduler", f"{path}: links outside the policy folder; an "
+                              "exported policy's files are its own")
+    if not real.is_file():
+        raise ValidationError("scheduler", f"{path}: not a file")
+    size = real.stat().st_size
+    if size > max_bytes:
+        raise ValidationError("scheduler", f"{path}: {size:,} bytes, more than a policy's "
+                              f"{name} can be ({max_bytes:,})")
+    return real
+
+
+# No trained policy has a weight near this (the shipped ones: |w| <= 11); a few layers of
+# such weights overflow float32 to inf, and the scores to NaN: a silent wrong choice.
+MAX_WEIGHT = 1e6
+SPEC_KEYS = ("action_space", "class", "model_config", "observation_space")
+OBS_KEYS = ("action_mask", "nodes", "pod", "weights")  # what NodeScorerModule observes
+BOX_KEYS = ("dtype", "high", "low", "shape")
+
+
+def _check_spec(spec: Any, folder: Path) -> None:
+    """Refuse a spec that is not what ``export_module`` writes: its keys, their types, a
+    module class on the allow-list, sane sizes (ValidationError naming the key)."""
+    from smartsched.model.configfile import validate
+    from smartsched.rl.config import Model
+
+    where = folder / SPEC_FILE
+
+    def refuse(key: str, message: str) -> ValidationError:
+        return ValidationError("scheduler", f"{where}: {key}: {message}")
+
+    def keys_of(doc: Any, key: str, keys: tuple[str, ...]) -> None:
+        if not isinstance(doc, dict):
+            raise refuse(key or "module spec", f"must be a mapping with {', '.join(keys)}")
+        for k in sorted(set(doc) ^ set(keys)):
+            raise refuse(f"{key}.{k[:40]}" if key else k[:40],
+                         "unknown key" if k in doc else "missing")
+
+    if isinstance(spec, dict) and "class" in spec and (
+            not isinstance(spec["class"], str) or spec["class"] not in _module_classes()):
+        raise ValidationError("scheduler", f"{folder}: module class {str(spec['class'])[:60]!r} "
+                              "is not one SmartSched builds")
+    keys_of(spec, "", SPEC_KEYS)
+    keys_of(spec["observation_space"], "observation_space", OBS_KEYS)
+    for k, b in spec["observation_space"].items():
+        keys_of(b, f"observation_space.{k}", BOX_KEYS)
+        for bound in ("low", "high"):
+            v = b[bound]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not np.isfinite(v):
+                raise refuse(f"observation_space.{k}.{bound}", f"must be a finite number, "
+                             f"got {str(v)[:40]!r}")
+        if b["dtype"] != "float32":
+            raise refuse(f"observation_space.{k}.dtype", f"must be float32, got "
+                         f"{str(b['dtype'])[:40]!r}")
+    dims = {"nodes": 2, "pod": 1, "weights": 1, "action_mask": 1}
+    for k, n in dims.items():
+        shape = spec["observation_space"][k]["shape"]
+        if isinstance(shape, list) and len(shape) != n:
+            raise refuse(f"observation_space.{k}.shape", f"must have {n} dimension(s), got "
+                         f"{str(shape)[:60]}")
+    keys_of(spec["action_space"], "action_space", ("n",))
+    if not isinstance(spec["model_config"], dict):
+        raise refuse("model_config", "must be a mapping of the module's settings")
+    _check_sizes(spec, folder)
+    try:
+        validate(Model, spec["model_config"], prefix="model_config")
+    except ValidationError as e:
+        raise refuse(e.field, e.message) from None
+
+
+def _check_state(state: Any, expected: dict[str, Any], folder: Path) -> None:
+    """Refuse weights that are not exactly the module's parameters: every one present, no
+    other, each of its shape, floating point and finite (a NaN or an infinity scores
+    every node alike or as NaN: a silent wrong choice, not a policy)."""
+    import torch
+
+    where = folder / WEIGHTS_FILE
+
+    def refuse(message: str) -> ValidationError:
+        return ValidationError("scheduler", f"{where}: {message}: re-export or retrain it")
+
+    if not isinstance(state, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise refuse("not a mapping of parameter names to tensors")
+    missing = [k for k in expected if k not in state]
+    if missing:
+        raise refuse(f"lacks {len(missing)} parameter(s) of the module its spec declares, "
+                     f"first {missing[0][:80]!r}")
+    unknown = sorted(k for k in state if k not in expected)
+    if unknown:
+        raise refuse(f"holds {len(unknown)} parameter(s) the module its spec declares has "
+                     f"not, first {unknown[0][:80]!r}")
+    for k, v in state.items():
+        if not v.is_floating_point():
+            raise refuse(f"parameter {k!r} holds {str(v.dtype)[6:]} values, not floating point")
+        if v.shape != expected[k].shape:
+            raise refuse(f"parameter {k!r} has shape {list(v.shape)}, the module its spec "
+                         f"declares has {list(expected[k].shape)}")
+        if not bool(torch.isfinite(v).all()):
+            raise refuse(f"parameter {k!r} holds NaN or infinite values")
+        if v.numel() and float(v.abs().max()) > MAX_WEIGHT:
+            raise refuse(f"parameter {k!r} holds values beyond +-{MAX_WEIGHT:g}")
 
 
 # What a policy SmartSched trains can declare: far above any real one (a 100,000-node

@@ -87,6 +87,7 @@ def read_policy_meta(policy_dir: Path, field: str) -> tuple[dict[str, Any], list
                               f"description ({type(e).__name__})") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("env", {}), dict):
         raise ValidationError(field, f"{meta_path}: not a policy description")
+    _check_meta(meta, policy_dir, meta_path, field)
     legacy = list(COMPONENTS[:5]) if meta_path.exists() else list(COMPONENTS)
     trained = meta.get("reward_components", legacy)
     if not isinstance(trained, list) or not trained or (
@@ -95,6 +96,48 @@ def read_policy_meta(policy_dir: Path, field: str) -> tuple[dict[str, Any], list
             field, f"policy at {policy_dir} observes reward components {trained}, "
             f"this version has {list(COMPONENTS)}: retrain it with `smartsched train`")
     return meta, trained
+
+
+# What a loader reads from a policy description, and the type each must have: a value of
+# another type was a traceback (a number as the filters profile) or a silent wrong answer
+# (``"defer": "false"`` read as true).
+_META_TYPES: dict[tuple[str, ...], tuple[type, ...]] = {
+    ("env", "filters_profile"): (str,), ("env", "base"): (str,),
+    ("env", "shortlist_k"): (int,), ("env", "shortlist_classes"): (list,),
+    ("env", "forecaster"): (str,), ("env", "telemetry"): (str,),
+    ("env", "heuristic_features"): (bool,), ("env", "reward_weights"): (str, dict),
+    ("inference",): (dict,), ("inference", "defer"): (bool,),
+    ("node_columns",): (list,), ("pod_columns",): (list,),
+}
+
+
+def _check_meta(meta: dict[str, Any], policy_dir: Path, meta_path: Path, field: str) -> None:
+    """ValidationError naming the first key of the description that has the wrong type, or
+    a file it names (the forecaster, the telemetry projection) outside the policy folder."""
+    for keys, types in _META_TYPES.items():
+        v: Any = meta
+        for k in keys:
+            v = v.get(k) if isinstance(v, dict) else None
+        if v is None:
+            continue
+        ok = isinstance(v, types) and not (isinstance(v, bool) and bool not in types)
+        if ok and keys[-1] == "shortlist_k":
+            ok = v >= 1
+        if ok and keys[-1] in ("node_columns", "pod_columns", "shortlist_classes"):
+            ok = all(isinstance(c, str) for c in v)
+        if not ok:
+            kinds = {str: "a string", int: "an integer >= 1", bool: "true or false",
+                     dict: "a mapping", list: "a list of names"}
+            raise ValidationError(field, f"{meta_path}: {'.'.join(keys)} must be "
+                                  f"{' or '.join(kinds[t] for t in types)}, got "
+                                  f"{str(v)[:60]!r}")
+    env = meta.get("env", {})
+    for key in ("forecaster", "telemetry"):
+        if env.get(key):  # shipped inside the export (train.export_policy copies it there)
+            inside = policy_dir / str(env[key]).partition("?")[0]
+            if not inside.resolve().is_relative_to(policy_dir.resolve()):
+                raise ValidationError(field, f"{meta_path}: env.{key} must name a folder "
+                                      f"inside the policy folder, got {env[key][:80]!r}")
 
 
 class RLScheduler:
@@ -175,6 +218,16 @@ class RLScheduler:
                 raise ValidationError(
                     "scheduler", f"policy at {self.dir} observes {key} {self.meta[key]}, this "
                     f"version builds {mine}: retrain it with `smartsched train`")
+        # Older exports record no columns: their spec's widths must still be what this
+        # version observes (a mismatch failed at the first decision, with a traceback).
+        spaces = self.module.observation_space
+        for key, width in (("nodes", len(cols)), ("pod", len(POD_COLUMNS)),
+                           ("weights", self._n_weights)):
+            if spaces[key].shape[-1] != width:
+                raise ValidationError(
+                    "scheduler", f"policy at {self.dir} observes {spaces[key].shape[-1]} "
+                    f"{key} columns (module_spec.json), this version builds {width}: retrain "
+                    "it with `smartsched train`")
         self.fgd: FGD | None = None
         self._observer: Observer | None = None
         self._state_id: int | None = None
@@ -215,6 +268,11 @@ class RLScheduler:
             now, self._online_arrivals, backlog, state.num_nodes, self._dynamic.rules))
         self.weights = self._dynamic.current.astype(np.float32)[:self._n_weights]
         self.weights_log = list(self._dynamic.log)
+
+    @property
+    def observed_components(self) -> int:
+        """How many reward weights the policy observes (the first of today's components)."""
+        return self._n_weights
 
     def twin_needs(self) -> TwinNeeds:
         """The forecaster and telemetry projection the policy was trained to observe (and
@@ -339,8 +397,11 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     known = ("weights", "dynamic", "defer", "filters", "base", "k", "classes")
     unknown = set(opts) - set(known)
     if unknown:
-        raise ValidationError(f"scheduler.{sorted(unknown)[0]}",
-                              f"unknown rl: option (known: {', '.join(known)})")
+        first = sorted(unknown)[0][:64]
+        raise ValidationError(f"scheduler.{first}" if first else "scheduler",
+                              f"unknown rl: option {first!r} (known: {', '.join(known)}; "
+                              "a '?' in rl:PATH starts the options, so a policy folder's "
+                              "name cannot hold one)")
 
     def flag(name: str, default: str) -> bool:
         v = opts.get(name, [default])[-1].lower()

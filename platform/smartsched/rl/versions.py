@@ -136,11 +136,8 @@ class PolicyStore:
         self.versions_dir.mkdir(parents=True, exist_ok=True)
         existing = self.versions()
         version = f"v{(int(existing[-1][1:]) + 1) if existing else 1:04d}"  # numeric order
-        tmp = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=self.versions_dir))
+        tmp = _copy_policy(src, self.versions_dir, f".{version}-")
         try:
-            for f in src.iterdir():
-                if f.is_file():
-                    shutil.copy2(f, tmp / f.name)
             os.replace(tmp, self.versions_dir / version)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -176,11 +173,8 @@ class PolicyStore:
         root.mkdir(parents=True, exist_ok=True)
         label = re.sub(r"[^A-Za-z0-9_.-]", "_", src.resolve().name)[:40] or "policy"
         name = f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}-{label}"
-        tmp = Path(tempfile.mkdtemp(prefix=f".{label}-", dir=root))
+        tmp = _copy_policy(src, root, f".{label}-")
         try:
-            for f in src.iterdir():
-                if f.is_file():
-                    shutil.copy2(f, tmp / f.name)
             os.replace(tmp, root / name)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -246,3 +240,38 @@ class PolicyStore:
             f.write(json.dumps({"time": time.time(), **event}, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+
+def _copy_policy(src: Path, into: Path, prefix: str) -> Path:
+    """A whole copy of the policy in ``src`` (an export, or a training output folder's
+    ``policy/``), in a new hidden folder of ``into``, checked to load before it is
+    returned. Its subfolders are copied too (the forecaster and telemetry projection an
+    export carries: without them the stored version did not load); a link that leads out
+    of the folder, or anything but files and folders (a FIFO, a device), is refused rather
+    than followed (its target's bytes would land in the store)."""
+    from smartsched.rl.policy import RLScheduler, resolve_policy_dir
+
+    folder = resolve_policy_dir(src)
+    root = folder.resolve()
+    for top, dirs, files in os.walk(folder):
+        for name in [*dirs, *files]:
+            path = Path(top) / name
+            real = path.resolve()
+            if not real.is_relative_to(root):
+                raise ValidationError("scheduler", f"{path}: links outside the policy "
+                                      "folder; nothing was added")
+            if not (real.is_file() or real.is_dir()):
+                raise ValidationError("scheduler", f"{path}: not a file or a folder; nothing "
+                                      "was added")
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=into))
+    try:
+        try:
+            shutil.copytree(folder, tmp, dirs_exist_ok=True)  # a link inside: its file's bytes
+        except OSError as e:  # shutil.Error too: an unreadable file, a full disk
+            raise ValidationError("scheduler", f"{folder}: cannot be copied into the store "
+                                  f"({type(e).__name__}); nothing was added") from None
+        RLScheduler(tmp)  # the copy loads as the source did, or nothing is added
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp

@@ -81,12 +81,28 @@ class TelemetryProjection:
         folder = Path(folder)
         try:
             meta = json.loads((folder / PROJECTION_META).read_text())
-            z = np.load(folder / PROJECTION_FILE)
-        except (OSError, ValueError) as e:
-            raise ValidationError("telemetry", f"no telemetry projection at {folder}: {e}"
-                                  ) from None
-        return TelemetryProjection(list(meta["columns"]), z["mean"], z["scale"],
-                                   z["components"], z["explained"])
+            with np.load(folder / PROJECTION_FILE) as z:  # allow_pickle=False: data only
+                arrays = {k: np.asarray(z[k], dtype=np.float64)
+                          for k in ("mean", "scale", "components", "explained")}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            # ValueError: not JSON, an object array (pickle, refused), not numbers
+            raise ValidationError("telemetry", f"no telemetry projection at {folder}: "
+                                  f"{type(e).__name__}: {str(e)[:200]}") from None
+        columns = meta.get("columns") if isinstance(meta, dict) else None
+        d = len(columns) if isinstance(columns, list) else 0
+        a = arrays
+        if not (d and all(isinstance(c, str) for c in columns)
+                and a["mean"].shape == a["scale"].shape == (d,)
+                and a["components"].ndim == 2 and a["components"].shape[1] == d
+                and 1 <= a["components"].shape[0] <= d
+                and a["explained"].shape == (a["components"].shape[0],)
+                and all(np.isfinite(x).all() for x in a.values())
+                and (a["scale"] > 0).all()):
+            raise ValidationError("telemetry", f"{folder}: not a telemetry projection (its "
+                                  "columns, means, scales and components must agree in size, "
+                                  "be finite and the scales positive)")
+        return TelemetryProjection(list(columns), a["mean"], a["scale"], a["components"],
+                                   a["explained"])
 
 
 def fit_projection(X: np.ndarray, columns: Sequence[str], k: int) -> TelemetryProjection:
