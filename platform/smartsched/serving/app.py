@@ -20,6 +20,7 @@ import hmac
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request, Security
@@ -329,7 +330,11 @@ def is_json_media_type(value: bytes | None) -> bool:
 class JsonOnly:
     """ASGI middleware: 415 for a body whose Content-Type is not JSON sent to a route that
     reads a JSON body (FastAPI would take the bytes as the body and answer a 422 about a
-    "valid dictionary"); a body without a Content-Type is read as JSON, as FastAPI does.
+    "valid dictionary"); a body without a Content-Type is read as JSON (``make_fastapi``
+    turns FastAPI's strict Content-Type off for that). Also 415 for a body sent with a
+    Content-Encoding (gzip, ...): it is not decoded, so its bytes would be answered as
+    "not parseable as JSON" (or, for a body not encoded at all, read as if it were); and
+    400 for more than one Content-Type (this check and FastAPI would read different ones).
     The body is never read nor echoed, and a request without a body, or to a route
     without one (confirm, release), is let through. Inside authorization (a client
     without the token is refused first) and outside the body limit (a wrong type is
@@ -340,12 +345,25 @@ class JsonOnly:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope.get("method") in ("POST", "PUT", "PATCH"):
-            headers = dict(scope.get("headers") or [])
+            raw = scope.get("headers") or []
+            headers = dict(raw)
             length = headers.get(b"content-length")
             has_body = (b"transfer-encoding" in headers if length is None
                         else length.strip() not in (b"", b"0"))
-            ctype = headers.get(b"content-type")
-            # No Content-Type: FastAPI reads the body as JSON (requests' data=json.dumps(...)
+            ctypes = [v for k, v in raw if k == b"content-type"]
+            ctype = ctypes[0] if ctypes else None  # the one FastAPI reads
+            codings = [c.strip().lower() for k, v in raw if k == b"content-encoding"
+                       for c in v.split(b",")]
+            if has_body and len(ctypes) > 1 and _reads_body(scope):
+                return await _error(400, "headers.content-type", "more than one Content-Type "
+                                    "header")(scope, receive, send)
+            if has_body and any(c not in (b"", b"identity") for c in codings) \
+                    and _reads_body(scope):
+                resp = _error(415, "headers.content-encoding", "unsupported content encoding: "
+                              "send the body unencoded (identity)")
+                resp.headers["Accept-Encoding"] = "identity"  # RFC 7694
+                return await resp(scope, receive, send)
+            # No Content-Type: the body is read as JSON (requests' data=json.dumps(...)
             # sends none), so only a type that names something else is refused.
             if has_body and ctype and not is_json_media_type(ctype) and _reads_body(scope):
                 resp = _error(415, "headers.content-type",
@@ -436,7 +454,13 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
     what the middlewares ask for the body limit, authorization and metrics (a callable
     returning an object with ``cfg``, ``authorize`` and ``metrics``; default: the
     process's ingress)."""
-    app = FastAPI(title=title, version="1", description=description)
+    # strict_content_type=False: a JSON body sent without a Content-Type is read as JSON
+    # (FastAPI's strict default answered it with a 422 saying the body is not an object).
+    # Its reason, a browser's cross-site request to a cookie-authenticated API, does not
+    # apply: what changes anything takes a bearer token in a header (auth.disabled: open
+    # to every client that reaches the port anyway).
+    app = FastAPI(title=title, version="1", description=description,
+                  strict_content_type=False)
     # Outermost last: auth, then measuring, then the media type (415), then the body limit,
     # then the routes.
     app.add_middleware(BodyLimit, owner=owner)
@@ -721,9 +745,32 @@ async def set_profile(site: str, body: ProfileUpdate, request: Request,
     # Loaded from the resolved path; shown (answers, metrics, summaries) as the operator
     # named it, so the server's directory layout is not published.
     path = resolve_reload_profile(body.profile, ing.cfg.models_dir)
-    shown = await ing.sites[site].set_profile.remote(path, body.profile)
+    try:
+        shown = await ing.sites[site].set_profile.remote(path, body.profile)
+    except ValidationError as e:
+        raise reload_refused(e, ing.cfg.models_dir) from None
     ing.trail.reload(request.state.principal, site, shown)
     return {"site": site, "profile": shown}
+
+
+def reload_refused(e: ValidationError, models_dir: str | None) -> ValidationError:
+    """A site's refusal of a reload as the request names it: under ``profile``, the body's
+    one field (a loader names ``scheduler``, ``scheduler.<option>`` or a file's own field,
+    given first in the message), and without the server's ``models_dir`` however the
+    message spells it (a path with a colon, or one its ``repr`` escapes, got past the
+    site's rewriting back to the operator's name)."""
+    c = remote_cause(e)
+    field, message = getattr(c, "field", "profile"), getattr(c, "message", "")
+    if models_dir:
+        roots = {str(Path(models_dir)), str(Path(models_dir).resolve())}
+        for root in sorted(roots, key=len, reverse=True):
+            for form in (root, repr(root)[1:-1]):
+                field = field.replace(form + "/", "").replace(form, ".")
+                message = message.replace(form + "/", "").replace(form, ".")
+    if field not in ("profile", "scheduler"):
+        message = f"{field}: {message}"
+    cls = type(c) if isinstance(c, ValidationError) else ValidationError
+    return cls("profile", message)
 
 
 def scope_to_tenant(specs: list, tenant: str) -> list:
@@ -793,7 +840,10 @@ class Authorizer:
         if self.creds is None:
             request.state.principal = ANONYMOUS
             return None
-        header = request.headers.get("authorization", "")
+        given_headers = request.headers.getlist("authorization")
+        if len(given_headers) > 1:  # which one counts would depend on who reads it
+            return _error(400, "headers.authorization", "more than one Authorization header")
+        header = given_headers[0] if given_headers else ""
         if not header:
             return JSONResponse({"detail": "missing bearer token"}, status_code=401,
                                 headers={"WWW-Authenticate": "Bearer"})

@@ -251,6 +251,10 @@ def load_credentials(auth: Auth) -> Credentials | None:
     return Credentials(client, operator, tenants)
 
 
+# Scheduler prefixes whose rest is another scheduler spec (a base), not a path.
+WRAPPER_PREFIXES = ("sandboxed", "lookahead", "anneal")
+
+
 def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
     """The profile a live reload may switch to: a packaged profile name as is; anything
     read from disk (a profile YAML, ``rl:PATH`` or another ``prefix:PATH``) only from
@@ -266,13 +270,39 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
     if models_dir is None:
         raise ValidationError("profile", "only packaged profile names can be loaded live: "
                               "this service has no models_dir configured")
-    try:
-        root = Path(models_dir).resolve()
-        path = Path(rest)
-        target = (path if path.is_absolute() else root / path).resolve()
-    except (OSError, ValueError):  # e.g. an embedded NUL, a symlink loop
-        raise ValidationError("profile", "not a usable path") from None
-    if not target.is_relative_to(root):
-        raise ValidationError("profile", "must be a packaged profile name or a path inside "
-                              "the service's models_dir")
-    return f"{prefix}:{target}" if prefix else str(target)
+    root = Path(models_dir)
+
+    def inside(name: str) -> Path:
+        try:
+            top = root.resolve()
+            path = Path(name)
+            target = (path if path.is_absolute() else top / path).resolve()
+        except (OSError, ValueError, RuntimeError):  # a NUL; a symlink loop (RuntimeError
+            raise ValidationError("profile", "not a usable path") from None  # before 3.13)
+        if not target.is_relative_to(top):
+            raise ValidationError("profile", "must be a packaged profile name or a path "
+                                  "inside the service's models_dir")
+        return target
+
+    # Options after ``?`` (``rl:PATH?filters=FILE``, ``sandboxed:P?config=FILE``) may name
+    # files too: each that is not a packaged name is held to the models_dir as the path is.
+    path, sep, query = rest.partition("?") if prefix else (rest, "", "")
+    # A wrapper's base (``sandboxed:fgd``, ``sandboxed:rl:PATH``) is a profile spec held to
+    # the models_dir by these same rules (a packaged name as is); ``rl:``'s is a path.
+    target = (resolve_reload_profile(path, models_dir) if prefix in WRAPPER_PREFIXES
+              else str(inside(path)))
+    if sep:
+        from urllib.parse import parse_qsl, urlencode
+
+        opts = parse_qsl(query, keep_blank_values=True)
+        names = builtin_profiles()
+        query = urlencode([(k, v if (v in names or not _names_a_file(v)) else str(inside(v)))
+                           for k, v in opts], safe="/:,")
+    return f"{prefix}:{target}{sep}{query}" if prefix else target
+
+
+def _names_a_file(value: str) -> bool:
+    """Whether an option's value can be read as a file (a path or a YAML/data file name),
+    rather than a name, a number or a flag."""
+    return "/" in value or "\\" in value or value.startswith(".") or value.lower().endswith(
+        (".yaml", ".yml", ".json", ".parquet", ".csv", ".npz", ".pt"))

@@ -141,10 +141,19 @@ def _as_shown(e: Exception, profile: str, label: str) -> ValidationError:
     if not isinstance(e, ValidationError):
         return ValidationError("profile", f"cannot load {label[:200]!r} "
                                           f"({type(e).__name__})")
+    from urllib.parse import parse_qsl
+
     resolved, given = profile.rpartition(":")[2], label.rpartition(":")[2]
     message = e.message.replace(profile, label)
-    if resolved:
-        message = message.replace(resolved, given or ".")
+    # The path, then each option that names a file (``?filters=FILE``), as the operator gave it.
+    pairs = [(resolved, given or "."), (resolved.partition("?")[0], given.partition("?")[0] or ".")]
+    theirs, ours = (parse_qsl(x.partition("?")[2], keep_blank_values=True)
+                    for x in (profile, label))
+    if len(theirs) == len(ours):
+        pairs += [(v, w or ".") for (_, v), (_, w) in zip(theirs, ours, strict=True) if v != w]
+    for old, new in pairs:
+        if old:
+            message = message.replace(old, new)
     return type(e)("profile", message)
 
 
@@ -495,6 +504,18 @@ class SitePlacer:
             rids = self._reservations_of(decision.victims)
             if rids is None:
                 return None, "refused: a victim is not held by a reservation here", (), ()
+            # A gang is booked in one reservation; one gang id in several is several
+            # requests' gangs under one name, which the twin evicts as one gang: the
+            # victims would be the other requests' pods too.
+            held_by: dict[str, set[str]] = {}
+            for rid in rids:
+                for b in self.reservations[rid].bookings:
+                    if b.pod.gang_id is not None:
+                        held_by.setdefault(b.pod.gang_id, set()).add(rid)
+            if any(len(held) > 1 for held in held_by.values()):
+                return None, (f"fits only by preempting {n} pod(s) whose gang id is booked "
+                              "by several requests (they would go as one gang); the service "
+                              "does not preempt them"), (), ()
             if set(rids) & self._made_now:
                 return None, (f"fits only by preempting {n} pod(s) of this same request; "
                               "it does not preempt its own placements"), (), ()
