@@ -1601,9 +1601,9 @@ def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
 @click.option("--journal/--no-journal", default=True, show_default=True,
               help="Sites journal reservations (fsynced), as `smartsched serve` runs them.")
 @click.option("--division", type=click.Choice(["aggregated", "by_capacity"]),
-              default="aggregated", show_default=True,
-              help="The service's ranking.division: a batch's like pods all to the first "
-                   "ranked region, or divided by region capacity.")
+              default="by_capacity", show_default=True,
+              help="The service's ranking.division: a batch's like pods divided by region "
+                   "capacity, or all to the first ranked region.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, batches: int,

@@ -108,3 +108,20 @@ def test_an_unknown_division_is_refused_by_name() -> None:
     with pytest.raises(ValidationError, match=r"ranking\.division"):
         CloudTier(Hierarchy.from_spec(load_cluster("small")), {}, {}, None,  # type: ignore[arg-type]
                   division="spread")
+
+
+def test_the_split_does_not_move_with_load(medium: Hierarchy) -> None:
+    """Which region a pod goes to first depends on capacity and the request, not on the
+    regions' load (which orders the ranking and changes between a request and its retry)."""
+    splits = []
+    for busy in medium.regions:
+        cloud, sites = _cloud(medium, "by_capacity")
+
+        async def free(busy: str = busy, sites: dict = sites) -> dict[str, dict[str, float]]:
+            return {r: {**sites[r].free(), "cpu": 0.2 if r == busy else 0.9}
+                    for r in medium.regions}
+
+        cloud.free_of = free
+        res = asyncio.run(cloud.place(_batch(31), 60, None))
+        splits.append([r["region"] for r in res])
+    assert splits[0] == splits[1] and len(set(splits[0])) == 2

@@ -116,7 +116,7 @@ def _edge_compute(nodes_per_edge: int, n: int) -> dict[str, float]:
 def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] = (
         "k8s-default",), requests_per_kind: int = 200, batches: int = 4, batch_size: int = 500,
         state_dir: str | Path = "runs/bench_serve", journal: bool = True,
-        division: str = "aggregated", echo: Callable[[str], Any] = print) -> dict[str, Any]:
+        division: str = "by_capacity", echo: Callable[[str], Any] = print) -> dict[str, Any]:
     """``division``: the service's ``ranking.division`` (how a batch shares the regions)."""
     import ray
     import requests

@@ -31,10 +31,10 @@ class Ranking(BaseModel):
     price: float = Field(0.5, ge=0, le=100)
     carbon: float = Field(0.0, ge=0, le=100)  # grid intensity now
     green: float = Field(0.5, ge=0, le=100)  # GreenScore now (carbon.greenscore)
-    # How a batch's pods that rank alike share the regions: all to the first ranked (and
-    # spill over when it is full), or divided in proportion to region capacity
-    # (serving.tiers.divide_by_capacity).
-    division: Literal["aggregated", "by_capacity"] = "aggregated"
+    # How a batch's pods that rank alike share the regions: divided in proportion to
+    # region capacity (serving.tiers.divide_by_capacity), or all to the first ranked (and
+    # spill over when it is full).
+    division: Literal["aggregated", "by_capacity"] = "by_capacity"
 
 
 class TenantToken(BaseModel):

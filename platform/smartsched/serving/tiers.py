@@ -510,7 +510,7 @@ class CloudTier:
                  free_of: Callable[[], Awaitable[dict[str, dict[str, float]]]],
                  weights: RankWeights | None = None, clock: Callable[[], float] = time.time,
                  drop_holds: dict[str, Callable[[str], Awaitable[Any]]] | None = None,
-                 journal: Journal | None = None, division: str = "aggregated") -> None:
+                 journal: Journal | None = None, division: str = "by_capacity") -> None:
         """``drop_holds``: per site, drop the room it holds for a gang (``gang_room``), so a
         gang placed elsewhere, or held by another site already, does not keep it.
         ``journal``: where the answers to requests with an id are kept across a restart
@@ -761,7 +761,7 @@ def divide_by_capacity(h: Hierarchy, plans: list[_Plan],
     divided together among the regions each could go to first: allowed, and within the
     pod's latency SLO where one is set (a region over it is never moved ahead of one
     within). Walking the plans in request order, each goes first to the region furthest
-    below its share of the demand assigned so far (ties: the ranking's order); the rest of
+    below its share of the demand assigned so far (ties: the hierarchy's order); the rest of
     its ranked list stays behind it, so a full region still spills over. The shares
     depend on capacity (nodes up) and on the request, not on load: a retry of the request
     is divided as it was, and each site's idempotency key (the pods sent there) is
@@ -783,7 +783,9 @@ def divide_by_capacity(h: Hierarchy, plans: list[_Plan],
     for (need, _), members in groups.items():
         if len(members) < 2:
             continue
-        order = members[0][1]  # the first plan's ranking breaks ties
+        # Ties break in the hierarchy's order, not the ranking's (which moves with load):
+        # the same request is divided the same way whenever it comes.
+        order = [r for r in h.regions if r in members[0][1]]
         weight = np.array([max(float(free.get(r, {}).get(f"capacity_{need}", 0.0)), 0.0)
                           for r in order])
         if not weight.sum() > 0:
