@@ -400,6 +400,9 @@ def test_a_node_update_changes_only_what_it_names(medium: Hierarchy) -> None:
             "nodes.3.taints"),
            ({"cpu_milli": 1000, "memory_mib": 1024, "num_fpga": 1, "fpga_model": "X"},
             "nodes.3.fpga_model"),
+           # a model of no device: refused as for GPUs (it was kept and journaled)
+           ({"cpu_milli": 1000, "memory_mib": 1024, "fpga_model": "VU9P"},
+            "nodes.3.fpga_model"),
            ({"cpu_milli": 1000, "memory_mib": 1024, "idle_watts": 500.0, "max_watts": 100.0},
             "nodes.3.idle_watts"),
            # one given, the other implied (105 W for one core): power must rise with load

@@ -137,6 +137,8 @@ class NodeSpec:
             )
         if self.num_gpu == 0 and self.gpu_model:
             raise ValidationError(f"{f}.gpu_model", "set but num_gpu is 0")
+        if self.num_fpga == 0 and self.fpga_model:  # as for GPUs: a model of no device
+            raise ValidationError(f"{f}.fpga_model", "set but num_fpga is 0")
         if self.num_fpga > 0 and self.fpga_model not in FPGA_MODEL_NAMES:
             raise UnknownReferenceError(
                 f"{f}.fpga_model", f"unknown FPGA model {self.fpga_model!r} "
