@@ -775,7 +775,9 @@ def telemetry() -> None:
               help="Simulated seconds per wall-clock second (at most 86400: a simulated "
                    "day per second).")
 @click.option("--hours", default=24.0, show_default=True,
-              help="Workload span; the twin restarts with the next seed after it.")
+              type=FiniteRange(min=0, min_open=True, max=10 * 365 * 24),
+              help="Workload span; the twin restarts with the next seed after it (at "
+                   "least a wall-clock second at --speed).")
 # A warm-up of NaN or -1 was skipped without a word, and a duration of NaN, -1 or 0
 # served nothing and exited 0: each is refused, naming the option.
 @click.option("--warm-hours", default=1.0, show_default=True, type=FiniteRange(min=0),
@@ -838,7 +840,8 @@ def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, 
 @click.option("--prometheus", "url", required=True, help="e.g. http://127.0.0.1:9090")
 @click.option("--dashboard", default="infra/grafana/smartsched-cluster.json", show_default=True)
 @click.option("--title", default="CPU utilization by zone", show_default=True)
-@click.option("--minutes", default=10.0, show_default=True, type=FiniteRange(min=0.01))
+@click.option("--minutes", default=10.0, show_default=True,
+              type=FiniteRange(min=0.01, max=366 * 24 * 60))  # 1e308 sent a start of -inf
 @click.option("--step", "step_s", default=5.0, show_default=True,
               type=FiniteRange(min=0.001))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_out_file)

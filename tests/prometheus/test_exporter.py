@@ -140,3 +140,27 @@ def test_live_twin_follows_the_accelerated_clock() -> None:
         assert twin.error is None
     finally:
         twin.stop()
+
+
+@pytest.mark.parametrize("args", [["--hours", "1e-9"], ["--hours", "0.01", "--speed", "600"],
+                                  ["--hours", "nan"], ["--hours", "1e308"]])
+def test_a_span_the_twin_would_restart_in_a_loop_is_refused(args: list[str]) -> None:
+    """--hours 1e-9 restarted the twin 65 times in 2 s, serving nothing."""
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    r = CliRunner().invoke(main, ["telemetry", "serve", *args, "--duration", "1",
+                                  "--port", "0"])
+    assert r.exit_code == 2 and "hours" in r.output, r.output
+    assert "serving" not in r.output
+
+
+def test_a_panel_window_past_a_year_is_refused_naming_the_option() -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    r = CliRunner().invoke(main, ["telemetry", "panel", "--prometheus", "http://127.0.0.1:1",
+                                  "--title", "x", "--minutes", "1e308", "--out", "/tmp/x.png"])
+    assert r.exit_code == 2 and "'--minutes'" in r.output, r.output

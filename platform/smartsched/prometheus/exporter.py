@@ -174,6 +174,10 @@ class LiveTwin:
                                   f"simulated day per second), got {speed}")
         if not (math.isfinite(hours) and hours > 0):
             raise ValidationError("hours", f"must be > 0, got {hours}")
+        if hours * 3600.0 / speed < 1.0:  # 1e-9 h restarted the twin in a tight loop
+            raise ValidationError("hours", f"a span of {hours:g} h at {speed:g}x ends in "
+                                  "under a wall-clock second: the twin would restart over "
+                                  "and over; give at least speed / 3600 hours")
         self.cluster, self.workload, self.scheduler_name = cluster, workload, scheduler
         self.speed, self.hours, self.seed = speed, hours, seed
         self.clock = clock
