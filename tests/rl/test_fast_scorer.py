@@ -171,3 +171,39 @@ def test_rows_merged_only_when_their_bits_and_topology_agree(
     same = kinds[[1, 1, 1]]
     first, inv = fs._distinct(same, None)
     assert first.tolist() == [0] and inv.tolist() == [0, 0, 0]
+
+
+def test_more_than_eight_pod_shapes_keep_their_rows() -> None:
+    """A batch of 12 shapes over an unchanged cluster: on its second round every shape finds
+    its rows (with 8 kept, each decision recomputed every node's rows), within the memory
+    bound, and decides as the module does."""
+    spec = load_cluster("medium")
+    site = SitePlacer(site_subspec(spec, ["region-a"]), f"rl:{SHIPPED}", clock=lambda: 1000.0)
+    sched: RLScheduler = site.scheduler
+    scorer = sched.scorer
+    site.place([Pod(id="first", cpu_milli=100, memory_mib=64)], ttl_s=600)  # observer built
+    shapes = [Pod(id=f"s{i}", cpu_milli=250 * (i + 1), memory_mib=512 + 256 * (i % 3))
+              for i in range(12)]
+    observed = []
+    for pod in shapes:
+        req = site.state.compile(pod)
+        ok, ctx = sched.filters.feasible(site.state, req)
+        observed.append(sched._observer.observe(ctx, ok, False, site.state.now, 0,
+                                                sched.weights))
+    for obs in observed:
+        scorer.best(obs)
+    computed = scorer.rows_computed
+    for obs in observed:  # the same observations again: nothing to recompute
+        chosen = scorer.best(obs)
+        batch = {Columns.OBS: {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
+        with torch.no_grad():
+            want = sched.module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS][0]
+        assert chosen == int(torch.argmax(want))
+    assert scorer.rows_computed == computed and len(scorer._rows) == 13
+    # The bound: a cluster so large that few shapes fit keeps MIN_KEEP of them.
+    rows = next(iter(scorer._rows.values()))
+    assert FastScorer._keep(rows) == fs.KEEP_SHAPES
+    big = fs._Rows(np.zeros((400_000, rows.nodes.shape[1]), np.float32),
+                   np.zeros((400_000, rows.emb.shape[1]), np.float32),
+                   np.zeros((400_000, rows.a.shape[1]), np.float32), None, rows.pod_term, None)
+    assert FastScorer._keep(big) == fs.MIN_KEEP

@@ -48,7 +48,13 @@ from ray.rllib.utils.torch_utils import FLOAT_MIN
 
 from smartsched.rl.observation import HEURISTIC_COLS, STATIC_COLS
 
-KEEP_SHAPES = 8  # pod-feature vectors whose rows are kept (a batch cycles through a few)
+# Pod-feature vectors whose rows are kept: a batch cycles through its pods' shapes, and a
+# shape whose rows were dropped costs every node's rows at its next decision (a mix of more
+# than 8 shapes did so at almost every one). Up to KEEP_SHAPES, as ROW_CACHE_BYTES allows
+# at this cluster's size (about 1 MiB a shape at 1,500 nodes), never under MIN_KEEP.
+KEEP_SHAPES = 32
+MIN_KEEP = 8
+ROW_CACHE_BYTES = 64 * 2**20
 MIN_ROWS = 16  # rows computed together at least (see the module docstring)
 
 
@@ -187,13 +193,19 @@ class FastScorer:
             rows.nodes[todo] = nodes[todo]
         self._rows[key] = rows
         self._rows.move_to_end(key)
-        while len(self._rows) > KEEP_SHAPES:
+        while len(self._rows) > self._keep(rows):
             self._rows.popitem(last=False)
         if todo is None or todo.size:
             self._update(rows, todo, nodes, topo)
         feasible = obs["action_mask"][: nodes.shape[0]]
         ctx = (feasible @ rows.emb) / np.float32(max(float(feasible.sum()), 1.0))
         return rows, ctx, podw
+
+    @staticmethod
+    def _keep(rows: _Rows) -> int:
+        """How many pod-feature vectors' rows to keep, rows like ``rows`` each."""
+        size = rows.nodes.nbytes + rows.emb.nbytes + rows.a.nbytes + 8 * rows.nodes.shape[0]
+        return max(MIN_KEEP, min(KEEP_SHAPES, ROW_CACHE_BYTES // max(size, 1)))
 
     def _node_logits(self, rows: _Rows, c: np.ndarray, sel: np.ndarray | slice) -> np.ndarray:
         """Unmasked node logits of rows ``sel`` for the score layer's context term ``c``."""
