@@ -1607,11 +1607,15 @@ def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:
               default="by_capacity", show_default=True,
               help="The service's ranking.division: a batch's like pods divided by region "
                    "capacity, or all to the first ranked region.")
+@click.option("--topology", type=click.Choice(["distributed", "single_process"]),
+              default="distributed", show_default=True,
+              help="The service's topology: each site its own replica, or every site in "
+                   "the cloud ingress's replica (no edge entry then).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, batches: int,
                 batch_size: int, state_dir: str, journal: bool, division: str,
-                json_path: str | None) -> None:
+                topology: str, json_path: str | None) -> None:
     """The placement service on loopback beside a bare echo deployment (bounded load)."""
     from smartsched.bench.serve import format_serve_bench, run_serve_bench
 
@@ -1619,7 +1623,7 @@ def bench_serve(nodes_per_region: int, profiles: str, requests_per_kind: int, ba
                           profiles=tuple(p for p in profiles.split(",") if p),
                           requests_per_kind=requests_per_kind, batches=batches,
                           batch_size=batch_size, state_dir=state_dir, journal=journal,
-                          division=division, echo=click.echo)
+                          division=division, topology=topology, echo=click.echo)
     click.echo(format_serve_bench(res))
     _write_json(json_path, res)
 

@@ -116,8 +116,11 @@ def _edge_compute(nodes_per_edge: int, n: int) -> dict[str, float]:
 def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] = (
         "k8s-default",), requests_per_kind: int = 200, batches: int = 4, batch_size: int = 500,
         state_dir: str | Path = "runs/bench_serve", journal: bool = True,
-        division: str = "by_capacity", echo: Callable[[str], Any] = print) -> dict[str, Any]:
-    """``division``: the service's ``ranking.division`` (how a batch shares the regions)."""
+        division: str = "by_capacity", topology: str = "distributed",
+        echo: Callable[[str], Any] = print) -> dict[str, Any]:
+    """``division``: the service's ``ranking.division`` (how a batch shares the regions);
+    ``topology``: the service's (``single_process`` has no edge entry, so its rows are
+    left out)."""
     import ray
     import requests
     from ray import serve
@@ -142,20 +145,22 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
     auth = {"Authorization": f"Bearer {TOKEN}"}
     serve.run(_echo_app(), name="echo", route_prefix="/bench-echo")
     results: dict[str, Any] = {"nodes_per_region": nodes_per_region, "journal": journal,
-                               "division": division, "profiles": {}}
+                               "division": division, "topology": topology, "profiles": {}}
     try:
         for profile in profiles:
             echo(f"deploying the service ({profile}, {nodes_per_region} nodes per region) ...")
             entry_port = _free_port()  # mec-0's own entry (a fresh port per deployment)
+            with_entry = topology == "distributed"
             args = {"cluster": str(cluster_file), "region_profile": profile,
                     "edge_profile": profile, "auth": {"token_file": str(state / "token")},
-                    "edge_entry": {"ports": {"mec-0": entry_port}},
-                    "ranking": {"division": division}}
+                    "edge_entry": {"ports": {"mec-0": entry_port} if with_entry else {}},
+                    "ranking": {"division": division}, "topology": topology}
             if journal:  # a fresh one per deployment: nothing replayed from the last
                 args["journal_dir"] = str(state / "journal" / uuid.uuid4().hex[:12])
             serve.run(build_app(args), name="placement", route_prefix="/")
             entry = f"http://127.0.0.1:{entry_port}"
-            _wait(s, entry)
+            if with_entry:
+                _wait(s, entry)
 
             def post(path: str, body: dict[str, Any], base: str = url,
                      keep: list[Any] | None = None) -> float:
@@ -171,21 +176,24 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
             for i in range(20):  # warm-up: connections, caches, first policy call
                 post("/bench-echo/echo", {"pod": _pod("region", i)})
                 post("/v1/placements", {"pod": _pod("region", i), "ttl_s": 30})
-                post("/v1/placements", {"pod": _pod("edge", i), "ttl_s": 30}, entry)
-            lat: dict[str, list[float]] = {"echo": [], "region": [], "edge": [], "escalated": [],
-                                           "edge_entry": [], "edge_entry_alone": []}
+                if with_entry:
+                    post("/v1/placements", {"pod": _pod("edge", i), "ttl_s": 30}, entry)
+            lat: dict[str, list[float]] = {"echo": [], "region": [], "edge": [], "escalated": []}
+            if with_entry:
+                lat.update(edge_entry=[], edge_entry_alone=[])
             for i in range(requests_per_kind):
                 for kind in ("region", "edge", "escalated"):
                     lat["echo"].append(post("/bench-echo/echo", {"pod": _pod(kind, i)}))
                     lat[kind].append(post("/v1/placements", {"pod": _pod(kind, i),
                                                              "ttl_s": 30}))
                 # The same edge pod through mec-0's own entry: no proxy, no cloud hop.
-                lat["edge_entry"].append(post("/v1/placements", {"pod": _pod("edge", i),
-                                                                 "ttl_s": 30}, entry))
+                if with_entry:
+                    lat["edge_entry"].append(post(
+                        "/v1/placements", {"pod": _pod("edge", i), "ttl_s": 30}, entry))
             # The entry again with nothing between its requests: an MEC site runs on its own
             # machine, while above every tier shares this one's cores (a region's
             # 1,500-node decision just before leaves the edge replica's caches cold).
-            for i in range(requests_per_kind):
+            for i in range(requests_per_kind if with_entry else 0):
                 lat["edge_entry_alone"].append(post(
                     "/v1/placements", {"pod": _pod("edge", requests_per_kind + i),
                                        "ttl_s": 30}, entry))
@@ -201,8 +209,7 @@ def run_serve_bench(*, nodes_per_region: int = 1500, profiles: tuple[str, ...] =
             e50, e99 = row["echo"]["p50_ms"], row["echo"]["p99_ms"]
             row["ratio_to_echo"] = {k: {"p50": row[k]["p50_ms"] / e50,
                                         "p99": row[k]["p99_ms"] / e99}
-                                    for k in ("region", "edge", "escalated", "edge_entry",
-                                              "edge_entry_alone")}
+                                    for k in lat if k != "echo"}
             row["hops_added_ms_p50"] = {
                 "edge_minus_echo": row["edge"]["p50_ms"] - e50,
                 "region_minus_echo": row["region"]["p50_ms"] - e50,
@@ -227,7 +234,8 @@ def format_serve_bench(res: dict[str, Any]) -> str:
     journal = "journaled" if res.get("journal", True) else "no journal"
     division = res.get("division", "aggregated")
     lines = [f"placement service, {res['nodes_per_region']} nodes per region (2 regions, "
-             f"2 MEC sites; {journal}; batches {division}), sequential requests on loopback",
+             f"2 MEC sites; {journal}; batches {division}; sites "
+             f"{res.get('topology', 'distributed')}), sequential requests on loopback",
              "| profile | path | p50 ms | p99 ms | p50 / echo | p99 / echo |",
              "|---|---|---:|---:|---:|---:|"]
     for prof, row in res["profiles"].items():
@@ -237,6 +245,8 @@ def format_serve_bench(res: dict[str, Any]) -> str:
                          ("escalated", "cloud -> edge -> region"),
                          ("edge_entry", "edge entry (mec-0's own port), interleaved"),
                          ("edge_entry_alone", "edge entry, nothing between requests")):
+            if k not in row:
+                continue
             r, q = row[k], row["ratio_to_echo"][k]
             lines.append(f"| {prof} | {label} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
                          f"{q['p50']:.2f} | {q['p99']:.2f} |")

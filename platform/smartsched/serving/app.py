@@ -15,11 +15,13 @@ docs/benchmarks.md.) Every replica asks a fraction of a CPU (``replica_cpus``).
 from __future__ import annotations
 
 import asyncio
+import copy
 import email.message
 import hmac
+import inspect
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +131,46 @@ def by_value(handle: Any) -> Any:
 
     return (handle.options(_by_reference=False) if isinstance(handle, DeploymentHandle)
             else handle)
+
+
+class InProcessSite:
+    """A site object in this process, called as its deployment handle would be
+    (``site.method.remote(...)``, awaited): ``service.topology: single_process``.
+
+    Arguments and answers are copied, as a Serve call by value copies them, so
+    neither side holds a reference the other changes later: the cloud tier adds its
+    stages to a site's answers, and the site keeps its answers for retries."""
+
+    def __init__(self, site: Any) -> None:
+        self._site = site
+
+    def __getattr__(self, name: str) -> _InProcessMethod:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _InProcessMethod(getattr(self._site, name))
+
+
+class _InProcessMethod:
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def remote(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        return self._call(copy.deepcopy(args), copy.deepcopy(kwargs))
+
+    async def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        out = self.fn(*args, **kwargs)
+        if inspect.isawaitable(out):
+            out = await out
+        return copy.deepcopy(out)
+
+
+def in_process_sites(args: dict[str, Any], h: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every region and MEC site built in this process (regions first: an edge site's
+    escalations go to its region's object), as handles the cloud tier calls."""
+    plain = SiteDeployment.func_or_class
+    regions = {r: InProcessSite(plain(args, r)) for r in h.regions}
+    edges = {e: InProcessSite(plain(args, e, regions[h.parent[e]])) for e in h.edges}
+    return regions, edges
 
 
 @serve.deployment(num_replicas=1, max_ongoing_requests=2000)
@@ -885,6 +927,10 @@ class Ingress(Authorizer):
         self.creds = load_credentials(self.cfg.auth)
         self.trail = Trail(self.cfg.audit)
         self.h = service_hierarchy(self.cfg)
+        if self.cfg.topology == "single_process":
+            from smartsched.serving.app import in_process_sites  # this process's module
+
+            regions, edges = in_process_sites(args, self.h)
         regions = {k: by_value(h) for k, h in regions.items()}
         edges = {k: by_value(h) for k, h in edges.items()}
         self.sites = {**regions, **edges}
@@ -1047,6 +1093,8 @@ def build_app(args: dict[str, Any]) -> Any:
             name=name, user_config={"profile": cfg.profile_of(name, tier)}, **opts,
         ).bind(plain, name, *parent)
 
+    if cfg.topology == "single_process":  # the ingress builds the sites, profiles included
+        return Ingress.options(name="cloud", **opts).bind(cfg.model_dump(), {}, {})
     regions = {r: site(r) for r in h.regions}
     edges = {e: site(e, regions[h.parent[e]]) for e in h.edges}
     return Ingress.options(name="cloud", **opts).bind(plain, regions, edges)

@@ -186,6 +186,14 @@ class ServiceConfig(BaseModel):
     compliance: str | None = None
     edge_autonomy: EdgeAutonomy = Field(default_factory=EdgeAutonomy)
     edge_entry: EdgeEntry = Field(default_factory=EdgeEntry)
+    # Where the sites run (docs/architecture.md, "Topology"). distributed: each region and
+    # MEC site is its own Serve deployment (a replica's crash or restart touches one
+    # site; sites can be placed on other machines). single_process: the cloud ingress's
+    # replica holds every site itself, so cloud -> region is a call in the same process,
+    # not a hop between replicas (~5 ms of the ~6-7 ms a single placement adds over a bare
+    # Serve echo here); one replica's failure then restarts every site (each from its
+    # journal), and a site's profile changes by redeploying the ingress or by a reload.
+    topology: Literal["distributed", "single_process"] = "distributed"
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"
@@ -193,7 +201,11 @@ class ServiceConfig(BaseModel):
 
 
 def parse_service_config(args: dict[str, Any] | None) -> ServiceConfig:
-    return validate(ServiceConfig, args, prefix="service")
+    cfg = validate(ServiceConfig, args, prefix="service")
+    if cfg.topology == "single_process" and cfg.edge_entry.ports:
+        raise ValidationError("service.edge_entry.ports", "an MEC site's own entry runs in "
+                              "its site's replica: it needs topology distributed")
+    return cfg
 
 
 MIN_TOKEN_CHARS = 16
