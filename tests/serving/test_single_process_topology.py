@@ -17,6 +17,8 @@ from smartsched.serving.config import parse_service_config
 from tests.serving.conftest import OPERATOR_TOKEN, TOKEN
 
 PREFIX = "/single"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 
 
 def _args(root: Path, region_profile: str) -> dict:
@@ -53,13 +55,9 @@ def _pod(**kw) -> dict:
 
 def _place(url: str, pod: dict, **kw) -> dict:
     r = requests.post(f"{url}/v1/placements", json={"pod": pod, **kw}, timeout=30,
-                      headers={"Authorization": f"Bearer {TOKEN}"})
+                      headers=AUTH)
     assert r.status_code == 200, r.text
     return r.json()
-
-
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-OPERATOR = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
 
 
 def test_an_edge_entry_needs_distributed_sites() -> None:
