@@ -299,3 +299,30 @@ def test_a_folder_name_holding_a_question_mark_is_explained(tmp_path: Path) -> N
     folder = _copy(tmp_path, "odd ?&=x")
     e = _refused(folder)
     assert e.field == "scheduler" and "a '?' in rl:PATH starts the options" in e.message
+
+
+def test_the_files_of_an_attached_projection_stay_inside_the_policy_folder(
+        tmp_path: Path) -> None:
+    """The folder an export's description names was checked to be inside the policy
+    folder, but not the files in it: a link there read any file the loader could."""
+    from smartsched.twin.telemetry.reduction import PROJECTION_FILE, PROJECTION_META
+
+    folder = _telemetry_policy(tmp_path)
+    tel = folder / "telemetry"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in (PROJECTION_META, PROJECTION_FILE):
+        (tel / name).rename(outside / name)
+        (tel / name).symlink_to(outside / name)
+        e = _refused(folder)
+        assert e.field == "scheduler" and f"{name} links outside the policy folder" in e.message
+        (tel / name).unlink()
+        (outside / name).rename(tel / name)
+    make_scheduler(f"rl:{folder}", 0)  # as it was: loads
+    (tel / PROJECTION_META).rename(tel / "kept.json")
+    (tel / PROJECTION_META).symlink_to("kept.json")  # a link inside: the folder's own file
+    make_scheduler(f"rl:{folder}", 0)
+    (tel / PROJECTION_META).unlink()
+    (tel / PROJECTION_META).mkdir()
+    e = _refused(folder)
+    assert e.field == "scheduler" and f"{PROJECTION_META} is not a file" in e.message

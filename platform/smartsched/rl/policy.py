@@ -54,6 +54,7 @@ from smartsched.scheduling.plugins.gpu import FGD, FgdArgs
 from smartsched.scheduling.registry import load_profile
 from smartsched.twin.decision import Decision, Migration, can_defer
 from smartsched.twin.state import ClusterState, PodRequest
+from smartsched.twin.telemetry.reduction import PROJECTION_FILE, PROJECTION_META
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,38 @@ def _check_meta(meta: dict[str, Any], policy_dir: Path, meta_path: Path, field: 
             if not inside.resolve().is_relative_to(policy_dir.resolve()):
                 raise ValidationError(field, f"{meta_path}: env.{key} must name a folder "
                                       f"inside the policy folder, got {env[key][:80]!r}")
+            _check_attached_files(policy_dir, inside, key, field)
+
+
+# The files a policy's attached forecaster and telemetry projection are read from, and the
+# largest each may be (the shipped ones: under 100 KB; a bound stops a huge file being read).
+_ATTACHED_FILES: dict[str, tuple[tuple[str, int], ...]] = {
+    "forecaster": (("forecaster.json", 1 << 20), ("forecaster.pt", 256 << 20)),
+    "telemetry": ((PROJECTION_META, 16 << 20), (PROJECTION_FILE, 256 << 20)),
+}
+
+
+def _check_attached_files(policy_dir: Path, folder: Path, key: str, field: str) -> None:
+    """Each file the attached ``key`` is read from, where it exists, is a plain file that
+    stays inside the policy folder once links are followed, and of a bounded size: the
+    folder itself being inside is not enough, since a link inside it could read any file
+    the service can (a service reads policies only from its models_dir). A missing file
+    is left to the loader, whose error names it."""
+    root = policy_dir.resolve()
+    for name, max_bytes in _ATTACHED_FILES[key]:
+        path = folder / name
+        if not (path.exists() or path.is_symlink()):
+            continue
+        real = path.resolve()
+        if not real.is_relative_to(root):
+            raise ValidationError(field, f"env.{key}: {name} links outside the policy "
+                                  "folder; an exported policy's files are its own")
+        if not real.is_file():
+            raise ValidationError(field, f"env.{key}: {name} is not a file")
+        size = real.stat().st_size
+        if size > max_bytes:
+            raise ValidationError(field, f"env.{key}: {name} is {size:,} bytes, more than "
+                                  f"a policy's {key} can be ({max_bytes:,})")
 
 
 class RLScheduler:
