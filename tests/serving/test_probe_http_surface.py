@@ -73,14 +73,17 @@ class FakeIngress(Authorizer):
         return PlacementResponse(request_id=rid, placements=[])
 
 
-def call(ing: Any, method: str, path: str, body: bytes = b"",
-         headers: list[tuple[str, str]] = ()) -> tuple[int, dict, Any]:
-    raw = [(b"host", b"t"), (b"content-length", str(len(body)).encode())]
+def call_raw(ing: Any, method: str, path: str, body: bytes = b"",
+             headers: list[tuple[str, str]] = (), host: str = "t"
+             ) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, raw body) of one request through the app's whole stack."""
+    raw = [(b"host", host.encode()), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode("latin-1")) for k, v in headers]
+    name, _, port = host.partition(":")
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
              "root_path": "", "query_string": b"", "headers": raw,
-             "client": ("127.0.0.1", 1), "server": ("t", 80)}
+             "client": ("127.0.0.1", 1), "server": (name, int(port or 80))}
     msgs = [{"type": "http.request", "body": body, "more_body": False}]
     out: list[dict] = []
 
@@ -97,8 +100,13 @@ def call(ing: Any, method: str, path: str, body: bytes = b"",
     finally:
         replica.set_current(before)
     got = {k.decode().lower(): v.decode() for k, v in out[0].get("headers", [])}
-    text = b"".join(m.get("body", b"") for m in out[1:])
-    return out[0]["status"], got, json.loads(text)
+    return out[0]["status"], got, b"".join(m.get("body", b"") for m in out[1:])
+
+
+def call(ing: Any, method: str, path: str, body: bytes = b"",
+         headers: list[tuple[str, str]] = ()) -> tuple[int, dict, Any]:
+    status, got, text = call_raw(ing, method, path, body, headers)
+    return status, got, json.loads(text)
 
 
 def _auth(token: str = CLIENT) -> tuple[str, str]:

@@ -39,6 +39,10 @@ MAX_EXTENDER_PRIORITY = 10
 # default admits ~6,000 nodes; anything larger is refused before it is parsed.
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# Kubernetes objects nest about a dozen levels (managedFields' paths the most); a filter's
+# answer echoes the Nodes it was sent, and FastAPI's encoder of that answer recursed out of
+# stack on a node ~300 levels deep (a 500). Deeper input is refused before anything else.
+MAX_JSON_DEPTH = 100
 REPREPARE_EVERY = 200  # pods between refreshes of a workload-aware profile's view (FGD)
 
 
@@ -89,8 +93,9 @@ class Extender:
         self._since_prepare += 1
 
     # ---------------------------------------------------------------- parsing
-    def _parse(self, args: Any) -> tuple[Any, Snapshot, list[str], bool, dict[str, str]]:
-        """(pod, snapshot, candidate names, names-only?, unresolvable failures)."""
+    def _parse(self, args: Any) -> tuple[Any, Snapshot | None, list[str], bool, dict[str, str]]:
+        """(pod, snapshot, candidate names, names-only?, unresolvable failures); the
+        snapshot is None for an empty NodeList."""
         if not isinstance(args, dict):
             raise BadRequest("ExtenderArgs must be a JSON object")
         if not isinstance(args.get("Pod"), dict):
@@ -104,6 +109,8 @@ class Extender:
             items = args["Nodes"].get("items") if isinstance(args["Nodes"], dict) else None
             if not isinstance(items, list):
                 raise BadRequest("ExtenderArgs.Nodes: expected a NodeList with items")
+            if not items:  # nothing to filter: answered as NodeNames [] is (it was a 400
+                return pod, None, [], False, {}  # "no usable node in the snapshot: ")
             try:
                 snap = build_snapshot(items)
             except SmartSchedError as e:
@@ -139,6 +146,9 @@ class Extender:
     # ---------------------------------------------------------------- verbs
     def filter(self, args: Any) -> dict[str, Any]:
         pod, snap, names, names_only, unresolvable = self._parse(args)
+        if snap is None:  # an empty NodeList: no node passes, none failed
+            return {"Nodes": {**args["Nodes"], "items": []}, "FailedNodes": {},
+                    "FailedAndUnresolvableNodes": {}, "Error": ""}
         ok, ctx, cand = self._feasible(pod, snap, names)
         why = self.sched.node_reasons(ctx)
         st = snap.state
@@ -164,6 +174,8 @@ class Extender:
 
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
         pod, snap, names, _, _ = self._parse(args)
+        if snap is None:  # an empty NodeList
+            return []
         ok, ctx, _ = self._feasible(pod, snap, names)
         total = self.sched.weighted_scores(ctx, ok)
         st = snap.state
@@ -184,6 +196,36 @@ class Extender:
 
 class TooLarge(SmartSchedError):
     """The body is over the limit (answered with HTTP 413, before it is parsed)."""
+
+
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a JSON escape: a backslash and the next byte
+_KEEP_QUOTES_AND_BRACKETS = bytes(b for b in range(256) if b not in b'"[]{}')
+
+
+def _too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether valid JSON text ``raw`` nests arrays and objects more than ``limit`` levels.
+
+    Read from the text, not the parsed value: walking a 26 MB NodeList's objects in Python
+    took as long as parsing it (2.5 s), on every filter call. Escapes are dropped, then
+    every byte but quotes and brackets (both in C); a bracket after an odd number of
+    quotes is inside a string; the running count of the others is the depth."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    if b"\\" in raw:
+        raw = _ESCAPE.sub(b"", raw)
+    c = np.frombuffer(raw.translate(None, _KEEP_QUOTES_AND_BRACKETS), np.uint8)
+    quote = c == ord('"')
+    outside = ~quote & (np.cumsum(quote, dtype=np.int32) % 2 == 0)
+    opens = (c == ord("[")) | (c == ord("{"))
+    depth = np.cumsum(np.where(opens, 1, -1)[outside], dtype=np.int32)
+    return bool(depth.size) and int(depth.max()) > limit
+
+
+def _not_json_constant(name: str) -> Any:
+    """``json.loads``' hook for ``NaN``, ``Infinity`` and ``-Infinity``: not JSON (RFC 8259,
+    and Go's encoder never writes them); Python read them as floats, and a filter's answer
+    echoed them back as null."""
+    raise BadRequest(f"not valid JSON: {name} is not a JSON number")
 
 
 def _has_lone_surrogate(value: Any) -> bool:
@@ -207,7 +249,9 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
     """The HTTP server kube-scheduler calls (``urlPrefix`` + ``/filter``, ``/prioritize``).
     Bodies over ``max_body_bytes`` (declared or, chunked, as they arrive) get 413; errors
     never echo the input."""
-    app = FastAPI(title="SmartSched scheduler extender")
+    # redirect_slashes=False: ``POST /filter/`` was a 307 to a Location built from the Host
+    # header; a path that is not a route is a 404.
+    app = FastAPI(title="SmartSched scheduler extender", redirect_slashes=False)
 
     async def body(request: Request) -> Any:
         declared = request.headers.get("content-length", "")
@@ -221,7 +265,7 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
             chunks.append(chunk)
         raw = b"".join(chunks)
         try:
-            args = json.loads(raw)
+            args = json.loads(raw, parse_constant=_not_json_constant)
         except json.JSONDecodeError as e:
             raise BadRequest(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
                              ) from None
@@ -235,6 +279,8 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
         # UTF-8: answers echo node names, so refuse it here, not in the response.
         if b"\\u" in raw and _has_lone_surrogate(args):
             raise BadRequest("not valid JSON: a string holds a lone UTF-16 surrogate")
+        if _too_deep(raw):
+            raise BadRequest(f"not valid JSON: nested more than {MAX_JSON_DEPTH} levels")
         return args
 
     @app.exception_handler(BadRequest)
@@ -256,5 +302,9 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.head("/healthz", include_in_schema=False)  # a probe's HEAD was a 405
+    async def healthz_head() -> None:
+        return None
 
     return app

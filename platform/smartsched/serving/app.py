@@ -19,15 +19,17 @@ import copy
 import email.message
 import hmac
 import inspect
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request, Security
+from fastapi import Depends, FastAPI, HTTPException, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -460,6 +462,65 @@ class Measure:
                 ing.metrics.request(scope["method"], path, status, time.perf_counter() - t0)
 
 
+class HeadAsGet:
+    """ASGI middleware: HEAD answered as GET, headers only (RFC 9110: a server supports
+    HEAD wherever it supports GET). FastAPI's routes declare GET alone, so ``HEAD /healthz``
+    (a load balancer's probe) was a 405. Outermost: authorization and the metrics see a
+    GET, which HEAD is."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "HEAD":
+            return await self.app(scope, receive, send)
+
+        async def headers_only(msg: dict) -> None:
+            if msg["type"] == "http.response.body":
+                msg = {**msg, "body": b""}
+            await send(msg)
+
+        # A copy: the server keeps its own HEAD (and so sends no body itself either).
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice: which value counts would depend on
+    the reader (Python's json keeps the last, others the first or refuse), so a proxy or
+    audit that read the first ``tenant`` or ``cpu_milli`` saw another request than the one
+    placed. Answered as a 400 naming the key, never its value."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise HTTPException(400, detail=[{
+                    "loc": ["body", _loc_part(key)],
+                    "msg": "a key given twice in one JSON object: send each key once"}])
+            seen.add(key)
+    return out
+
+
+class _UniqueKeysRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = json.loads(await self.body(), object_pairs_hook=_unique_keys)
+        return self._json
+
+
+class UniqueKeysRoute(APIRoute):
+    """The service's routes: a JSON body is parsed refusing duplicate keys
+    (``_unique_keys``), once, where FastAPI parses it."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def unique_keys(request: Request) -> Response:
+            return await handler(_UniqueKeysRequest(request.scope, request.receive))
+
+        return unique_keys
+
+
 class AuthFirst:
     """ASGI middleware: every mutating call is authorized before its body is read or
     parsed -- a client without the token costs a header check, not a parse of a 4 MB
@@ -501,14 +562,19 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
     # Its reason, a browser's cross-site request to a cookie-authenticated API, does not
     # apply: what changes anything takes a bearer token in a header (auth.disabled: open
     # to every client that reaches the port anyway).
+    # redirect_slashes=False: ``POST /v1/placements/`` was a 307 to a Location built from
+    # the request's Host header (an internal address behind a proxy, or whatever a client
+    # sent); a path that is not a route is a 404.
     app = FastAPI(title=title, version="1", description=description,
-                  strict_content_type=False)
-    # Outermost last: auth, then measuring, then the media type (415), then the body limit,
-    # then the routes.
+                  strict_content_type=False, redirect_slashes=False)
+    app.router.route_class = UniqueKeysRoute  # every route added later: duplicate keys 400
+    # Outermost last: HEAD as GET, auth, then measuring, then the media type (415), then the
+    # body limit, then the routes.
     app.add_middleware(BodyLimit, owner=owner)
     app.add_middleware(JsonOnly)
     app.add_middleware(Measure, owner=owner)
     app.add_middleware(AuthFirst, owner=owner)
+    app.add_middleware(HeadAsGet)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:
@@ -555,6 +621,27 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
     async def _unavailable(_: Request, e: ServiceUnavailableError) -> JSONResponse:
         return JSONResponse({"detail": [{"loc": ["service"], "msg": str(remote_cause(e))}]},
                             status_code=503, headers={"Retry-After": "60"})
+
+    # A site's replica that died or is restarting (Serve starts a new one in seconds):
+    # Ray's error was a bare 500, which clients do not retry (client.py retries 502/503/504),
+    # so a release sent then was lost. A 503 to retry, without Ray's actor id or message.
+    from ray.exceptions import RayActorError
+    from ray.serve.exceptions import (
+        BackPressureError,
+        DeploymentUnavailableError,
+        ReplicaUnavailableError,
+    )
+
+    async def _site_down(_: Request, e: Exception) -> JSONResponse:
+        return JSONResponse({"detail": [{"loc": ["service"], "msg": "a site of this service "
+                                         "is restarting or overloaded: retry (a request "
+                                         "without a request_id may or may not have been "
+                                         "applied)"}]},
+                            status_code=503, headers={"Retry-After": "5"})
+
+    for down in (RayActorError, DeploymentUnavailableError, ReplicaUnavailableError,
+                 BackPressureError):
+        app.add_exception_handler(down, _site_down)
 
     @app.exception_handler(SmartSchedError)
     async def _other(request: Request, e: SmartSchedError) -> JSONResponse:

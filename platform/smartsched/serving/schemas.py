@@ -99,8 +99,10 @@ class PodSpec(BaseModel):
     tolerations: list[Text] = Field(default_factory=list, max_length=64)
     allowed_regions: list[Text] = Field(default_factory=list, max_length=64)
     origin_site: Text | None = None
-    latency_slo_ms: Num | None = Field(None, gt=0, le=1e6)
-    duration_s: Num | None = Field(None, gt=0, le=1e9)
+    # allow_inf_nan=False: NaN was refused as "less than or equal to 1000000" (it is not
+    # greater either); now "a finite number", as node usage is.
+    latency_slo_ms: Num | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
+    duration_s: Num | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
     gang_id: Text | None = Field(None, min_length=1, max_length=253)
     gang_size: Int = Field(1, ge=1, le=MAX_BATCH)  # a gang comes whole in one request
     app: Text | None = Field(None, min_length=1, max_length=253)
@@ -127,7 +129,8 @@ class PlacementRequest(BaseModel):
     request_id: Text | None = Field(None, min_length=1, max_length=128,
                                    description="Idempotency key: a retry returns the same answer")
     pod: PodSpec
-    ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400, description="Reservation lifetime")
+    ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400, allow_inf_nan=False,
+                       description="Reservation lifetime")
     validate_: Flag = Field(False, alias="validate", description=(
         "Validate the placement in the twin's sandbox before it is made (the site's "
         "sandbox policy may validate it anyway)"))
@@ -137,7 +140,7 @@ class BatchPlacementRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     request_id: Text | None = Field(None, min_length=1, max_length=128)
     pods: list[PodSpec] = Field(min_length=1, max_length=MAX_BATCH)
-    ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400)
+    ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400, allow_inf_nan=False)
     validate_: Flag = Field(False, alias="validate", description=(
         "Validate the whole batch in the twin's sandbox before it is made"))
 

@@ -670,6 +670,11 @@ class CloudTier:
         if not ranked:
             final = ("no allowed region exists: " + ", ".join(lead.allowed_regions)
                      if lead.allowed_regions else "no region")
+            edges = [r for r in lead.allowed_regions if r in self.edges]
+            if edges:  # they exist (the ingress refused unknown names): say why not there
+                final = (f"allowed_regions names no region, only MEC sites ({', '.join(edges)}"
+                         "): a pod reaches an MEC site from its own origin_site there, with "
+                         "class edge-rt or a latency_slo_ms")
         return _Plan(members, seq, final)
 
     async def _call(self, kind: str, site: str, bucket: list[_Plan], ttl_s: float,
