@@ -197,3 +197,47 @@ def test_a_site_whose_replica_is_down_is_a_503_to_retry_not_a_500() -> None:
             assert got["retry-after"] == "5"
             assert json.loads(body)["detail"][0]["loc"] == ["service"]
             assert actor not in body.decode() and "actor" not in body.decode().lower()
+
+
+def test_a_body_that_stops_arriving_is_a_408(monkeypatch) -> None:
+    """Before: a client that declared more bytes than it sent, or stalled mid-chunk, held
+    its request open until the proxy's own limits (70 s and more)."""
+    import asyncio
+
+    from smartsched.serving import app as app_module
+    from smartsched.serving import replica
+    from smartsched.serving.app import app_api
+
+    monkeypatch.setattr(app_module, "BODY_IDLE_TIMEOUT_S", 0.2)
+    ing = FakeIngress()
+    for declared in (b"100", None):
+        headers = [(b"host", b"t"), (b"content-type", b"application/json"),
+                   (b"authorization", f"Bearer {CLIENT}".encode())]
+        if declared:
+            headers.append((b"content-length", declared))
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": "/v1/placements",
+                 "raw_path": b"/v1/placements", "root_path": "", "query_string": b"",
+                 "headers": headers, "client": ("127.0.0.1", 1), "server": ("t", 80)}
+        first = [{"type": "http.request", "body": b'{"pod": {', "more_body": True}]
+        out: list[dict] = []
+
+        async def receive(first: list[dict] = first) -> dict:
+            if first:
+                return first.pop(0)
+            await asyncio.sleep(3600)  # the rest never comes
+            return {"type": "http.disconnect"}
+
+        async def send(m: dict, out: list[dict] = out) -> None:
+            out.append(m)
+
+        before = replica.current()
+        replica.set_current(ing)
+        try:
+            asyncio.run(asyncio.wait_for(app_api(scope, receive, send), 10))
+        finally:
+            replica.set_current(before)
+        assert out[0]["status"] == 408, out[:1]
+        assert json.loads(b"".join(m.get("body", b"") for m in out[1:]))["detail"][0][
+            "loc"] == ["body"]
+        assert ing.placed == []

@@ -313,11 +313,18 @@ def _error(status: int, field: str, msg: str) -> JSONResponse:
                                      "msg": _printable(msg)}]}, status_code=status)
 
 
+# The longest a request's body may pause between two of its parts (a client that declared
+# more bytes than it sent, or stalled mid-chunk, held its request open until the proxy's
+# own limits, 70 s and more): then a 408.
+BODY_IDLE_TIMEOUT_S = 15.0
+
+
 class BodyLimit:
     """ASGI middleware: 413 for bodies over the limit, declared (Content-Length) or
-    streamed (chunked). A streamed body is read here, up to the limit, before the app
-    sees it: an error raised while the app reads would be answered by FastAPI as a
-    400 "error parsing the body", not as what it is."""
+    streamed (chunked); 408 for a body that stops arriving (``BODY_IDLE_TIMEOUT_S``).
+    A body is read here, up to the limit, before the app sees it: an error raised while
+    the app reads would be answered by FastAPI as a 400 "error parsing the body", not as
+    what it is."""
 
     def __init__(self, app: Any, owner: Any = None) -> None:
         self.app = app
@@ -332,12 +339,17 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             resp = _error(413, "body", f"body of {int(declared)} bytes exceeds {limit}")
             return await resp(scope, receive, send)
-        if declared is not None or scope.get("method") in ("GET", "HEAD", "OPTIONS"):
-            return await self.app(scope, receive, send)  # the server enforces the length
+        if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
+            return await self.app(scope, receive, send)
         buffered: list[dict] = []
         seen = 0
         while True:
-            msg = await receive()
+            try:  # a client that stops sending mid-body held the request (70 s and more)
+                msg = await asyncio.wait_for(receive(), BODY_IDLE_TIMEOUT_S)
+            except TimeoutError:
+                resp = _error(408, "body", f"no part of the body arrived for "
+                              f"{BODY_IDLE_TIMEOUT_S:.0f} s: send the whole body at once")
+                return await resp(scope, receive, send)
             buffered.append(msg)
             if msg["type"] != "http.request":
                 break
