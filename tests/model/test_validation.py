@@ -75,6 +75,18 @@ def test_unknown_gpu_model_is_unknown_reference() -> None:
         node("n", gpus=1, model="Voodoo")
 
 
+def test_a_missing_device_model_is_named_as_required() -> None:
+    """Before: "unknown GPU model ''" -- as if the empty name had been given."""
+    from smartsched.model.cluster import NodeSpec
+
+    with pytest.raises(ValidationError, match="required when num_gpu > 0") as e:
+        node("n", gpus=1, model="")
+    assert e.value.field == "nodes.n.gpu_model" and type(e.value) is ValidationError
+    with pytest.raises(ValidationError, match="required when num_fpga > 0") as e:
+        NodeSpec(name="f", cpu_milli=1000, memory_mib=1024, zone="z", num_fpga=1)
+    assert e.value.field == "nodes.f.fpga_model"
+
+
 def test_cluster_rejects_unknown_zone_and_duplicates() -> None:
     with pytest.raises(UnknownReferenceError, match="zone"):
         cluster(node("a", zone="nowhere"))

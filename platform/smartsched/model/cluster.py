@@ -130,6 +130,9 @@ class NodeSpec:
         check_int(f"{f}.num_fpga", self.num_fpga, 0, MAX_DEVICES_PER_NODE)
         check_int(f"{f}.sockets", self.sockets, 1, 16)
         check_int(f"{f}.max_pods", self.max_pods, 0, 1_000_000)
+        if self.num_gpu > 0 and not self.gpu_model:
+            raise ValidationError(f"{f}.gpu_model", "required when num_gpu > 0 (one of "
+                                  f"{', '.join(GPU_MODEL_NAMES)})")
         if self.num_gpu > 0 and self.gpu_model not in GPU_MODEL_NAMES:
             raise UnknownReferenceError(
                 f"{f}.gpu_model",
@@ -139,6 +142,9 @@ class NodeSpec:
             raise ValidationError(f"{f}.gpu_model", "set but num_gpu is 0")
         if self.num_fpga == 0 and self.fpga_model:  # as for GPUs: a model of no device
             raise ValidationError(f"{f}.fpga_model", "set but num_fpga is 0")
+        if self.num_fpga > 0 and not self.fpga_model:
+            raise ValidationError(f"{f}.fpga_model", "required when num_fpga > 0 (one of "
+                                  f"{', '.join(FPGA_MODEL_NAMES)})")
         if self.num_fpga > 0 and self.fpga_model not in FPGA_MODEL_NAMES:
             raise UnknownReferenceError(
                 f"{f}.fpga_model", f"unknown FPGA model {self.fpga_model!r} "
