@@ -76,6 +76,9 @@ def _write_json(path: str | None, doc: Any) -> None:
 MAX_PROOF_BYTES = 16 << 20  # an inclusion proof or one record: a few KiB
 MAX_SEEDS = 10_000  # runs one benchmark may ask for (each is a whole simulation)
 MAX_SEED = 2**32 - 1  # numpy's seed range
+# Processes a benchmark may run side by side (the promotion gate's own bound): each is a
+# whole Python with the twin loaded, and --workers 100000 forked thousands of them.
+MAX_WORKERS = 256
 
 
 def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None
@@ -120,6 +123,16 @@ def _nonempty(_ctx: click.Context, _param: click.Parameter, value: str | None
     service's tokens there, ``--output-dir ''`` fell back to the config's)."""
     if value is not None and not value.strip():
         raise click.BadParameter("is empty (give a path)")
+    return value
+
+
+def _host(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A ``--host`` given as ``''`` (or spaces) is refused: the socket layer reads an empty
+    host as every interface, so a service meant for loopback was reachable from the
+    network without a word."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("is empty (give a host name or address; 0.0.0.0 listens "
+                                 "on every interface)")
     return value
 
 
@@ -352,6 +365,16 @@ def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
     _write_json(json_path, summary)
 
 
+def _models_dir(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``serve --models-dir``: a missing folder is allowed (reloads then take packaged
+    names only), but a path that exists and is no folder is refused: it was silently
+    treated as missing and the service started without the models asked for."""
+    _nonempty(ctx, param, value)
+    if Path(value).exists() and not Path(value).is_dir():
+        raise click.BadParameter(f"{value!r} is not a folder")
+    return value
+
+
 @main.group(invoke_without_command=True)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               default=None, help="Serve config YAML [default: serve_apps/placement.yaml when "
@@ -359,13 +382,13 @@ def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
 @click.option("--cluster", default=None, help="Override the config's cluster.")
 @click.option("--region-profile", default=None, help="Profile of every region (or rl:PATH).")
 @click.option("--edge-profile", default=None, help="Profile of every MEC edge site.")
-@click.option("--host", default=None,
+@click.option("--host", default=None, callback=_host,
               help="[default: the config's http_options.host, else 127.0.0.1]")
 @click.option("--port", default=None, type=click.IntRange(1, 65535),
               help="[default: the config's http_options.port, else 8000]")
 @click.option("--state-dir", default="runs/serve", show_default=True, callback=_nonempty,
               help="This instance's tokens, journal and Ray files (created private).")
-@click.option("--models-dir", default="models", show_default=True, callback=_nonempty,
+@click.option("--models-dir", default="models", show_default=True, callback=_models_dir,
               help="Where live reloads may load policies and profile files from "
                    "(ignored when missing: reloads then take packaged profile names only).")
 @click.option("--ray-address", default=None,
@@ -405,10 +428,19 @@ def serve(ctx: click.Context, config_path: str | None, cluster: str | None,
                                      echo=click.echo) if learn_path else None)
 
 
+def _nonempty_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A name option given as ``''`` is refused here, not sent to the service (which
+    answered with its own error, retried as if the network had failed)."""
+    if not value.strip():
+        raise click.BadParameter("is empty")
+    return value
+
+
 @serve.command("reload")
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True)
-@click.option("--site", required=True, help="Region or MEC site whose profile changes.")
-@click.option("--profile", required=True,
+@click.option("--site", required=True, callback=_nonempty_name,
+              help="Region or MEC site whose profile changes.")
+@click.option("--profile", required=True, callback=_nonempty_name,
               help="Packaged profile name, or a profile YAML / rl:PATH inside the service's "
                    "models_dir.")
 @click.option("--operator-token-file", type=click.Path(dir_okay=False, exists=True),
@@ -458,7 +490,7 @@ def k8s() -> None:
 
 @k8s.command("extender")
 @click.option("--profile", default="k8s-default", show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True,
+@click.option("--host", default="127.0.0.1", show_default=True, callback=_host,
               help="Loopback by default: kube-scheduler's extender calls carry no credential, "
                    "so run it beside kube-scheduler (same pod or host); widen only behind a "
                    "network policy.")
@@ -783,7 +815,7 @@ def telemetry() -> None:
 @click.option("--warm-hours", default=1.0, show_default=True, type=FiniteRange(min=0),
               help="Simulated before serving, so the cluster is not empty.")
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, callback=_host)
 @click.option("--port", default=9500, show_default=True, type=click.IntRange(0, 65535),
               help="0 picks a free port.")
 @click.option("--duration", default=None, type=FiniteRange(min=0, min_open=True),
@@ -792,6 +824,10 @@ def telemetry_serve(cluster: str, workload: str, scheduler: str, speed: float, h
                     warm_hours: float, seed: int, host: str, port: int,
                     duration: float | None) -> None:
     """Run the twin live on an accelerated clock and expose its telemetry at /metrics."""
+    if warm_hours >= hours:  # the warm-up was cut to the span: the twin restarted empty
+        raise click.BadParameter(f"{warm_hours:g} h is not shorter than --hours ({hours:g} h, "
+                                 "the span the twin restarts after)",
+                                 param_hint="'--warm-hours'")
     from smartsched.prometheus.exporter import LiveTwin
     from smartsched.prometheus.serve import TwinStopped, serve_live_twin
 
@@ -940,7 +976,9 @@ def policy_gate(candidate: str, incumbent: str, config_path: str | None, seeds: 
         raise click.BadParameter("needs a candidate rl:PATH (a trained policy to store)",
                                  param_hint="'--store'")
     doc = read_yaml(config_path, "gate") if config_path else {}
-    if seeds is not None:
+    if seeds is not None and (doc is None or isinstance(doc, dict)):
+        # (a list or scalar file is left for the validation to name: merging into it was a
+        # TypeError traceback, and ``doc or {}`` read a file holding 0 as every default)
         doc = {**(doc or {}), "seeds": seeds}
     cfg = parse_gate_config(doc)
     res = run_gate(candidate, incumbent, cfg)
@@ -1093,6 +1131,18 @@ def audit_prove(log_dir: str, heads: str, seq: int, out: str) -> None:
                f"{len(proof)} bytes in {out}, record in {out}.record.json")
 
 
+def _prom_duration(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A Prometheus range duration (``30s``, ``1m``, ``1h30m``), checked before the sampling
+    starts: anything else went into every query, where Prometheus refused it."""
+    import re
+
+    if not re.fullmatch(r"(?:[0-9]+(?:ms|y|w|d|h|m|s))+", value) or not re.search(
+            r"[1-9]", value):
+        raise click.BadParameter(f"{value[:40]!r} is not a Prometheus duration (e.g. 30s, "
+                                 "1m, 1h30m)")
+    return value
+
+
 @audit.command("usage")
 @click.option("--prometheus", "url", required=True, help="e.g. http://prometheus:9090")
 @click.option("--log", "log_dir", required=True, type=click.Path(file_okay=False))
@@ -1101,7 +1151,7 @@ def audit_prove(log_dir: str, heads: str, seq: int, out: str) -> None:
 @click.option("--key-file", required=True, type=click.Path(dir_okay=False, exists=True))
 @click.option("--interval", "interval_s", default=30.0, show_default=True,
               type=FiniteRange(min=1.0))
-@click.option("--rate-window", default="1m", show_default=True)
+@click.option("--rate-window", default="1m", show_default=True, callback=_prom_duration)
 @click.option("--once", is_flag=True, help="One sample, then exit.")
 def audit_usage_cmd(url: str, log_dir: str, heads: str, key_file: str, interval_s: float,
                     rate_window: str, once: bool) -> None:
@@ -1186,7 +1236,7 @@ def _int_list(text: str, param: str, low: int, high: int) -> list[int]:
               "k8s-default", show_default=True)
 @click.option("--seeds", callback=_seed_list, default="42-51", show_default=True)
 @click.option("--inflate", type=float, default=1.3, show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=None,
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None,
               help="Parallel runs (default: cores).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
@@ -1217,7 +1267,7 @@ def bench_fgd(variants: str, schedulers: str, seeds: list[int], inflate: float, 
               help="Share of a multi-GPU pod's run spent moving data between its GPUs: "
                    "devices spanning NUMA sockets without need stretch it (0: run times "
                    "as the workload gives them).")
-@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: list[int],
@@ -1250,7 +1300,7 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
 @click.option("--warmup-hours", type=FiniteRange(min=0), default=6.0, show_default=True)
 @click.option("--baseline", callback=_scheduler_names, default="k8s-default", show_default=True)
 @click.option("--composite", callback=_scheduler_names, default="composite", show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_heldout(schedulers: str, seeds: list[int], cluster: str, workload: str, hours: float,
@@ -1267,6 +1317,25 @@ def bench_heldout(schedulers: str, seeds: list[int], cluster: str, workload: str
     _write_json(json_path, res)
 
 
+def _sandbox_options(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """``bench sandbox --options`` checked as the command line is read, by building the
+    wrapper with them: a typo (``validate=nope``, ``zzz=1``) was found only after the
+    latency measurement, and with --skip-twin (which uses none) not at all."""
+    from smartsched.model.errors import ValidationError
+    from smartsched.scheduling.base import make_scheduler
+
+    if not value:
+        return value
+    if ctx.params.get("skip_twin"):
+        raise click.BadParameter("applies only without --skip-twin (the latency "
+                                 "measurement takes no options)")
+    try:
+        make_scheduler(f"sandboxed:k8s-default?{value}")
+    except ValidationError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
 @bench.command("sandbox")
 @click.option("--profiles", callback=_scheduler_names,
               default="composite,rl:models/ppo_mixed_small", show_default=True,
@@ -1281,10 +1350,11 @@ def bench_heldout(schedulers: str, seeds: list[int], cluster: str, workload: str
               show_default=True)
 @click.option("--warmup-hours", type=FiniteRange(min=0), default=6.0, show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=30000, show_default=True)
-@click.option("--options", default="", help="The sandboxed: wrapper's options, e.g. "
+@click.option("--options", default="", callback=_sandbox_options,
+              help="The sandboxed: wrapper's options, e.g. "
               "'validate=preemption,gangs&samples=1'.")
-@click.option("--skip-twin", is_flag=True, help="Only the validation latency.")
-@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--skip-twin", is_flag=True, is_eager=True, help="Only the validation latency.")
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_sandbox(profiles: str, nodes: int, decisions: int, cluster: str, workload: str,
@@ -1315,7 +1385,7 @@ def bench_sandbox(profiles: str, nodes: int, decisions: int, cluster: str, workl
               "made by k8s-default.")
 @click.option("--kinds", callback=_name_list, default="random,worst,nofilter,identical,better",
               show_default=True)
-@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_gate(incumbent: str, trials: int, seeds: int, cluster: str, hours: float,
@@ -1379,14 +1449,14 @@ def bench_audit(records: int, proofs: int, no_fsync: bool, work_dir: str | None,
 @click.option("--no-failures", is_flag=True, help="Run without node failures.")
 @click.option("--repair-hours", type=FiniteRange(min=0, max=1e6, min_open=True), default=1.0,
               show_default=True)
-@click.option("--variants", default=None,
+@click.option("--variants", default=None, callback=_name_list,
               help="Comma-separated subset of k8s-default,k8s-default+10s,composite,finance "
                    "(the first is the baseline).")
 @click.option("--workload", default="finance", show_default=True,
               help="finance or finance:<profile.yaml>")
 @click.option("--cluster", default="finance", show_default=True,
               help="A preset or cluster file with nodes labelled pool=core and pool=batch.")
-@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures: bool,
@@ -1448,7 +1518,7 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
               help="--twin: batch placement variants (also: green, time+green -- "
               "GreenScore instead of GridCarbon; green-run, time+green-run -- GreenScore "
               "on the renewable share expected over the pod's run).")
-@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str | None,
@@ -1513,7 +1583,7 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
               "pair of a gang's members on one node worth this fraction of a member).")
 @click.option("--plot", callback=_out_file, type=click.Path(dir_okay=False), default=None,
               help="gap: PNG of the time-quality curve.")
-@click.option("--workers", type=click.IntRange(min=1), default=None)
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str, limit_s: float,

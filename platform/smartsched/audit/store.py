@@ -155,8 +155,15 @@ class SignedHead:
                         bytes.fromhex(d["prev_head"]), bytes.fromhex(d["log_id"]))
             sig = bytes.fromhex(d["sig"])
             key = str(d["key_id"])
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, OverflowError) as e:  # (int(1e400): inf)
             raise ValueError(f"not a head ({type(e).__name__}: {e})") from None
+        # A head is signed as packed int64s: a number past them (1e30) failed the packing
+        # with a traceback instead of being named as not a head.
+        bad = [k for k in ("block", "first_seq", "last_seq")
+               if not 0 <= getattr(head, k) < 2**63]
+        if bad:
+            raise ValueError(f"not a head ({bad[0]} {getattr(head, bad[0])} is outside "
+                             f"0..2**63-1)")
         if any(len(b) != 32 for b in (head.root, head.chain, head.prev_head)) or len(sig) != 64 \
                 or len(head.log_id) != LOG_ID_BYTES:
             raise ValueError("not a head (a hash or the signature has the wrong length)")

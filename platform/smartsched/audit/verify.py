@@ -22,6 +22,7 @@ bytes whatever the log's size, checked with the public key alone.
 
 from __future__ import annotations
 
+import numbers
 import struct
 import time
 from collections.abc import Mapping
@@ -314,8 +315,13 @@ def check_proof(proof: bytes, record: Mapping[str, Any], public: Ed25519PublicKe
         return False, f"the proof is from log {head.log_id.hex()}, not {log_id}"
     sig = proof[off + HEAD_BYTES:off + HEAD_BYTES + SIGNATURE_BYTES]
     try:
-        if int(record["seq"]) != seq:
-            return False, f"the proof is for record {seq}, not {record['seq']}"
+        # The record's number as written: int() read 3.9 or "3" as record 3 (a record that
+        # is not the log's was reported in it), and 1e400 (inf) was an OverflowError.
+        rseq = record["seq"]
+        if isinstance(rseq, bool) or not isinstance(rseq, numbers.Integral):
+            raise ValueError(f"seq must be a whole number, got {rseq!r}"[:120])
+        if rseq != seq:
+            return False, f"the proof is for record {seq}, not {rseq}"
         leaf = record_hash(prev, seq, float(record["ts"]), str(record["kind"]),
                            str(record["principal"]), str(record["tenant"]),
                            str(record["payload"]))

@@ -283,6 +283,9 @@ def _check_days_fit(days: Sequence[int], span_h: float,
 
     spec = cluster_from_dict(doc or THREE_GRIDS)
     shortest = min(len(s.carbon.values) * s.carbon.step_s for s in spec.sites) / 3600.0
+    if span_h > shortest:  # (the message below said "the last start day is -1")
+        raise ValidationError("days", f"no run fits: one run ({span_h:g} h with its warm-up)"
+                              f" is longer than the shortest grid series ({shortest:g} h)")
     for d in days:
         if d * 24.0 + span_h > shortest:
             raise ValidationError("days", f"a run from day {d} ({span_h:g} h with its "

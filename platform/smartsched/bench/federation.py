@@ -80,6 +80,7 @@ def run_federation(data: str | Path, *, cluster: str = "large",
     if max_series is not None:  # the first jobs' series only (tests, quick looks)
         series = series[:max_series]
     held = partition_series(series, names, partition, seed=split_seed)
+    _check_windows(series, held, lookback, horizon, split_seed)
     settings = LSTMSettings(lookback=lookback, horizon=horizon, hidden=hidden, seed=seed)
     echo(f"{len(names)} sites ({partition} partition): " + ", ".join(
         f"{n} {len(ids)} series" for n, ids in held.items()))
@@ -132,6 +133,25 @@ def run_federation(data: str | Path, *, cluster: str = "large",
     if "central" in res:
         res["versus_central"] = _versus(run.rounds, res["central"]["test_mae"])
     return res
+
+
+def _check_windows(series: Sequence[Any], held: dict[str, Sequence[str]], lookback: int,
+                   horizon: int, split_seed: int) -> None:
+    """Every site has a training window, checked here as its actor will (same split): a
+    site without one failed inside Ray, and its error came out as a traceback of the
+    actor's death after the cluster had started."""
+    from smartsched.forecast.data import split_by_series
+
+    by_id = {s.id: s for s in series}
+    for site, ids in held.items():
+        mine = [by_id[i] for i in ids if i in by_id]
+        if not mine:
+            raise ValidationError(f"sites.{site}", "holds no series")
+        train = split_by_series(mine, seed=split_seed).train
+        if not any(len(s) >= lookback + horizon for s in train):
+            raise ValidationError(f"sites.{site}", f"no training window of {lookback} + "
+                                  f"{horizon} steps (its training series are shorter; lower "
+                                  "--lookback or give longer series)")
 
 
 def _fields(settings: Any) -> dict[str, Any]:

@@ -18,8 +18,10 @@ R = TypeVar("R")
 
 def map_jobs(fn: Callable[[J], R], jobs: Sequence[J], workers: int | None = None) -> list[R]:
     """``[fn(j) for j in jobs]``, in order, across up to ``workers`` processes (default:
-    the cores, at most one per job); ``fn`` must be a module-level function."""
-    n = workers or max(1, min(os.cpu_count() or 1, len(jobs)))
+    the cores), never more than one per job: the pool starts every worker it is sized
+    for, so ``--workers 100000`` forked processes by the thousand for a handful of runs
+    (and left them behind when stopped). ``fn`` must be a module-level function."""
+    n = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     if n == 1:
         return [fn(j) for j in jobs]
     with ProcessPoolExecutor(n) as pool:

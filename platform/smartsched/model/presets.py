@@ -262,6 +262,10 @@ def cluster_from_yaml(path: Path) -> ClusterSpec:
 
 def cluster_from_dict(doc: dict[str, Any], source: str = "cluster") -> ClusterSpec:
     """Build a ``ClusterSpec`` from plain data (the YAML schema of :func:`cluster_from_yaml`)."""
+    unknown = sorted(map(str, set(doc) - _CLUSTER_KEYS))
+    if unknown:  # a typo (``sitez:``) was dropped without a word
+        raise ValidationError(unknown[0][:64], "unknown field (a cluster has: "
+                              f"{', '.join(sorted(_CLUSTER_KEYS))})", source=source)
     try:
         sites = [_site(s) for s in _list(doc, "sites", source)]
         zones = [Zone(_name(z, "name", f"zones[{i}]"), _name(z, "site", f"zones[{i}]"))
@@ -280,6 +284,11 @@ def cluster_from_dict(doc: dict[str, Any], source: str = "cluster") -> ClusterSp
         raise ValidationError("cluster", f"wrong type: {e}", source=source) from None
     name = _name(doc, "name", "cluster") if "name" in doc else source
     return ClusterSpec(name, tuple(sites), tuple(zones), tuple(nodes))
+
+
+_CLUSTER_KEYS = {"name", "sites", "zones", "nodes"}
+# What every node entry must give (NodeSpec has no default for them).
+_NODE_REQUIRED = ("name", "zone", "cpu_milli", "memory_mib")
 
 
 def _name(doc: dict[str, Any], key: str, where: str) -> str:
@@ -378,6 +387,9 @@ def _nodes(n: dict[str, Any], i: int) -> Iterable[NodeSpec]:
     unknown = set(n) - _NODE_KEYS
     if unknown:
         raise ValidationError(f"nodes[{i}].{sorted(unknown)[0]}", "unknown field")
+    missing = [k for k in _NODE_REQUIRED if k not in n]
+    if missing:  # (was "wrong type: NodeSpec.__init__() missing 1 required ... argument")
+        raise ValidationError(f"nodes[{i}].{missing[0]}", "missing field")
     count = n.get("count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_CLUSTER_NODES:
         raise ValidationError(f"nodes[{i}].count", f"must be a positive integer, got {count!r}")

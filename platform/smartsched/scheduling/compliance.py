@@ -77,6 +77,30 @@ class CompliancePolicy(BaseModel):
     dedicated: dict[str, Pool] = Field(default_factory=dict)
     isolation: list[Isolation] = Field(default_factory=list, max_length=10_000)
 
+    @field_validator("tenants")
+    @classmethod
+    def _tenant_names(cls, v: list[str]) -> list[str]:
+        """Names, each once: an empty name matched no pod (a pod's tenant is never empty),
+        and a name given twice is a slip to point at, not to merge."""
+        for t in v:
+            if not t.strip():
+                raise ValueError("a tenant name is empty")
+        twice = sorted({t for t in v if v.count(t) > 1})
+        if twice:
+            raise ValueError(f"tenant {twice[0]!r} is listed twice")
+        return v
+
+    @field_validator("residency")
+    @classmethod
+    def _somewhere(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Each tenant's regions are a non-empty list: ``shop: []`` allowed its pods
+        nowhere, and they waited out every run without a word."""
+        for tenant, regions in v.items():
+            if not regions:
+                raise ValueError(f"{tenant!r} lists no region or site (its pods could run "
+                                 "nowhere); leave the tenant out to allow every region")
+        return v
+
     def check_tenants(self) -> None:
         """Every tenant a rule names is declared in ``tenants``."""
         known = set(self.tenants)

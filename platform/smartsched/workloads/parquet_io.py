@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from smartsched.model.cluster import check_taint
 from smartsched.model.cluster_io import read_cluster, write_cluster
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod, UsageProfile
@@ -115,6 +116,9 @@ def read_pods(path: str | Path) -> list[Pod]:
                 if v is not None and not isinstance(v, list):  # tuple("ab") is 2 names
                     raise ValidationError(k, f"must be a list column, got {v!r}")
                 kw[k] = tuple(v or ())
+            for t in kw["tolerations"]:  # one the twin cannot match tolerated nothing
+                if t != "*":
+                    check_taint("tolerations", t)
             kw["node_selector"] = tuple(_pair(s) for s in kw["node_selector"])
             kw["image_layers"] = tuple(_layer(s) for s in kw["image_layers"])
             if "pod_class" in r:

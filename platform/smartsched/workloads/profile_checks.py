@@ -163,6 +163,9 @@ def check_profile(profile: Mapping[str, Any]) -> None:
                     isinstance(n, str) and n.strip() for n in names)):  # (None: the class)
                 raise ValidationError(f"workload.tenants.{cls}",
                                       f"must be a list of tenant names, got {names!r}"[:200])
+            if names == []:  # was replaced by the class's name without a word
+                raise ValidationError(f"workload.tenants.{cls}", "names no tenant (leave "
+                                      "the class out, or null, for the class's own name)")
     day = profile.get("day")
     if day is not None:
         if not isinstance(day, Mapping):
@@ -180,3 +183,7 @@ def check_profile(profile: Mapping[str, Any]) -> None:
             if not isinstance(fs, Mapping):
                 raise ValidationError(f"workload.{name}.flash_sale", "must be a mapping")
             _fields(fs, FLASH_SALE, f"workload.{name}.flash_sale")
+    loads = [profile[name].get("load") for name in SECTIONS if profile.get(name) is not None]
+    if loads and all(v == 0 for v in loads):  # (each checked a number above)
+        raise ValidationError("workload", "every section's load is 0: the workload would be "
+                              "empty (leave a section out to drop it)")

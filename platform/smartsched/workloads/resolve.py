@@ -19,6 +19,13 @@ from smartsched.model.pod import Pod
 
 def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> list[Pod]:
     """Pods for ``spec`` (see module docstring); ``hours``/``seed`` drive generators."""
+    head, sep, tail = spec.partition(":")
+    if sep and head in ("openb", "mixed", "finance") and not tail.strip():
+        # ("mixed:" read the working directory as the profile: "cannot read .")
+        what = ("a trace variant, e.g. openb:default" if head == "openb"
+                else f"a profile file, e.g. {head}:profile.yaml (or {head} alone)")
+        raise ValidationError("workload", f"{spec!r} names nothing after the colon: give "
+                              f"{what}")
     if spec.startswith("resample:"):
         from smartsched.workloads.resample import parse_resample_spec, resample_blocks
 
