@@ -183,7 +183,8 @@ def run_gate(candidate: str, incumbent: str, config: GateConfig | dict[str, Any]
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     jobs = [(s, cfg.filters, cfg.cluster, cfg.workload, seed, cfg.hours, cfg.warmup_hours,
              cfg.weights.model_dump()) for s in (candidate, incumbent) for seed in seeds]
-    n = cfg.workers or max(1, min(os.cpu_count() or 1, len(jobs)))
+    # Never more processes than episodes: a pool starts every worker it is sized for.
+    n = max(1, min(cfg.workers or os.cpu_count() or 1, len(jobs)))
     if n == 1:
         runs = [_episode(j) for j in jobs]
     else:
