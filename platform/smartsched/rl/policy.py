@@ -112,6 +112,22 @@ _META_TYPES: dict[tuple[str, ...], tuple[type, ...]] = {
 }
 
 
+# What an ensemble's members must have been trained with alike (``RLScheduler._pick``):
+# what they observe, and within which shortlist they act.
+ENSEMBLE_SAME = ("filters_profile", "base", "shortlist_k", "shortlist_classes",
+                 "forecaster", "telemetry", "heuristic_features")
+
+
+def _as_loaded(env: dict[str, Any], key: str) -> Any:
+    """A description's ``env.key`` as the loader reads it (an absent key is its default)."""
+    v = env.get(key)
+    if v is None:
+        v = {"filters_profile": "k8s-default", "heuristic_features": True}.get(key)
+        if key == "shortlist_k" and env.get("base") is not None:
+            v = 3
+    return v
+
+
 def _check_meta(meta: dict[str, Any], policy_dir: Path, meta_path: Path, field: str) -> None:
     """ValidationError naming the first key of the description that has the wrong type, or
     a file it names (the forecaster, the telemetry projection) outside the policy folder."""
@@ -179,7 +195,7 @@ class RLScheduler:
     def __init__(self, path: str | Path, seed: int = 0, weights: str | None = None,
                  dynamic: bool = False, defer: bool | None = None,
                  filters: str | None = None, base: str | None = None, k: int | None = None,
-                 classes: Sequence[str] | None = None) -> None:
+                 classes: Sequence[str] | None = None, ensemble: Sequence[str] = ()) -> None:
         import torch
 
         self.dir = resolve_policy_dir(path)
@@ -202,6 +218,9 @@ class RLScheduler:
         from smartsched.rl.fast_scorer import FastScorer
 
         self.scorer = FastScorer(self.module)
+        # Other training seeds of the same recipe: each scores the same observation, and
+        # their log-probabilities are summed (``_pick``).
+        self.members = [FastScorer(m) for m in self._ensemble_members(ensemble, trained)]
         self.filters = ProfileScheduler(
             load_profile(filters or env.get("filters_profile", "k8s-default")), seed)
         # A policy trained within a shortlist (env.base) decides within one by default.
@@ -264,6 +283,60 @@ class RLScheduler:
         self.fgd: FGD | None = None
         self._observer: Observer | None = None
         self._state_id: int | None = None
+
+    def _ensemble_members(self, paths: Sequence[str], trained: list[str]) -> list[Any]:
+        """The modules of ``paths``, each checked to observe and act as this policy does:
+        the same recipe's other training seeds (what their description records about the
+        observation and the shortlist must be this one's)."""
+        mine = self.meta.get("env", {})
+        modules = []
+        for i, path in enumerate(paths):
+            field = f"scheduler.ensemble[{i}]"
+            folder = resolve_policy_dir(path)
+            meta, theirs = read_policy_meta(folder, field)
+            env = meta.get("env", {})
+            for key in ENSEMBLE_SAME:
+                theirs_v, mine_v = _as_loaded(env, key), _as_loaded(mine, key)
+                if theirs_v != mine_v:
+                    raise ValidationError(field, f"policy at {folder} was trained with "
+                                          f"env.{key} {theirs_v!r}, this one with "
+                                          f"{mine_v!r}: an ensemble's members "
+                                          "observe and act alike")
+            for key in ("node_columns", "pod_columns"):
+                if meta.get(key) != self.meta.get(key):
+                    raise ValidationError(field, f"policy at {folder} observes other "
+                                          f"{key}: an ensemble's members observe alike")
+            if theirs != trained:
+                raise ValidationError(field, f"policy at {folder} observes reward "
+                                      f"components {theirs}, this one {trained}")
+            module = read_module(folder)
+            spaces, own = module.observation_space, self.module.observation_space
+            if any(spaces[k].shape != own[k].shape for k in own):
+                raise ValidationError(field, f"policy at {folder} observes other widths "
+                                      "(module_spec.json) than this one")
+            module.eval()
+            modules.append(module)
+        return modules
+
+    def _pick(self, obs: dict[str, np.ndarray], choices: np.ndarray | None = None) -> int:
+        """The action: the policy's argmax (``FastScorer.best``), or with ensemble members
+        the argmax of their summed log-probabilities over the allowed actions (the mask,
+        and ``choices`` among nodes): a product of the members' distributions, so an
+        action any member thinks unlikely loses, and one seed's quirk is outvoted."""
+        if not self.members:
+            return self.scorer.best(obs) if choices is None else self.scorer.best(obs, choices)
+        allowed = obs["action_mask"] > 0
+        if choices is not None:
+            allowed = allowed.copy()
+            allowed[: choices.size] &= choices
+        if not allowed.any():
+            return self.scorer.best(obs, choices)  # nothing to weigh: the policy's answer
+        total = np.zeros(allowed.size)
+        for scorer in (self.scorer, *self.members):
+            lg = scorer.logits(obs).astype(np.float64)[allowed]
+            top = lg.max()
+            total[allowed] += lg - (top + np.log(np.exp(lg - top).sum()))
+        return int(np.argmax(np.where(allowed, total, -np.inf)))
 
     @staticmethod
     def _initial_weights(env: dict[str, Any], name: str | None) -> RewardWeights:
@@ -352,7 +425,7 @@ class RLScheduler:
                 return Decision(None, defer=True)
             return self.filters.rejection(ctx)
         # The module's forward pass with the rows of untouched nodes reused (rl.fast_scorer).
-        a = self.scorer.best(self._observe(state, ctx, ok, deferrable))
+        a = self._pick(self._observe(state, ctx, ok, deferrable))
         if a == state.num_nodes:
             return Decision(None, defer=True)
         devices = None
@@ -376,9 +449,9 @@ class RLScheduler:
         obs = self._observe(state, ctx, ok, False)
         if self.trained_on_shortlist:  # as in training: the shortlist is the action mask
             mask = Shortlist.action_mask(choices, obs["action_mask"])
-            a = self.scorer.best({**obs, "action_mask": mask})
+            a = self._pick({**obs, "action_mask": mask})
         else:  # every feasible node in the policy's context, the shortlist in its reach
-            a = self.scorer.best(obs, choices)
+            a = self._pick(obs, choices)
         sl.decisions += 1
         if a == base.node:
             return base
@@ -419,15 +492,20 @@ class RLScheduler:
         return [(int(n), binder.devices(ctx, int(n)) if binder else None) for n in top]
 
 
+MAX_ENSEMBLE = 16  # members besides the policy itself (each scores every decision)
+
+
 def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     """Entry point for the ``rl:`` prefix (see pyproject's smartsched.schedulers):
-    ``PATH`` or ``PATH?weights=<scenario>&dynamic=true&defer=false&filters=<profile>``."""
+    ``PATH`` or ``PATH?weights=<scenario>&dynamic=true&defer=false&filters=<profile>``,
+    ``&base=<profile>&k=N&classes=C`` (a shortlist), ``&ensemble=PATH2`` (repeatable:
+    other training seeds of the same recipe, their log-probabilities summed)."""
     from urllib.parse import parse_qs
 
     path, _, query = spec.partition("?")
     opts = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
-    refuse_repeated_options(opts, lists=("classes",))
-    known = ("weights", "dynamic", "defer", "filters", "base", "k", "classes")
+    refuse_repeated_options(opts, lists=("classes", "ensemble"))
+    known = ("weights", "dynamic", "defer", "filters", "base", "k", "classes", "ensemble")
     unknown = set(opts) - set(known)
     if unknown:
         first = sorted(unknown)[0][:64]
@@ -459,7 +537,13 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     # comma-separated list of schedulers).
     classes = ([c for v in opts["classes"] for c in v.split(",") if c] if "classes" in opts
                else None)
+    ensemble = opts.get("ensemble", [])
+    if any(not p for p in ensemble):
+        raise ValidationError("scheduler.ensemble", "must name a policy folder")
+    if len(ensemble) > MAX_ENSEMBLE:
+        raise ValidationError("scheduler.ensemble", f"at most {MAX_ENSEMBLE} members, got "
+                              f"{len(ensemble)}")
     return RLScheduler(path, seed, weights=weights, dynamic=flag("dynamic", "false"),
                        defer=flag("defer", "true") if "defer" in opts else None,
-                       filters=filters, base=base, k=k, classes=classes)
+                       filters=filters, base=base, k=k, classes=classes, ensemble=ensemble)
 

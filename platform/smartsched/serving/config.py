@@ -308,9 +308,15 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
 
         opts = parse_qsl(query, keep_blank_values=True)
         names = builtin_profiles()
-        query = urlencode([(k, v if (v in names or not _names_a_file(v)) else str(inside(v)))
-                           for k, v in opts], safe="/:,")
+        query = urlencode([(k, v if (k not in FILE_OPTIONS and (v in names or not
+                                                                 _names_a_file(v)))
+                            else str(inside(v))) for k, v in opts], safe="/:,")
     return f"{prefix}:{target}{sep}{query}" if prefix else target
+
+
+# Options whose value is always a path, however it is written (``ensemble=seed2`` names
+# a folder though it has no slash): held to the models_dir like the policy's own path.
+FILE_OPTIONS = frozenset({"ensemble"})
 
 
 def _names_a_file(value: str) -> bool:
