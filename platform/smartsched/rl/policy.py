@@ -331,12 +331,12 @@ class RLScheduler:
             allowed[: choices.size] &= choices
         if not allowed.any():
             return self.scorer.best(obs, choices)  # nothing to weigh: the policy's answer
-        total = np.zeros(allowed.size)
-        for scorer in (self.scorer, *self.members):
-            lg = scorer.logits(obs).astype(np.float64)[allowed]
-            top = lg.max()
-            total[allowed] += lg - (top + np.log(np.exp(lg - top).sum()))
-        return int(np.argmax(np.where(allowed, total, -np.inf)))
+        from scipy.special import log_softmax
+
+        total = np.full(allowed.size, -np.inf)
+        total[allowed] = sum(log_softmax(s.logits(obs).astype(np.float64)[allowed])
+                             for s in (self.scorer, *self.members))
+        return int(np.argmax(total))
 
     @staticmethod
     def _initial_weights(env: dict[str, Any], name: str | None) -> RewardWeights:
