@@ -167,6 +167,28 @@ def test_empty_host_is_refused(args: list[str]) -> None:
     _refused(args, "'--host'")
 
 
+@pytest.mark.parametrize("args", [
+    ["k8s", "extender", "--host", "bad host", "--profile", "nonesuch"],
+    ["serve", "--host", "no such host.invalid", "--cluster", "nonesuch"],
+    ["telemetry", "serve", "--host", "bad host", "--cluster", "nonesuch"],
+])
+def test_unresolvable_host_is_refused(args: list[str]) -> None:
+    """A host that names nothing made uvicorn exit with the resolver's bare errno
+    ('[Errno -2] Name or service not known', exit 0 for the extender); it is now refused
+    as an option, before anything starts (the bad profile or cluster behind it is never
+    reached)."""
+    out = _refused(args, "'--host'", "is not a host name or address")
+    assert "nonesuch" not in out
+
+
+def test_loopback_host_is_accepted() -> None:
+    """The check resolves the host; the default loopback and 0.0.0.0 pass it (the bad
+    cluster behind them is what is refused)."""
+    for host in ("127.0.0.1", "0.0.0.0", "localhost"):
+        out = _refused(["serve", "--host", host, "--cluster", "nonesuch"], "nonesuch")
+        assert "'--host'" not in out
+
+
 def test_serve_models_dir_that_is_a_file(tmp_path: Path) -> None:
     """It was read as missing, and the service started without the models."""
     (tmp_path / "models").write_text("x")

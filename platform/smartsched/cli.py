@@ -130,9 +130,21 @@ def _host(_ctx: click.Context, _param: click.Parameter, value: str | None) -> st
     """A ``--host`` given as ``''`` (or spaces) is refused: the socket layer reads an empty
     host as every interface, so a service meant for loopback was reachable from the
     network without a word."""
-    if value is not None and not value.strip():
+    if value is None:
+        return value
+    if not value.strip():
         raise click.BadParameter("is empty (give a host name or address; 0.0.0.0 listens "
                                  "on every interface)")
+    # Resolved here, so a host that names nothing is refused before any service starts
+    # (uvicorn and Serve would otherwise exit with the resolver's bare errno).
+    import socket
+
+    try:
+        socket.getaddrinfo(value, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise click.BadParameter(f"{value[:200]!r} is not a host name or address this "
+                                 f"machine can listen on ({reason})") from None
     return value
 
 
