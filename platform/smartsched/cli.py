@@ -1417,22 +1417,30 @@ def bench_gate(incumbent: str, trials: int, seeds: int, cluster: str, hours: flo
 
 
 @bench.command("rl")
-@click.option("--policy", default=None, help="Exported policy (default: an untrained module).")
+@click.option("--policy", default=None,
+              help="Exported policy, as rl: takes it (PATH or PATH?options; default: an "
+                   "untrained module).")
 @click.option("--skip-sampling", is_flag=True, help="Skip the RLlib sampling measurement.")
+@click.option("--latency-only", is_flag=True,
+              help="Only the inference latency (what a policy with options is measured by).")
+@click.option("--sizes", default="1500,5000", show_default=True,
+              help="Cluster sizes (nodes) the inference latency is measured at.")
 @click.option("--envs-per-runner", default="1,8,32,64", show_default=True,
               help="Twins each of the 2 env runners steps (comma list: one measurement each).")
 @click.option("--rounds", type=click.IntRange(1, 100), default=5, show_default=True,
               help="Sampling rounds of 1,000 steps per runner, per measurement.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
-def bench_rl(policy: str | None, skip_sampling: bool, envs_per_runner: str, rounds: int,
-             json_path: str | None) -> None:
+def bench_rl(policy: str | None, skip_sampling: bool, latency_only: bool, sizes: str,
+             envs_per_runner: str, rounds: int, json_path: str | None) -> None:
     """Policy sampling throughput (twin vs model time) and inference latency at 1.5k/5k nodes."""
     from smartsched.bench.rl import run_rl_bench
 
     envs = _int_list(envs_per_runner, "--envs-per-runner", 1, 256)
+    nodes = _int_list(sizes, "--sizes", 2, 20_000)
     _write_json(json_path, run_rl_bench(policy, echo=click.echo, skip_sampling=skip_sampling,
-                                        envs_per_runner=envs, rounds=rounds))
+                                        envs_per_runner=envs, rounds=rounds,
+                                        latency_only=latency_only, sizes=tuple(nodes)))
 
 
 @bench.command("audit")

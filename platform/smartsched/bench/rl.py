@@ -6,9 +6,17 @@ Owns three measurements, printed and returned as a dict:
      model (forward pass).
   2. RLlib sampling: env steps/s across remote env runners (no learning).
   3. Inference: p50/p99 per decision of ``RLScheduler.decide`` on clusters of
-     1,500 and 5,000 nodes (the openb-all nodes, replicated), openb fill.
+     1,500 and 5,000 nodes (the openb-all nodes, replicated), openb fill. A policy
+     steering within a heuristic's shortlist (``base=``) decides only for its classes
+     (online pods), which the openb trace has none of: it is timed on the ``mixed``
+     workload over ``medium``'s nodes replicated to that size, and only the decisions
+     it was asked to make count (each one whole: the base's filters and scores, the
+     observation, every ensemble member).
 Without ``--policy`` an untrained module of the same architecture is used for
 1 and 3 (latency does not depend on the weights), and the report says so.
+``--policy`` takes what ``rl:`` takes (``PATH?ensemble=...&base=...``); options are
+measured by 3 alone (``latency_only``), since 1 and 2 run the module in an env of
+their own.
 """
 
 from __future__ import annotations
@@ -128,17 +136,51 @@ def rllib_sampling(num_env_runners: int = 2, rounds: int = 5,
 
 def inference_latency(policy: str | None, nodes: int, decisions: int = 400) -> dict[str, Any]:
     from smartsched.bench.speed import replicated_cluster
-    from smartsched.rl.policy import RLScheduler
+    from smartsched.rl.policy import make_rl_scheduler
     from smartsched.scheduling.run import build_run
 
+    sched: Any = make_rl_scheduler(policy, 42) if policy else _UntrainedScheduler()
+    if sched.shortlist is not None:
+        return _steered_latency(sched, replicated_cluster("medium", nodes), decisions)
     spec = replicated_cluster("openb-all", nodes)
-    sched: Any = RLScheduler(policy) if policy else _UntrainedScheduler()
     run = build_run(spec, "openb:default", sched, mode="fill", seed=42)
     run.drive(max_decisions=decisions)
     times = run.engine.metrics.decision_seconds  # decide + apply, per decision
     arr = np.array(times[1:]) * 1000  # the first call builds and caches the topology graph
     return {"nodes": nodes, "decisions": len(arr), "first_ms": times[0] * 1000,
             "p50_ms": float(np.percentile(arr, 50)), "p99_ms": float(np.percentile(arr, 99))}
+
+
+def _steered_latency(sched: Any, spec: Any, decisions: int,
+                     max_hours: float = 24.0) -> dict[str, Any]:
+    """Seconds of each ``decide`` in which a shortlist policy chose (the base's own work
+    included), on the ``mixed`` workload over ``spec`` from an empty cluster, until
+    ``decisions + 1`` such decisions were timed or ``max_hours`` were simulated."""
+    from smartsched.scheduling.run import build_run
+
+    sl = sched.shortlist
+    times: list[float] = []
+    decide = sched.decide
+
+    def timed(state: Any, request: Any) -> Any:
+        before = sl.decisions
+        t0 = time.perf_counter()
+        out = decide(state, request)
+        if sl.decisions > before:
+            times.append(time.perf_counter() - t0)
+        return out
+
+    sched.decide = timed
+    run = build_run(spec, "mixed", sched, mode="replay", seed=42, hours=max_hours)
+    while len(times) <= decisions and (req := run.next_decision()) is not None:
+        run.decide(req)
+    if len(times) < 2:
+        raise RuntimeError(f"the policy chose in {len(times)} decisions over {max_hours:g} h "
+                           "of the mixed workload: nothing to time")
+    arr = np.array(times[1:]) * 1000  # the first builds the topology and feature caches
+    return {"nodes": len(spec.nodes), "workload": "mixed", "decisions": len(arr),
+            "first_ms": times[0] * 1000, "p50_ms": float(np.percentile(arr, 50)),
+            "p99_ms": float(np.percentile(arr, 99))}
 
 
 class _UntrainedScheduler:
@@ -162,13 +204,21 @@ class _UntrainedScheduler:
 def run_rl_bench(policy: str | None, echo: Callable[[str], Any] = print,
                  skip_sampling: bool = False,
                  envs_per_runner: tuple[int, ...] = (1, 8, 32, 64),
-                 rounds: int = 5) -> dict[str, Any]:
+                 rounds: int = 5, latency_only: bool = False,
+                 sizes: tuple[int, ...] = (1500, 5000)) -> dict[str, Any]:
+    from smartsched.model.errors import ValidationError
+
     res: dict[str, Any] = {"policy": policy or "untrained module (same architecture)"}
-    split = env_and_model_split(policy)
-    res["in_process"] = split
-    echo(f"in-process env+policy: {split['steps_per_second']:.0f} steps/s; time in the twin "
-         f"{100 * split['twin_share']:.0f} %, in the model {100 * split['model_share']:.0f} %")
-    if not skip_sampling:
+    if policy and "?" in policy and not latency_only:
+        raise ValidationError("policy", "options (after '?') are measured by the latency "
+                              "part alone: add --latency-only")
+    if not latency_only:
+        split = env_and_model_split(policy)
+        res["in_process"] = split
+        echo(f"in-process env+policy: {split['steps_per_second']:.0f} steps/s; time in the "
+             f"twin {100 * split['twin_share']:.0f} %, in the model "
+             f"{100 * split['model_share']:.0f} %")
+    if not skip_sampling and not latency_only:
         res["rllib_sampling"] = []
         for envs in envs_per_runner:  # 1: one twin per runner; more: batched forward passes
             samp = rllib_sampling(num_envs_per_env_runner=envs, rounds=rounds)
@@ -184,10 +234,12 @@ def run_rl_bench(policy: str | None, echo: Callable[[str], Any] = print,
         echo(f"best: {best['steps_per_second']:.0f} env steps/s with {best['envs_per_runner']} "
              f"env(s) per runner (target {SAMPLING_TARGET:.0f}: "
              f"{'met' if res['sampling_target']['met'] else 'not met'})")
-    for n in (1500, 5000):
+    for n in sizes:
         lat = inference_latency(policy, n)
         res[f"inference_{n}"] = lat
+        where = (f" ({lat['decisions']} decisions the policy chose in, {lat['workload']} "
+                 "workload)" if "workload" in lat else "")
         echo(f"inference at {n} nodes: p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms "
-             f"per decision (first call {lat['first_ms']:.0f} ms builds the topology and FGD "
-             "caches)")
+             f"per decision{where} (first call {lat['first_ms']:.0f} ms builds the topology "
+             "and feature caches)")
     return res
