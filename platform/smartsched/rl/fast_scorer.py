@@ -236,6 +236,24 @@ class FastScorer:
             out += np.maximum(np.log(mask), FLOAT_MIN)
         return out
 
+    def logits_at(self, obs: dict[str, np.ndarray], idx: np.ndarray) -> np.ndarray:
+        """``logits(obs)[idx]``, the same bits, computing only those entries (``idx``: action
+        indices, N = defer): an ensemble weighs a shortlist of a few nodes, and every
+        member scoring all N of them was a tenth of its time at 1,500 nodes."""
+        rows, ctx, podw = self._prepare(obs)
+        mask = obs["action_mask"]
+        n = rows.nodes.shape[0]
+        idx = np.asarray(idx, dtype=np.int64)
+        out = np.empty(idx.size, np.float32)
+        on_node = idx < n
+        if on_node.any():
+            out[on_node] = self._node_logits(rows, self.w_c @ ctx + self.b1, idx[on_node])
+        if not on_node.all():
+            out[~on_node] = _run(self.defer, np.concatenate([podw, ctx]).astype(np.float64))
+        with np.errstate(divide="ignore"):
+            out += np.maximum(np.log(mask[idx]), FLOAT_MIN)
+        return out
+
     def best(self, obs: dict[str, np.ndarray], choices: np.ndarray | None = None) -> int:
         """``argmax(logits(obs))`` (N = defer) without scoring every node; with
         ``choices`` ([N] bool), the argmax over those feasible nodes only (and defer): the

@@ -333,9 +333,10 @@ class RLScheduler:
             return self.scorer.best(obs, choices)  # nothing to weigh: the policy's answer
         from scipy.special import log_softmax
 
+        idx = np.flatnonzero(allowed)  # the members' logits there only (a shortlist: few)
         total = np.full(allowed.size, -np.inf)
-        total[allowed] = sum(log_softmax(s.logits(obs).astype(np.float64)[allowed])
-                             for s in (self.scorer, *self.members))
+        total[idx] = sum(log_softmax(s.logits_at(obs, idx).astype(np.float64))
+                         for s in (self.scorer, *self.members))
         return int(np.argmax(total))
 
     @staticmethod
