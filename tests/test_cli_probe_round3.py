@@ -167,23 +167,51 @@ def test_empty_host_is_refused(args: list[str]) -> None:
     _refused(args, "'--host'")
 
 
-@pytest.mark.parametrize("args", [
-    ["k8s", "extender", "--host", "bad host", "--profile", "nonesuch"],
-    ["serve", "--host", "no such host.invalid", "--cluster", "nonesuch"],
-    ["telemetry", "serve", "--host", "bad host", "--cluster", "nonesuch"],
+# Hosts refused without asking a name server (so the test needs no DNS): a label over 63
+# characters (the IDNA codec refuses it), brackets around an IPv6 address, and an address
+# of another machine (TEST-NET-1, RFC 5737), which resolves but cannot be bound.
+BAD_HOSTS = [("a" * 64 + ".example", "not a valid host name"),
+             ("[::1]", "without brackets"),
+             ("192.0.2.1", "not an address this machine can listen on")]
+
+
+@pytest.mark.parametrize("host,says", BAD_HOSTS)
+@pytest.mark.parametrize("command", [
+    ["k8s", "extender", "--profile", "nonesuch"],
+    ["serve", "--cluster", "nonesuch"],
+    ["telemetry", "serve", "--cluster", "nonesuch"],
 ])
-def test_unresolvable_host_is_refused(args: list[str]) -> None:
-    """A host that names nothing made uvicorn exit with the resolver's bare errno
-    ('[Errno -2] Name or service not known', exit 0 for the extender); it is now refused
-    as an option, before anything starts (the bad profile or cluster behind it is never
-    reached)."""
-    out = _refused(args, "'--host'", "is not a host name or address")
+def test_a_host_no_service_can_listen_on_is_refused(command: list[str], host: str,
+                                                    says: str) -> None:
+    """A host that named nothing made uvicorn exit with the resolver's bare errno
+    ('[Errno -2] Name or service not known', exit 0 for the extender), and one of another
+    machine with the socket's; both are now refused as the option, before anything
+    starts (the bad profile or cluster behind it is never reached)."""
+    out = _refused([*command, "--host", host], "'--host'", says)
     assert "nonesuch" not in out
 
 
+@pytest.mark.parametrize("host,says", [*BAD_HOSTS, ("", "is empty")])
+def test_a_config_files_host_is_checked_alike(tmp_path: Path, host: str, says: str) -> None:
+    """``http_options.host`` in the service's config file is where ``serve`` listens
+    without --host: it is checked as --host is (an empty one listened on every
+    interface)."""
+    import yaml
+
+    from smartsched.serving.local import http_address
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[1] / "serve_apps"
+                          / "placement.yaml").read_text())
+    doc["http_options"]["host"] = host
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ValidationError, match=says) as e:
+        http_address(tmp_path / "c.yaml", None, None)
+    assert e.value.field == "config.http_options.host"
+
+
 def test_loopback_host_is_accepted() -> None:
-    """The check resolves the host; the default loopback and 0.0.0.0 pass it (the bad
-    cluster behind them is what is refused)."""
+    """The check resolves and binds the host; the default loopback and 0.0.0.0 pass it
+    (the bad cluster behind them is what is refused)."""
     for host in ("127.0.0.1", "0.0.0.0", "localhost"):
         out = _refused(["serve", "--host", host, "--cluster", "nonesuch"], "nonesuch")
         assert "'--host'" not in out

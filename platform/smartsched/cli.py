@@ -17,7 +17,7 @@ import click
 from pydantic import ValidationError as PydanticError
 
 from smartsched.bench.demo import SHIPPED_POLICY
-from smartsched.model.errors import SmartSchedError
+from smartsched.model.errors import SmartSchedError, ValidationError
 
 __all__ = ["EXIT_BAD_INPUT", "SHIPPED_POLICY", "main"]
 
@@ -102,7 +102,6 @@ def _scheduler_names(_ctx: click.Context, param: click.Parameter, value: str | N
     """A comma-separated scheduler option checked as the command line is read: each name
     must build (a packaged profile, a profile file, ``rl:PATH``, ...), so a typo is an
     error naming the option before a benchmark spends minutes on the others."""
-    from smartsched.model.errors import ValidationError
     from smartsched.scheduling.base import make_scheduler
 
     _name_list(_ctx, param, value)
@@ -127,25 +126,16 @@ def _nonempty(_ctx: click.Context, _param: click.Parameter, value: str | None
 
 
 def _host(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """A ``--host`` given as ``''`` (or spaces) is refused: the socket layer reads an empty
-    host as every interface, so a service meant for loopback was reachable from the
-    network without a word."""
+    """A ``--host`` a service cannot listen on is refused as an option, before anything
+    starts (``listen.check_listen_host``: empty, unresolvable, or not this machine's)."""
     if value is None:
         return value
-    if not value.strip():
-        raise click.BadParameter("is empty (give a host name or address; 0.0.0.0 listens "
-                                 "on every interface)")
-    # Resolved here, so a host that names nothing is refused before any service starts
-    # (uvicorn and Serve would otherwise exit with the resolver's bare errno).
-    import socket
+    from smartsched.listen import check_listen_host
 
     try:
-        socket.getaddrinfo(value, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (OSError, UnicodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise click.BadParameter(f"{value[:200]!r} is not a host name or address this "
-                                 f"machine can listen on ({reason})") from None
-    return value
+        return check_listen_host(value, "--host")
+    except ValidationError as e:
+        raise click.BadParameter(e.message) from None
 
 
 def _out_file(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -1433,7 +1423,7 @@ def bench_gate(incumbent: str, trials: int, seeds: int, cluster: str, hours: flo
               callback=_out_file)
 def bench_rl(policy: str | None, skip_sampling: bool, latency_only: bool, sizes: str,
              envs_per_runner: str, rounds: int, json_path: str | None) -> None:
-    """Policy sampling throughput (twin vs model time) and inference latency at 1.5k/5k nodes."""
+    """Policy sampling throughput (twin vs model time) and inference latency per decision."""
     from smartsched.bench.rl import run_rl_bench
 
     envs = _int_list(envs_per_runner, "--envs-per-runner", 1, 256)

@@ -52,6 +52,10 @@ def test_bench_rl_options_need_latency_only() -> None:
 
     r = CliRunner().invoke(main, ["bench", "rl", "--policy", ENSEMBLE, "--skip-sampling"])
     assert r.exit_code != 0 and "--latency-only" in r.output, r.output
+    # A shortlist policy without options too: parts 1 and 2 would run it without its base.
+    plain = f"{ROOT}/models/ppo_shortlist_online_s0"
+    r = CliRunner().invoke(main, ["bench", "rl", "--policy", plain, "--skip-sampling"])
+    assert r.exit_code != 0 and "shortlist" in r.output and "--latency-only" in r.output
     r = CliRunner().invoke(main, ["bench", "rl", "--latency-only", "--sizes", "1"])
     assert r.exit_code == 2 and "--sizes" in r.output, r.output
 

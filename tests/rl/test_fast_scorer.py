@@ -59,6 +59,10 @@ def test_cached_logits_equal_the_module_forward_at_every_decision() -> None:
         # A few entries alone (an ensemble's shortlist, defer included) are the same bits.
         some = np.r_[np.flatnonzero(obs["action_mask"][:n] > 0)[:3], 0, n]
         assert np.array_equal(sched.scorer.logits_at(obs, some), got_np[some])
+        assert np.array_equal(sched.scorer.logits_at(obs, some[:1]), got_np[some[:1]])
+        for bad in (np.array([-1]), np.array([n + 1]), obs["action_mask"] > 0):
+            with pytest.raises(ValueError, match="action indices"):
+                sched.scorer.logits_at(obs, bad)
         got = torch.from_numpy(got_np)
         batch = {Columns.OBS: {k: torch.from_numpy(v).unsqueeze(0) for k, v in obs.items()}}
         with torch.no_grad():

@@ -76,8 +76,10 @@ def _config_doc(config: str | Path) -> dict[str, Any]:
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ValidationError("config.http_options.port", f"must be a port in 1..65535, got "
                               f"{port!r}")
-    if not isinstance(http.get("host", DEFAULT_HOST), str):
-        raise ValidationError("config.http_options.host", "must be a host name or address")
+    if "host" in http:  # as --host is checked (empty, unresolvable, not this machine's)
+        from smartsched.listen import check_listen_host
+
+        check_listen_host(http["host"], "config.http_options.host")
     prefix = app.get("route_prefix", "/")
     if prefix not in ("/", None):  # `smartsched serve` serves the API at the root
         raise ValidationError("config.applications[0].route_prefix",
