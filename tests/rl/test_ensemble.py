@@ -125,3 +125,44 @@ def test_a_live_reload_holds_members_to_the_models_dir(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as e:
         resolve_reload_profile("rl:a?ensemble=/etc", root)
     assert e.value.field == "profile"
+
+
+def test_members_find_alike_rows_once_per_decision(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every member brings all rows up to date from the same observation; the alike rows
+    are found once per decision between them (``DistinctMemo``), and the choices stay
+    those the independent sum gives (the test above)."""
+    import smartsched.rl.fast_scorer as fs
+
+    other = _perturbed(tmp_path, 1.3, "seed-b")
+    found: list[int] = []
+    orig = fs._distinct
+    monkeypatch.setattr(fs, "_distinct", lambda x, sid: found.append(1) or orig(x, sid))
+    sched = make_scheduler(f"rl:{SHIPPED}?ensemble={other}&ensemble={other}", 0)
+    picks: list[int] = []
+    pick = sched._pick
+    monkeypatch.setattr(sched, "_pick", lambda obs, *a: picks.append(1) or pick(obs, *a))
+    # On `medium`: `small` has 16 nodes, fewer than a search for alike rows is worth.
+    run = build_run("medium", "mixed", sched, seed=6, hours=1, warmup_hours=0)
+    run.drive(max_decisions=150)
+    assert len(picks) > 50 and 0 < len(found) <= len(picks)  # three members, one search
+    assert sched._memo is not None and sched._memo.x is None  # cleared after each decision
+
+
+def test_the_memo_answers_only_the_same_rows_and_ids() -> None:
+    from types import SimpleNamespace
+
+    import smartsched.rl.fast_scorer as fs
+
+    memo = fs.DistinctMemo()
+    owner = SimpleNamespace(memo=memo)
+    x = np.zeros((20, 4), np.float32)  # every row alike
+    one = np.zeros(20, np.int64)
+    two = np.repeat(np.arange(2), 10)
+    a = fs.FastScorer._distinct_rows(owner, x, one)
+    b = fs.FastScorer._distinct_rows(owner, x, two)  # other ids: its own answer
+    assert a is not None and b is not None and a[0].size == 1 and b[0].size == 2
+    assert fs.FastScorer._distinct_rows(owner, x, two.copy()) is b  # equal ids: shared
+    assert fs.FastScorer._distinct_rows(owner, x.copy(), two) is not b  # other rows object
+    memo.clear()
+    assert memo.x is None and memo.found is None

@@ -138,6 +138,7 @@ class FastScorer:
         # ``_update``'s work: rows brought up to date, and distinct rows computed for them.
         self.rows_updated = 0
         self.rows_computed = 0
+        self.memo: DistinctMemo | None = None  # set by an ensemble (``RLScheduler``)
 
     def _topology(self, nodes: np.ndarray, changed: np.ndarray | None) -> np.ndarray | None:
         """[N, h] first-layer term of the cluster's topology embedding, cached per cluster
@@ -158,9 +159,14 @@ class FastScorer:
                 topo = (self.m._topology(torch.from_numpy(nodes)) @ self.w1_topo_t).numpy()
             self._topo = (static, topo)
             # Nodes whose topology embeddings are the same bits share an id (``_update``
-            # computes alike rows once).
-            self._sid = np.unique(topo.view(np.int32), axis=0,
-                                  return_inverse=True)[1].reshape(-1).astype(np.int64)
+            # computes alike rows once), numbered by first appearance: an ensemble's
+            # members, whose encoders group the nodes alike, then hold equal ids
+            # (``DistinctMemo``), where the order of the embeddings' bits would not.
+            _, first, inv = np.unique(topo.view(np.int32), axis=0, return_index=True,
+                                      return_inverse=True)
+            rank = np.empty(first.size, np.int64)
+            rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+            self._sid = rank[inv.reshape(-1)]
             self._rows.clear()
         return self._topo[1]
 
@@ -184,11 +190,16 @@ class FastScorer:
             gated = self.gate is not None
             pt = torch.from_numpy(podw)
             with torch.inference_mode():
+                pod_term = self.w1_podw @ pt + self.b1_node
+                gate = self.gate(pt) if self.gate is not None else None
+            spare = self._spare(nodes.shape) if rows is None else None
+            if spare is not None:  # every row is written below (``_update`` of all rows)
+                np.copyto(spare.nodes, nodes)
+                rows = _Rows(spare.nodes, spare.emb, spare.a, spare.prior, pod_term, gate)
+            else:
                 rows = _Rows(nodes.copy(), np.zeros((n, h), np.float32),
                              np.zeros((n, h), np.float32),
-                             np.zeros(n, np.float32) if gated else None,
-                             self.w1_podw @ pt + self.b1_node,
-                             self.gate(pt) if self.gate is not None else None)
+                             np.zeros(n, np.float32) if gated else None, pod_term, gate)
         else:
             rows.nodes[todo] = nodes[todo]
         self._rows[key] = rows
@@ -200,6 +211,19 @@ class FastScorer:
         feasible = obs["action_mask"][: nodes.shape[0]]
         ctx = (feasible @ rows.emb) / np.float32(max(float(feasible.sum()), 1.0))
         return rows, ctx, podw
+
+    def _spare(self, shape: tuple[int, ...]) -> _Rows | None:
+        """The least recently used pod's rows, taken out of a full cache for a new pod's
+        rows to be computed into (None: allocate): a pod feature vector that changes at
+        every decision -- the hour of day does -- made each decision allocate a
+        megabyte per scorer."""
+        if not self._rows:
+            return None
+        oldest = next(iter(self._rows.values()))
+        if len(self._rows) < self._keep(oldest) or oldest.nodes.shape != shape:
+            return None
+        self._rows.popitem(last=False)
+        return oldest
 
     @staticmethod
     def _keep(rows: _Rows) -> int:
@@ -311,6 +335,20 @@ class FastScorer:
         j = int(np.argmax(vals))
         return n if defer > vals[j] else int(cand[j])
 
+    def _distinct_rows(self, x: np.ndarray, sid: np.ndarray | None
+                       ) -> tuple[np.ndarray, np.ndarray] | None:
+        """``_distinct(x, sid)``, from the ensemble's memo when another member just asked
+        about the same rows (see ``DistinctMemo``)."""
+        m = self.memo
+        if m is not None and m.x is x and (
+                (m.sid is None and sid is None)
+                or (m.sid is not None and sid is not None and np.array_equal(m.sid, sid))):
+            return m.found
+        found = _distinct(x, sid)
+        if m is not None:
+            m.x, m.sid, m.found = x, sid, found
+        return found
+
     def _update(self, rows: _Rows, todo: np.ndarray | None, nodes: np.ndarray,
                 topo: np.ndarray | None) -> None:
         """Recompute the cached terms of rows ``todo`` (None: every row).
@@ -327,7 +365,7 @@ class FastScorer:
         if k > MIN_ROWS:
             sid = None if self._sid is None else (self._sid if todo is None
                                                    else self._sid[todo])
-            found = _distinct(x, sid)
+            found = self._distinct_rows(x, sid)
             if found is not None:
                 first, inv = found
                 x = x[first]
@@ -360,20 +398,48 @@ class FastScorer:
             if prior_new is not None:
                 pm = float(np.abs(prior_new).max())
                 rows.pmax = pm if todo is None else max(rows.pmax, pm)
-        if inv is not None:  # each row from its distinct one
-            emb, a_new = emb[inv], a_new[inv]
-            prior_new = None if prior_new is None else prior_new[inv]
-            ref_new = None if ref_new is None else ref_new[inv]
-        sel = slice(None) if todo is None else todo
-        rows.emb[sel] = emb
-        rows.a[sel] = a_new
-        if rows.prior is not None:
-            assert prior_new is not None
-            rows.prior[sel] = prior_new
+        if inv is not None and todo is None:  # each row from its distinct one, in place
+            np.take(emb, inv, axis=0, out=rows.emb, mode="clip")  # (unbuffered)
+            np.take(a_new, inv, axis=0, out=rows.a, mode="clip")
+            if rows.prior is not None:
+                assert prior_new is not None
+                np.take(prior_new, inv, out=rows.prior, mode="clip")
+        else:
+            if inv is not None:  # each row from its distinct one
+                emb, a_new = emb[inv], a_new[inv]
+                prior_new = None if prior_new is None else prior_new[inv]
+                ref_new = None if ref_new is None else ref_new[inv]
+            sel = slice(None) if todo is None else todo
+            rows.emb[sel] = emb
+            rows.a[sel] = a_new
+            if rows.prior is not None:
+                assert prior_new is not None
+                rows.prior[sel] = prior_new
         if todo is None:
             rows.ref = rows.ref_c = None
         elif ref_new is not None and rows.ref is not None:
             rows.ref[todo] = ref_new
+
+
+class DistinctMemo:
+    """``_distinct``'s last answer, shared by an ensemble's members within one decision.
+
+    Every member brings all N rows up to date from the same observation (the pod's
+    features change with the hour, so each decision misses every member's cache), and
+    finding the alike rows was a fifth of a member's time. A member reuses the answer
+    when it asks about the same array object with the same topology ids (their
+    encoders group alike nodes alike as a rule; when they do not, it computes its own).
+    The owner clears it after each decision, so no answer outlives its observation."""
+
+    __slots__ = ("found", "sid", "x")
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.x: np.ndarray | None = None
+        self.sid: np.ndarray | None = None
+        self.found: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def _distinct(x: np.ndarray, sid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:

@@ -215,12 +215,17 @@ class RLScheduler:
         # One decision is a batch of one: a single thread is faster than a pool.
         torch.set_num_threads(1)
         self.torch = torch
-        from smartsched.rl.fast_scorer import FastScorer
+        from smartsched.rl.fast_scorer import DistinctMemo, FastScorer
 
         self.scorer = FastScorer(self.module)
         # Other training seeds of the same recipe: each scores the same observation, and
         # their log-probabilities are summed (``_pick``).
         self.members = [FastScorer(m) for m in self._ensemble_members(ensemble, trained)]
+        self._memo: DistinctMemo | None = None
+        if self.members:  # the members find alike rows once per decision between them
+            self._memo = DistinctMemo()
+            for s in (self.scorer, *self.members):
+                s.memo = self._memo
         self.filters = ProfileScheduler(
             load_profile(filters or env.get("filters_profile", "k8s-default")), seed)
         # A policy trained within a shortlist (env.base) decides within one by default.
@@ -335,8 +340,12 @@ class RLScheduler:
 
         idx = np.flatnonzero(allowed)  # the members' logits there only (a shortlist: few)
         total = np.full(allowed.size, -np.inf)
-        total[idx] = sum(log_softmax(s.logits_at(obs, idx).astype(np.float64))
-                         for s in (self.scorer, *self.members))
+        try:
+            total[idx] = sum(log_softmax(s.logits_at(obs, idx).astype(np.float64))
+                             for s in (self.scorer, *self.members))
+        finally:
+            if self._memo is not None:
+                self._memo.clear()  # this observation's rows only
         return int(np.argmax(total))
 
     @staticmethod
