@@ -1305,13 +1305,27 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
+@click.option("--merge", "merge", multiple=True, type=click.Path(dir_okay=False, exists=True),
+              help="Judge the seeds of earlier runs' --json files together (repeatable); "
+                   "runs nothing.")
 def bench_heldout(schedulers: str, seeds: list[int], cluster: str, workload: str, hours: float,
                   warmup_hours: float, baseline: str, composite: str, workers: int | None,
-                  json_path: str | None) -> None:
+                  json_path: str | None, merge: tuple[str, ...]) -> None:
     """Held-out evaluation: medians with bootstrap intervals, paired changes vs the baseline
     and the composite, issue 17's targets checked."""
-    from smartsched.bench.heldout import run_heldout
+    from smartsched.bench.heldout import merge_heldout, run_heldout
 
+    if merge:
+        ctx = click.get_current_context()
+        given = [p for p in ("schedulers", "seeds", "cluster", "workload", "hours",
+                             "warmup_hours", "workers")
+                 if ctx.get_parameter_source(p) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            flags = ", ".join("--" + g.replace("_", "-") for g in given)
+            raise click.UsageError(f"--merge runs nothing: {flags} come from the merged files")
+        _write_json(json_path, merge_heldout(merge, baseline=baseline, composite=composite,
+                                             echo=click.echo))
+        return
     scheds = [s for s in schedulers.split(",") if s]
     res = run_heldout(scheds, seeds, cluster=cluster, workload=workload, hours=hours,
                       warmup_hours=warmup_hours, baseline=baseline, composite=composite,

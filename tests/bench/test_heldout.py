@@ -96,3 +96,74 @@ def test_a_composite_at_zero_still_counts_against_the_verdict() -> None:
     assert v["figures"]["edge SLO violations"]["rel_median"] == pytest.approx(2.0)
     assert v["figures"]["online queue p95 s"]["rel_median"] == 0.0  # both 0: no change
     assert "edge SLO violations" in v["worse_by_over_5pct"] and not v["met"]
+
+
+# ------------------------------------------------------------------ --merge
+def _saved(path, seeds: list[int], scheds: dict[str, float], **setting) -> str:
+    """An earlier run's --json file: each scheduler's cross-zone traffic scaled by its
+    factor per seed (everything else equal to the baseline's)."""
+    import json
+
+    doc = {"cluster": "medium", "workload": "mixed", "hours": 24.0, "warmup_hours": 6.0,
+           **setting, "runs": [
+               {"scheduler": s, "seed": seed,
+                "metrics": _metrics(40.0, 1000.0 + seed, 100.0 * f * (1 + seed % 3), 0.5,
+                                    0.0, 10.0)}
+               for s, f in scheds.items() for seed in seeds]}
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_merged_runs_are_judged_as_one_set_of_seeds(tmp_path) -> None:
+    from smartsched.bench.heldout import merge_heldout
+
+    a = _saved(tmp_path / "a.json", [1, 2, 3], {"k8s-default": 1.0, "composite": 0.5,
+                                                "p": 0.4})
+    b = _saved(tmp_path / "b.json", [4, 5, 6], {"k8s-default": 1.0, "composite": 0.5,
+                                                "p": 0.4, "only-here": 0.1})
+    told: list[str] = []
+    res = merge_heldout([a, b], echo=told.append)
+    assert res["seeds"] == [1, 2, 3, 4, 5, 6]
+    assert set(res["absolute"]) == {"k8s-default", "composite", "p"}  # not on every seed
+    assert any("only-here" in t for t in told)
+    # The same verdict as summarizing the six seeds directly.
+    by = {s: {seed: _metrics(40.0, 1000.0 + seed, 100.0 * f * (1 + seed % 3), 0.5, 0.0,
+                             10.0) for seed in range(1, 7)}
+          for s, f in {"k8s-default": 1.0, "composite": 0.5, "p": 0.4}.items()}
+    want = summarize(by, "k8s-default", "composite")
+    assert res["vs_composite"] == want["vs_composite"]
+    assert res["absolute"] == want["absolute"]
+
+
+def test_merged_files_must_be_the_same_setting_and_agree(tmp_path) -> None:
+    import json
+
+    from smartsched.bench.heldout import merge_heldout
+
+    a = _saved(tmp_path / "a.json", [1, 2], {"k8s-default": 1.0, "composite": 0.5})
+    other = _saved(tmp_path / "b.json", [3, 4], {"k8s-default": 1.0}, hours=12.0)
+    with pytest.raises(ValidationError, match="hours") as e:
+        merge_heldout([a, other], echo=lambda _: None)
+    assert e.value.field == "merge[1]"
+    clash = _saved(tmp_path / "c.json", [2, 3], {"k8s-default": 1.0, "composite": 0.7})
+    with pytest.raises(ValidationError, match="differs") as e:
+        merge_heldout([a, clash], echo=lambda _: None)  # composite on seed 2 twice, unlike
+    assert e.value.field.startswith("merge[1].runs[")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValidationError, match="JSON"):
+        merge_heldout([a, str(tmp_path / "bad.json")], echo=lambda _: None)
+    (tmp_path / "empty.json").write_text(json.dumps({"runs": []}))
+    with pytest.raises(ValidationError, match="no runs"):
+        merge_heldout([str(tmp_path / "empty.json")], echo=lambda _: None)
+
+
+def test_merge_refuses_options_that_would_run(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    a = _saved(tmp_path / "a.json", [1, 2], {"k8s-default": 1.0, "composite": 0.5})
+    r = CliRunner().invoke(main, ["bench", "heldout", "--merge", a, "--seeds", "1-3"])
+    assert r.exit_code != 0 and "--seeds" in r.output, r.output
+    r = CliRunner().invoke(main, ["bench", "heldout", "--merge", a])
+    assert r.exit_code == 0 and "Against k8s-default" in r.output, r.output

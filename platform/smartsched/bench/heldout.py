@@ -249,3 +249,69 @@ def format_heldout(res: dict[str, Any]) -> str:
             cells = [_change("rel", [f["rel_median"], *f["ci"]]) for f in v["figures"].values()]
             out.append(f"| {s} | " + " | ".join(cells) + f" | {'yes' if v['met'] else 'no'} |")
     return "\n".join(out)
+
+
+def merge_heldout(paths: Sequence[str], *, baseline: str = "k8s-default",
+                  composite: str = "composite",
+                  echo: Callable[[str], Any] = print) -> dict[str, Any]:
+    """The verdict over the seeds of several earlier runs (their ``--json`` files), without
+    running anything: seeds measured apart (another day, another machine) judged as one
+    set. The runs must agree on cluster, workload, hours and warm-up; a scheduler and seed
+    in two files must have the same report (else they were not the same run); only
+    schedulers measured on every seed of the baseline are judged (the others are named)."""
+    import json
+
+    from smartsched.model.errors import ValidationError
+
+    by: dict[str, dict[int, dict[str, Any]]] = {}
+    setting: dict[str, Any] | None = None
+    keys = ("cluster", "workload", "hours", "warmup_hours")
+    for i, path in enumerate(paths):
+        field = f"merge[{i}]"
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise ValidationError(field, f"cannot read {str(path)[:200]!r} as JSON "
+                                  f"({type(e).__name__})") from None
+        runs = doc.get("runs") if isinstance(doc, dict) else None
+        if not isinstance(runs, list) or not runs:
+            raise ValidationError(field, "has no runs (write it with bench heldout --json)")
+        mine = {k: doc.get(k) for k in keys}
+        if setting is None:
+            setting = mine
+        elif mine != setting:
+            diff = [k for k in keys if mine[k] != setting[k]]
+            raise ValidationError(field, f"was run with other {', '.join(diff)} than "
+                                  "merge[0]")
+        for j, r in enumerate(runs):
+            if not (isinstance(r, dict) and isinstance(r.get("scheduler"), str)
+                    and isinstance(r.get("seed"), int) and isinstance(r.get("metrics"), dict)):
+                raise ValidationError(f"{field}.runs[{j}]", "needs scheduler, seed, metrics")
+            s, seed = r["scheduler"], r["seed"]
+            seen = by.setdefault(s, {}).get(seed)
+            if seen is not None and _judged(seen) != _judged(r["metrics"]):
+                raise ValidationError(f"{field}.runs[{j}]", f"{s[:200]!r} on seed {seed} "
+                                      "differs from an earlier file's run of it")
+            by[s][seed] = r["metrics"]
+    assert setting is not None
+    if baseline not in by:
+        raise ValidationError("baseline", f"{baseline[:200]!r} is in none of the files")
+    seeds = sorted(by[baseline])
+    if len(seeds) < 2:
+        raise ValidationError("merge", "the baseline has fewer than 2 seeds")
+    whole = {s: per for s, per in by.items() if set(per) >= set(seeds)}
+    for s in by:
+        if s not in whole:
+            echo(f"left out (not on every seed of {baseline}): {s}")
+    res = summarize({s: {k: per[k] for k in seeds} for s, per in whole.items()},
+                    baseline, composite)
+    res.update({**setting, "seeds": seeds, "merged_from": [str(p) for p in paths]})
+    res["table"] = format_heldout(res)
+    echo(res["table"])
+    return res
+
+
+def _judged(metrics: dict[str, Any]) -> list[float]:
+    """The figures a verdict reads from one report (timings are not among them)."""
+    return [f.value(metrics) for f in FIGURES]
