@@ -190,16 +190,11 @@ class FastScorer:
             gated = self.gate is not None
             pt = torch.from_numpy(podw)
             with torch.inference_mode():
-                pod_term = self.w1_podw @ pt + self.b1_node
-                gate = self.gate(pt) if self.gate is not None else None
-            spare = self._spare(nodes.shape) if rows is None else None
-            if spare is not None:  # every row is written below (``_update`` of all rows)
-                np.copyto(spare.nodes, nodes)
-                rows = _Rows(spare.nodes, spare.emb, spare.a, spare.prior, pod_term, gate)
-            else:
                 rows = _Rows(nodes.copy(), np.zeros((n, h), np.float32),
                              np.zeros((n, h), np.float32),
-                             np.zeros(n, np.float32) if gated else None, pod_term, gate)
+                             np.zeros(n, np.float32) if gated else None,
+                             self.w1_podw @ pt + self.b1_node,
+                             self.gate(pt) if self.gate is not None else None)
         else:
             rows.nodes[todo] = nodes[todo]
         self._rows[key] = rows
@@ -211,19 +206,6 @@ class FastScorer:
         feasible = obs["action_mask"][: nodes.shape[0]]
         ctx = (feasible @ rows.emb) / np.float32(max(float(feasible.sum()), 1.0))
         return rows, ctx, podw
-
-    def _spare(self, shape: tuple[int, ...]) -> _Rows | None:
-        """The least recently used pod's rows, taken out of a full cache for a new pod's
-        rows to be computed into (None: allocate): a pod feature vector that changes at
-        every decision -- the hour of day does -- made each decision allocate a
-        megabyte per scorer."""
-        if not self._rows:
-            return None
-        oldest = next(iter(self._rows.values()))
-        if len(self._rows) < self._keep(oldest) or oldest.nodes.shape != shape:
-            return None
-        self._rows.popitem(last=False)
-        return oldest
 
     @staticmethod
     def _keep(rows: _Rows) -> int:
@@ -398,23 +380,16 @@ class FastScorer:
             if prior_new is not None:
                 pm = float(np.abs(prior_new).max())
                 rows.pmax = pm if todo is None else max(rows.pmax, pm)
-        if inv is not None and todo is None:  # each row from its distinct one, in place
-            np.take(emb, inv, axis=0, out=rows.emb, mode="clip")  # (unbuffered)
-            np.take(a_new, inv, axis=0, out=rows.a, mode="clip")
-            if rows.prior is not None:
-                assert prior_new is not None
-                np.take(prior_new, inv, out=rows.prior, mode="clip")
-        else:
-            if inv is not None:  # each row from its distinct one
-                emb, a_new = emb[inv], a_new[inv]
-                prior_new = None if prior_new is None else prior_new[inv]
-                ref_new = None if ref_new is None else ref_new[inv]
-            sel = slice(None) if todo is None else todo
-            rows.emb[sel] = emb
-            rows.a[sel] = a_new
-            if rows.prior is not None:
-                assert prior_new is not None
-                rows.prior[sel] = prior_new
+        if inv is not None:  # each row from its distinct one
+            emb, a_new = emb[inv], a_new[inv]
+            prior_new = None if prior_new is None else prior_new[inv]
+            ref_new = None if ref_new is None else ref_new[inv]
+        sel = slice(None) if todo is None else todo
+        rows.emb[sel] = emb
+        rows.a[sel] = a_new
+        if rows.prior is not None:
+            assert prior_new is not None
+            rows.prior[sel] = prior_new
         if todo is None:
             rows.ref = rows.ref_c = None
         elif ref_new is not None and rows.ref is not None:
