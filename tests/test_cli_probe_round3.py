@@ -123,7 +123,7 @@ def _pid(_: int) -> int:
 
 
 def test_pool_never_starts_more_workers_than_jobs() -> None:
-    from smartsched.bench.pool import map_jobs
+    from smartsched.pool import map_jobs
 
     assert map_jobs(_pid, [0], workers=64) == [os.getpid()]  # one job: no pool at all
 

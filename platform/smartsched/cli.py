@@ -348,6 +348,69 @@ def train(config_path: str, iterations: int | None, resume: bool, output_dir: st
     _write_json(json_path, summary)
 
 
+def _teacher(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """The teacher of ``distill``: a learned policy (``rl:PATH``, usually with
+    ``ensemble=`` members) that builds, checked before any day is simulated."""
+    from smartsched.rl.distill import check_teacher
+    from smartsched.scheduling.base import make_scheduler
+
+    try:
+        check_teacher(value)
+        make_scheduler(value)  # every member loads, and they were trained alike
+    except ValidationError as e:
+        raise click.BadParameter(e.message) from None
+    return value
+
+
+@main.command()
+@click.option("--teacher", required=True, callback=_teacher,
+              help="The policy to imitate: rl:PATH?ensemble=PATH2&ensemble=PATH3...")
+@click.option("--output-dir", required=True,
+              callback=_model_out("smartsched_policy.json", "module_spec.json"),
+              help="Where the student policy is written (a policy folder).")
+@_overwrite_option
+@click.option("--init", default=None, type=click.Path(file_okay=False, exists=True),
+              help="The student's starting weights (default: the teacher's first policy).")
+@click.option("--seeds", default="20000-20005", show_default=True, callback=_seed_list,
+              help="Workload seeds whose days the teacher decides (the training data).")
+@click.option("--val-seeds", default="20006", show_default=True, callback=_seed_list,
+              help="Seeds held aside: they pick the epoch and measure the agreement.")
+@click.option("--cluster", default="medium", show_default=True)
+@click.option("--workload", default="mixed", show_default=True)
+@click.option("--hours", type=FiniteRange(min=0, max=24 * 365, min_open=True), default=24.0,
+              show_default=True)
+@click.option("--warmup-hours", type=FiniteRange(min=0, max=24 * 365), default=6.0,
+              show_default=True)
+@click.option("--epochs", type=click.IntRange(1, 10_000), default=8, show_default=True)
+@click.option("--dagger-rounds", type=click.IntRange(0, 100), default=0, show_default=True,
+              help="Rounds in which the student acts and the teacher labels (DAgger).")
+@click.option("--lr", type=FiniteRange(min=0, max=1, min_open=True), default=3e-4,
+              show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, 65_536), default=128, show_default=True)
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="The fit's seed (shuffling).")
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              callback=_out_file)
+def distill(teacher: str, output_dir: str, overwrite: bool, init: str | None,
+            seeds: list[int], val_seeds: list[int], cluster: str, workload: str,
+            hours: float, warmup_hours: float, epochs: int, dagger_rounds: int, lr: float,
+            batch_size: int, seed: int, workers: int | None, json_path: str | None) -> None:
+    """Train one policy to decide as a teacher (an ensemble) does, at one network's cost."""
+    from smartsched.rl.distill import distill_policy
+
+    summary = distill_policy(teacher, output_dir, seeds=seeds, val_seeds=val_seeds,
+                             init=init, cluster=cluster, workload=workload, hours=hours,
+                             warmup_hours=warmup_hours, epochs=epochs,
+                             dagger_rounds=dagger_rounds, lr=lr, batch_size=batch_size,
+                             seed=seed, workers=workers, echo=click.echo)
+    click.echo(f"student: {summary['policy']}  agreement with the teacher on the held-aside "
+               f"seeds {100 * summary['val_agreement']:.2f} % over "
+               f"{summary['val_decisions']} decisions  (use --scheduler "
+               f"rl:{summary['policy']})")
+    _write_json(json_path, summary)
+
+
 @main.command()
 @click.option("--sweep", "sweep_path", type=click.Path(dir_okay=False, exists=True),
               default="tune_sweeps/reward_weights.yaml", show_default=True)

@@ -119,8 +119,8 @@ def run_gap(seeds: Sequence[int], nodes: int = 100, pods: int = 200,
             options: dict[str, Any] | None = None, workers: int | None = None,
             echo: Callable[[str], Any] = print, plot: str | None = None) -> dict[str, Any]:
     """The exact comparison over ``seeds``; a markdown table (and the plot)."""
-    from smartsched.bench.pool import map_jobs
     from smartsched.optimize.placer import AnnealOptions
+    from smartsched.pool import map_jobs
 
     opts = {"k": 8, "d": 2, "value": "share", "homes": "shapes", "replicas": 8,
             "method": "sa", "polish": 2000, "lns": AnnealOptions.lns, **(options or {})}
@@ -277,7 +277,7 @@ def _fill_one(args: tuple[str, str, int]) -> tuple[str, str, int, float, float]:
 def run_fill(variants: Sequence[str], seeds: Sequence[int], schedulers: Sequence[str],
              workers: int | None = None, echo: Callable[[str], Any] = print) -> dict[str, Any]:
     """GPU allocation at 130 % arrived, per variant, scheduler and seed."""
-    from smartsched.bench.pool import map_jobs
+    from smartsched.pool import map_jobs
 
     jobs = [(v, s, seed) for v in variants for s in schedulers for seed in seeds]
     out = map_jobs(_fill_one, jobs, workers)
@@ -425,7 +425,7 @@ def run_gangs(seeds: Sequence[int], nodes: int = 100, pods: int = 200, share: fl
     (``gangs=after``), and gangs in the model (``gangs=model``), with the exact optimum
     of the gang model where HiGHS proves one; with ``colocate`` > 0 also the gang model
     with co-location. Value: GPUs (the fill experiment's)."""
-    from smartsched.bench.pool import map_jobs
+    from smartsched.pool import map_jobs
 
     per = map_jobs(_gangs_one, [(s, nodes, pods, share, sweeps, limit_s, colocate)
                                 for s in seeds], workers)

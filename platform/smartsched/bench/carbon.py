@@ -330,7 +330,7 @@ def run_twin_carbon(days: Sequence[int] = (45, 135, 225, 315), slacks: Sequence[
     CA grids (or one region per grid of ``series``: ``grids_doc``), from each start day
     of the series; batch pods' own carbon per variant (``agnostic``, the reference,
     always runs)."""
-    from smartsched.bench.pool import map_jobs
+    from smartsched.pool import map_jobs
 
     unknown = [v for v in variants if v not in ALL_TWIN_VARIANTS]
     if unknown:

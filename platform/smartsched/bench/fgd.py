@@ -46,7 +46,7 @@ def run_fgd_bench(
     echo: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """Run every (variant, scheduler, seed); return per-run rates and medians."""
-    from smartsched.bench.pool import map_jobs
+    from smartsched.pool import map_jobs
 
     jobs = [(v, s, seed, inflate) for v in variants for s in schedulers for seed in seeds]
     results: list[tuple[str, str, int, float]] = map_jobs(_one, jobs, workers)

@@ -120,7 +120,7 @@ def run_finance(variants: Sequence[Variant] = VARIANTS, seeds: Sequence[int] = (
                 workers: int | None = None, echo: Callable[[str], Any] = print
                 ) -> dict[str, Any]:
     """Run every variant on every seed; print the table; return the figures."""
-    from smartsched.bench.pool import map_jobs
+    from smartsched.pool import map_jobs
 
     jobs = [Job(v, s, nights, mtbf_hours, repair_hours, cluster, workload)
             for v in variants for s in seeds]

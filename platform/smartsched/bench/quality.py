@@ -88,7 +88,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 def run_jobs(jobs: Sequence[Job], workers: int | None = None) -> list[dict[str, Any]]:
     """Run ``Job``s, each in its own process from a pool sized to the machine's cores
     (one in this process if 1)."""
-    from smartsched.bench.pool import map_jobs
+    from smartsched.pool import map_jobs
 
     return map_jobs(_one, jobs, workers)
 

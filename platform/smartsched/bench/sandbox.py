@@ -101,7 +101,7 @@ def refusal_costs(profiles: Sequence[str], *, cluster: str = "medium", workload:
                   hours: float = 24.0, warmup_hours: float = 6.0, seed: int = 30000,
                   options: str = "", workers: int | None = None) -> list[dict[str, Any]]:
     """Each profile as it is and sandboxed (``options``: the wrapper's query string)."""
-    from smartsched.bench.pool import map_jobs
+    from smartsched.pool import map_jobs
 
     jobs = []
     for p in profiles:

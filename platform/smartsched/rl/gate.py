@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from smartsched.model.configfile import validate
+from smartsched.pool import map_jobs
 from smartsched.scheduling.base import Scheduler, make_scheduler
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.registry import load_profile
@@ -176,20 +176,13 @@ def paired_lower_bound(gains: Sequence[float], confidence: float, resamples: int
 def run_gate(candidate: str, incumbent: str, config: GateConfig | dict[str, Any] | None = None
              ) -> GateResult:
     """Compare ``candidate`` with ``incumbent`` on paired twin episodes; promote or not."""
-    import os
 
     cfg = parse_gate_config(config or {})
     t0 = time.perf_counter()
     seeds = list(range(cfg.first_seed, cfg.first_seed + cfg.seeds))
     jobs = [(s, cfg.filters, cfg.cluster, cfg.workload, seed, cfg.hours, cfg.warmup_hours,
              cfg.weights.model_dump()) for s in (candidate, incumbent) for seed in seeds]
-    # Never more processes than episodes: a pool starts every worker it is sized for.
-    n = max(1, min(cfg.workers or os.cpu_count() or 1, len(jobs)))
-    if n == 1:
-        runs = [_episode(j) for j in jobs]
-    else:
-        with ProcessPoolExecutor(n) as pool:
-            runs = list(pool.map(_episode, jobs))
+    runs = map_jobs(_episode, jobs, cfg.workers)
     cand, inc = runs[: len(seeds)], runs[len(seeds):]
     gains = [c["score"] - i["score"] for c, i in zip(cand, inc, strict=True)]
     lower = paired_lower_bound(gains, cfg.confidence, cfg.resamples)

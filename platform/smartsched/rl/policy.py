@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +222,10 @@ class RLScheduler:
         # their log-probabilities are summed (``_pick``).
         self.members = [FastScorer(m) for m in self._ensemble_members(ensemble, trained)]
         self._memo: DistinctMemo | None = None
+        # Distillation (rl.distill.Recorder): sees each decision's allowed actions and the
+        # summed log-probabilities there; may answer another action (an actor's).
+        self.recorder: Callable[[dict[str, np.ndarray], np.ndarray, np.ndarray],
+                                int | None] | None = None
         if self.members:  # the members find alike rows once per decision between them
             self._memo = DistinctMemo()
             for s in (self.scorer, *self.members):
@@ -328,7 +332,7 @@ class RLScheduler:
         the argmax of their summed log-probabilities over the allowed actions (the mask,
         and ``choices`` among nodes): a product of the members' distributions, so an
         action any member thinks unlikely loses, and one seed's quirk is outvoted."""
-        if not self.members:
+        if not self.members and self.recorder is None:
             return self.scorer.best(obs) if choices is None else self.scorer.best(obs, choices)
         allowed = obs["action_mask"] > 0
         if choices is not None:
@@ -346,6 +350,10 @@ class RLScheduler:
         finally:
             if self._memo is not None:
                 self._memo.clear()  # this observation's rows only
+        if self.recorder is not None:  # distillation: record, and maybe another acts
+            a = self.recorder(obs, idx, total[idx])
+            if a is not None:
+                return a
         return int(np.argmax(total))
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""Run a bench's independent jobs in parallel processes.
+"""Run independent jobs (benchmarks, distillation, the promotion gate) in parallel processes.
 
 Owns the one rule every bench uses: a pool sized to the machine's cores (or
 ``workers``), and no pool at all for a single worker, so a run in one process can
