@@ -289,3 +289,116 @@ def test_a_held_site_lets_placements_through_once_its_update_ends_or_lapses() ->
             await tier.commit_node_updates("t3", shrink, {})
 
     asyncio.run(run())
+
+
+def _fake_clocks(deployments: dict[str, Any]) -> dict[str, float]:
+    """Each site's hold clock, moved by the test."""
+    now = {s: 0.0 for s in SITES}
+    for s in SITES:
+        deployments[s].tier.hold_clock = lambda s=s: now[s]
+    return now
+
+
+def test_a_hold_lost_before_the_commits_applies_nothing_and_a_retry_succeeds(
+        tmp_path: Path) -> None:
+    """mec-0 is prepared, then its hold lapses (another site was slow to check its part)
+    and a placement comes, which drops the hold and may take the room the check counted
+    on. Before, mec-1 committed and mec-0 was checked again: an update half-applied
+    whenever that check failed. Now the lost hold is found before any commit: a 503 to
+    retry, no site changed (journals included); the retry applies at both."""
+
+    async def run() -> None:
+        ing, deployments, handles = _service(tmp_path)
+        _setup(deployments)
+        now = _fake_clocks(deployments)
+        before = _view(deployments["mec-1"])
+        placed: list[Any] = []
+
+        async def lapse_then_place() -> None:
+            tier = deployments["mec-0"].tier
+            if placed or tier._node_hold is None:
+                return
+            now["mec-0"] += 60.0  # past the hold
+            placed.append(await tier.place([Pod(id="late", cpu_milli=100, memory_mib=64)],
+                                           600.0, None))
+
+        handles["mec-0"].after = lapse_then_place
+        status, body = await _put(ing, UPDATE)
+        assert placed and placed[0][0]["placed"], "the placement was not slipped in"
+        assert status == 503, body
+        assert "no site applied it" in body["detail"][0]["msg"]
+        assert _applied(deployments) == {"mec-0": False, "mec-1": False}
+        assert _view(deployments["mec-1"]) == before
+        assert "fresh-0" not in ing.node_site
+        for s in SITES:
+            assert deployments[s].tier._node_hold is None  # nothing left held
+            assert _replayed(tmp_path, s) == _view(deployments[s])
+        handles["mec-0"].after = _nothing
+        status, body = await _put(ing, UPDATE)
+        assert status == 200, body
+        assert _applied(deployments) == {"mec-0": True, "mec-1": True}
+
+    asyncio.run(run())
+
+
+def test_a_hold_that_lapsed_with_nothing_after_it_is_renewed_and_holds_until_the_commit(
+        tmp_path: Path) -> None:
+    """A lapsed hold nothing came after is still true: confirmed, it is renewed, so a
+    placement arriving between the confirmation and the commit waits for the commit."""
+
+    async def run() -> None:
+        ing, deployments, handles = _service(tmp_path)
+        now = _fake_clocks(deployments)
+        site = deployments["mec-0"]
+        confirm = site.confirm_node_hold
+        waiting: list[asyncio.Future] = []
+
+        async def lapse() -> None:
+            if site.tier._node_hold is not None and not waiting:
+                now["mec-0"] += 60.0
+
+        async def confirm_then_place(token: str) -> bool:
+            ok = await confirm(token)
+            waiting.append(asyncio.ensure_future(site.tier.place(
+                [Pod(id="between", cpu_milli=100, memory_mib=64)], 600.0, None)))
+            for _ in range(20):
+                await asyncio.sleep(0)
+            assert not waiting[0].done(), "the renewed hold let a placement through"
+            return ok
+
+        handles["mec-0"].after = lapse
+        site.confirm_node_hold = confirm_then_place
+        status, body = await _put(ing, UPDATE)
+        assert status == 200, body
+        assert _applied(deployments) == {"mec-0": True, "mec-1": True}
+        (r,) = await asyncio.wait_for(waiting[0], 2)  # after the commit: placed
+        assert r["placed"]
+
+    asyncio.run(run())
+
+
+def test_a_site_failing_its_commit_after_another_applied_says_so(tmp_path: Path) -> None:
+    """A site that breaks between the phases (its replica dies, its disk fails): the
+    update may be half-applied, and the answer says which site applied and which may not
+    have, rather than a refusal the client would read as nothing applied. The failure's
+    own message (replica ids, paths) is not in it; the failed site keeps its new names."""
+    from ray.serve.exceptions import ReplicaUnavailableError
+
+    async def run() -> None:
+        ing, deployments, _ = _service(tmp_path)
+
+        async def broken(*_a: Any, **_k: Any) -> Any:
+            raise ReplicaUnavailableError("rep-xyz-1234")
+
+        deployments["mec-0"].commit_node_updates = broken
+        status, body = await _put(ing, UPDATE)
+        assert status == 409, body
+        msg = body["detail"][0]["msg"]
+        assert "site mec-0 failed or restarted" in msg
+        assert "site(s) mec-1 applied their part, site(s) mec-0 may not have" in msg
+        assert "rep-xyz" not in json.dumps(body)
+        assert _applied(deployments)["mec-1"] is True
+        assert ing.node_site.get("fresh-0") == "mec-0"  # may be there: not claimable elsewhere
+        assert deployments["mec-0"].tier._node_hold is None  # let go
+
+    asyncio.run(run())

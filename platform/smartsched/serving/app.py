@@ -20,6 +20,7 @@ import email.message
 import hmac
 import inspect
 import json
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -64,6 +65,8 @@ from smartsched.serving.schemas import (
     ProfileUpdate,
     RegionSummary,
 )
+
+log = logging.getLogger(__name__)
 
 API_TITLE = "SmartSched placement service"
 PROFILE_FIELDS = ("region_profile", "edge_profile", "profiles")
@@ -279,6 +282,9 @@ class SiteDeployment:
     async def commit_node_updates(self, token: str, updates: list,
                                   usage: dict) -> dict[str, Any]:
         return await self.tier.commit_node_updates(token, updates, usage)
+
+    async def confirm_node_hold(self, token: str) -> bool:
+        return self.tier.confirm_node_hold(token)
 
     async def abort_node_updates(self, token: str) -> bool:
         return self.tier.abort_node_updates(token)
@@ -795,27 +801,61 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
         claimed = [c for c in claimed if c not in {name for _, name, _ in updates}]
         ing.trail.node_updates(request.state.principal, site, updates, usage)
 
+    def keep_claims(site: str) -> None:  # a site that may have applied keeps its names
+        nonlocal claimed
+        claimed = [c for c in claimed if c not in {name for _, name, _ in per_site[site][0]}]
+
     try:
         if len(per_site) == 1:  # one site applies it whole or not at all
             ((site, (updates, usage)),) = per_site.items()
             out = [await ing.sites[site].apply_node_updates.remote(updates, usage)]
             applied(site)
         else:
-            out = await _update_sites(ing, per_site, applied)
+            out = await _update_sites(ing, per_site, applied, keep_claims)
     finally:
         for name in claimed:  # not applied (refused): unclaimed
             ing.node_site.pop(name, None)
     return {"sites": out}
 
 
+def _half_applied(failed: list[tuple[str, BaseException]], committed: set[str],
+                  unsure: Callable[[str], None]) -> Exception:
+    """The answer when sites failed their commit after others applied theirs: which did
+    and which may not have (a commit that raised may have applied before it failed, so
+    the failed sites keep their new names, ``unsure``). A site's own refusal is said as
+    it is; anything else (a replica that died, a disk) is not, since its message carries
+    replica ids and paths; it goes to the log."""
+    from smartsched.model.errors import SmartSchedError
+    from smartsched.serving.site import NodeUpdateConflict
+
+    why = []
+    for s, got in failed:
+        unsure(s)
+        c = remote_cause(got)
+        if isinstance(c, SmartSchedError):
+            why.append(f"site {s}: {getattr(c, 'message', None) or c}")
+        else:
+            log.warning("node update: site %s failed its commit: %r", s, got)
+            why.append(f"site {s} failed or restarted")
+    field = getattr(remote_cause(failed[0][1]), "field", "nodes")
+    return NodeUpdateConflict(
+        field if isinstance(field, str) else "nodes",
+        f"{'; '.join(why)} -- site(s) {', '.join(sorted(committed))} applied their part, "
+        f"site(s) {', '.join(s for s, _ in failed)} may not have: send their rows again")
+
+
 async def _update_sites(ing: Any, per_site: dict[str, tuple[list, dict]],
-                        applied: Callable[[str], None]) -> list[dict[str, Any]]:
+                        applied: Callable[[str], None],
+                        unsure: Callable[[str], None]) -> list[dict[str, Any]]:
     """A node update spanning sites, all or nothing: every site checks its part and is
     held (``SiteTier.prepare_node_updates``: placements and node updates there wait), then
-    every site commits (``applied(site)`` for each). A refusal lets go of the sites held
-    and is raised (the first in the request's order: its error names the request's row);
-    no site has changed. One such update at a time, so two never wait on each other's
-    held sites."""
+    every site is asked whether it still holds (``confirm_node_hold``, which renews the
+    hold), then every site commits (``applied(site)`` for each). A refusal lets go of the
+    sites held and is raised (the first in the request's order: its error names the
+    request's row); no site has changed. A hold lost before the commits (a site slow to
+    check its part let another's hold lapse, and a placement came) is a 503 to retry,
+    with no site changed: committing the others would half-apply the update. One such
+    update at a time, so two never wait on each other's held sites."""
     sites = list(per_site)
     token = uuid.uuid4().hex
     committed: set[str] = set()
@@ -827,6 +867,16 @@ async def _update_sites(ing: Any, per_site: dict[str, tuple[list, dict]],
             for got in prepared:
                 if isinstance(got, BaseException):
                     raise got
+            held = await asyncio.gather(
+                *(ing.sites[s].confirm_node_hold.remote(token) for s in sites),
+                return_exceptions=True)
+            lost = [s for s, ok in zip(sites, held, strict=True) if ok is not True]
+            if lost:
+                why = ("did not answer" if isinstance(held[sites.index(lost[0])], BaseException)
+                       else "lapsed before it could commit (a site was slow to check its "
+                       "part)")
+                raise ServiceUnavailableError(f"the node update's hold on site {lost[0]} "
+                                              f"{why}; no site applied it: retry")
             done = await asyncio.gather(
                 *(ing.sites[s].commit_node_updates.remote(token, *per_site[s])
                   for s in sites), return_exceptions=True)
@@ -834,9 +884,12 @@ async def _update_sites(ing: Any, per_site: dict[str, tuple[list, dict]],
                 if not isinstance(got, BaseException):
                     committed.add(s)
                     applied(s)
-            for got in done:  # a commit cannot meet a conflict; a broken site can fail
-                if isinstance(got, BaseException):
-                    raise got
+            failed = [(s, got) for s, got in zip(sites, done, strict=True)
+                      if isinstance(got, BaseException)]
+            if failed and not committed:
+                raise failed[0][1]  # a held commit cannot meet a conflict: a broken site
+            if failed:
+                raise _half_applied(failed, committed, unsure)
             return list(done)
         finally:  # the sites still held let go now (the others: a no-op)
             await asyncio.gather(*(ing.sites[s].abort_node_updates.remote(token)

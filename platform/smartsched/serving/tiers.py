@@ -460,6 +460,19 @@ class SiteTier:
         finally:
             self._let_go(token)
 
+    def confirm_node_hold(self, token: str, hold_s: float = NODE_UPDATE_HOLD_S) -> bool:
+        """Between the phases: whether this site still holds for ``token``, and if so its
+        hold runs ``hold_s`` more from now, so the commit that follows meets it. A hold
+        that lapsed was dropped by the first placement or update that came after it: that
+        one may have taken the room the check counted on, and the update must not commit
+        anywhere (``serving.app._update_sites``). A lapsed hold nothing came after is
+        still here and still true, and is renewed."""
+        hold = self._node_hold
+        if hold is None or hold.token != token:
+            return False
+        hold.until = self.hold_clock() + hold_s
+        return True
+
     def abort_node_updates(self, token: str) -> bool:
         """Let go of the site held for ``token`` (another site refused): whether it was."""
         return self._let_go(token)
