@@ -189,7 +189,7 @@ def _model_out(*artifacts: str) -> Callable[[click.Context, click.Parameter, str
             if held:
                 raise click.BadParameter(
                     f"the folder {value!r} holds a trained model ({held[0]}): pass "
-                    "--overwrite to replace it, or give another --out")
+                    f"--overwrite to replace it, or give another {param.opts[0]}")
         return value
     return callback
 
@@ -368,7 +368,8 @@ def _teacher(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--output-dir", required=True,
               callback=_model_out("smartsched_policy.json", "module_spec.json"),
               help="Where the student policy is written (a policy folder).")
-@_overwrite_option
+@click.option("--overwrite", is_flag=True, is_eager=True,
+              help="Replace the policy the --output-dir folder already holds.")
 @click.option("--init", default=None, type=click.Path(file_okay=False, exists=True),
               help="The student's starting weights (default: the teacher's first policy).")
 @click.option("--seeds", default="20000-20005", show_default=True, callback=_seed_list,
