@@ -210,7 +210,6 @@ def fit(data: Teaching, init: str | Path | Any, *, val: Teaching | None = None,
     """The student: ``init`` (a policy folder, or a module to train further) trained on
     ``data`` (see the module docstring); with ``val``, the epoch with its lowest KL is
     the one returned."""
-
     import torch
 
     from smartsched.rl.artifact import read_module
@@ -309,32 +308,15 @@ def check_teacher(teacher: str) -> Path:
 def check_init(init: str | Path, lead: Path) -> Path:
     """``init`` as a policy folder that observes and acts as the teacher's policy does
     (what an ensemble's members must share), else a ValidationError naming ``init``."""
-    from smartsched.rl.policy import (
-        ENSEMBLE_SAME,
-        _as_loaded,
-        read_policy_meta,
-        resolve_policy_dir,
-    )
+    from smartsched.rl.policy import read_policy_meta, refuse_unlike, resolve_policy_dir
 
     try:
         folder = resolve_policy_dir(init)
         meta, comps = read_policy_meta(folder, "init")
     except ValidationError as e:
         raise ValidationError("init", e.message) from None
-    mine, theirs = read_policy_meta(lead, "teacher")
-    env, lead_env = meta.get("env", {}), mine.get("env", {})
-    for key in ENSEMBLE_SAME:
-        if _as_loaded(env, key) != _as_loaded(lead_env, key):
-            raise ValidationError("init", f"policy at {folder} was trained with env.{key} "
-                                  f"{_as_loaded(env, key)!r}, the teacher with "
-                                  f"{_as_loaded(lead_env, key)!r}")
-    for key in ("node_columns", "pod_columns"):
-        if meta.get(key) != mine.get(key):
-            raise ValidationError("init", f"policy at {folder} observes other {key} than "
-                                  "the teacher")
-    if comps != theirs:
-        raise ValidationError("init", f"policy at {folder} observes reward components "
-                              f"{comps}, the teacher {theirs}")
+    mine, my_comps = read_policy_meta(lead, "teacher")
+    refuse_unlike(meta, comps, mine, my_comps, folder, "init", "the teacher")
     return folder
 
 
@@ -445,6 +427,7 @@ def distill_policy(teacher: str, out: str | Path, *, seeds: Sequence[int],
     data, stats = collect(teacher, [*seeds, *val_seeds], **kw)
     held = np.isin(data.seed, list(val_seeds))
     train, val = data.take(np.flatnonzero(~held)), data.take(np.flatnonzero(held))
+    del data  # a copy of every observation: gigabytes at a day per seed
     if not len(val):
         raise ValidationError("val_seeds", "the teacher made no decision with a choice on "
                               "these seeds: nothing to measure the student on")
@@ -456,7 +439,9 @@ def distill_policy(teacher: str, out: str | Path, *, seeds: Sequence[int],
     module, history = fit(train, init, val=val, epochs=epochs, lr=lr,
                           batch_size=batch_size, seed=seed, echo=echo)
     rounds[0]["history"] = history
-    best = (evaluate(module, val)["kl"], 0, copy.deepcopy(module.state_dict()))
+    # The fit kept its epoch with the lowest held-aside KL: that epoch's row says how near
+    # the round's student is (no second pass over the held-aside decisions).
+    best = (_kept(history), 0, copy.deepcopy(module.state_dict()))
     student_dir = Path(out)
     for r in range(1, dagger_rounds + 1):
         # The student acts; its states are labelled by the teacher (DAgger).
@@ -469,23 +454,24 @@ def distill_policy(teacher: str, out: str | Path, *, seeds: Sequence[int],
             more, stats = collect(teacher, seeds, actor=str(scratch), **kw)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+        added = len(more)
         train = Teaching.concat([train, more])
+        del more
         module, history = fit(train, module, val=val,
                               epochs=epochs, lr=lr, batch_size=batch_size, seed=seed + r,
                               echo=echo)
         rounds.append({"round": r, "acted_by": "student", "collect": stats,
-                       "decisions": len(more), "history": history})
-        kl = evaluate(module, val)["kl"]
-        if kl < best[0]:
-            best = (kl, r, copy.deepcopy(module.state_dict()))
+                       "decisions": added, "history": history})
+        if _kept(history)["val_kl"] < best[0]["val_kl"]:
+            best = (_kept(history), r, copy.deepcopy(module.state_dict()))
     module.load_state_dict(best[2])  # the round whose student is nearest the teacher
-    final = evaluate(module, val)
+    final = best[0]
     record = {"teacher": teacher, "init": str(init_as_given), "seeds": list(seeds),
               "val_seeds": list(val_seeds), "cluster": cluster, "workload": workload,
               "hours": hours, "warmup_hours": warmup_hours, "epochs": epochs,
               "dagger_rounds": dagger_rounds, "kept_round": best[1], "lr": lr,
-              "batch_size": batch_size, "seed": seed, "val_agreement": final["agreement"],
-              "val_kl": final["kl"]}
+              "batch_size": batch_size, "seed": seed,
+              "val_agreement": final["val_agreement"], "val_kl": final["val_kl"]}
     path = export_student(module, lead, student_dir, record)
     summary = {**record, "policy": str(path), "rounds": rounds,
                "decisions": len(train), "val_decisions": len(val),
@@ -494,3 +480,7 @@ def distill_policy(teacher: str, out: str | Path, *, seeds: Sequence[int],
                                                           + "\n")
     return summary
 
+
+def _kept(history: list[dict[str, float]]) -> dict[str, float]:
+    """The epoch ``fit`` kept: the first with the lowest held-aside KL."""
+    return min(history, key=lambda h: h["val_kl"])

@@ -189,6 +189,28 @@ def _check_attached_files(policy_dir: Path, folder: Path, key: str, field: str) 
                                   f"a policy's {key} can be ({max_bytes:,})")
 
 
+def refuse_unlike(meta: dict[str, Any], comps: list[str], mine: dict[str, Any],
+                  my_comps: list[str], folder: Path, field: str, me: str) -> None:
+    """ValidationError of ``field`` unless the policy at ``folder`` (its description
+    ``meta``, its reward components ``comps``) observes and acts as ``me`` does (``mine``,
+    ``my_comps``): what an ensemble's members, or a student and its teacher, must share
+    (``ENSEMBLE_SAME``, the observation's columns, the reward components)."""
+    env, my_env = meta.get("env", {}), mine.get("env", {})
+    for key in ENSEMBLE_SAME:
+        theirs_v, mine_v = _as_loaded(env, key), _as_loaded(my_env, key)
+        if theirs_v != mine_v:
+            raise ValidationError(field, f"policy at {folder} was trained with env.{key} "
+                                  f"{theirs_v!r}, {me} with {mine_v!r}: they must observe "
+                                  "and act alike")
+    for key in ("node_columns", "pod_columns"):
+        if meta.get(key) != mine.get(key):
+            raise ValidationError(field, f"policy at {folder} observes other {key} than "
+                                  f"{me}: they must observe alike")
+    if comps != my_comps:
+        raise ValidationError(field, f"policy at {folder} observes reward components "
+                              f"{comps}, {me} {my_comps}")
+
+
 class RLScheduler:
     """Greedy decisions of a trained NodeScorerModule."""
 
@@ -222,14 +244,14 @@ class RLScheduler:
         # their log-probabilities are summed (``_pick``).
         self.members = [FastScorer(m) for m in self._ensemble_members(ensemble, trained)]
         self._memo: DistinctMemo | None = None
-        # Distillation (rl.distill.Recorder): sees each decision's allowed actions and the
-        # summed log-probabilities there; may answer another action (an actor's).
-        self.recorder: Callable[[dict[str, np.ndarray], np.ndarray, np.ndarray],
-                                int | None] | None = None
         if self.members:  # the members find alike rows once per decision between them
             self._memo = DistinctMemo()
             for s in (self.scorer, *self.members):
                 s.memo = self._memo
+        # Distillation (rl.distill.Recorder): sees each decision's allowed actions and the
+        # summed log-probabilities there; may answer another action (an actor's).
+        self.recorder: Callable[[dict[str, np.ndarray], np.ndarray, np.ndarray],
+                                int | None] | None = None
         self.filters = ProfileScheduler(
             load_profile(filters or env.get("filters_profile", "k8s-default")), seed)
         # A policy trained within a shortlist (env.base) decides within one by default.
@@ -297,27 +319,12 @@ class RLScheduler:
         """The modules of ``paths``, each checked to observe and act as this policy does:
         the same recipe's other training seeds (what their description records about the
         observation and the shortlist must be this one's)."""
-        mine = self.meta.get("env", {})
         modules = []
         for i, path in enumerate(paths):
             field = f"scheduler.ensemble[{i}]"
             folder = resolve_policy_dir(path)
             meta, theirs = read_policy_meta(folder, field)
-            env = meta.get("env", {})
-            for key in ENSEMBLE_SAME:
-                theirs_v, mine_v = _as_loaded(env, key), _as_loaded(mine, key)
-                if theirs_v != mine_v:
-                    raise ValidationError(field, f"policy at {folder} was trained with "
-                                          f"env.{key} {theirs_v!r}, this one with "
-                                          f"{mine_v!r}: an ensemble's members "
-                                          "observe and act alike")
-            for key in ("node_columns", "pod_columns"):
-                if meta.get(key) != self.meta.get(key):
-                    raise ValidationError(field, f"policy at {folder} observes other "
-                                          f"{key}: an ensemble's members observe alike")
-            if theirs != trained:
-                raise ValidationError(field, f"policy at {folder} observes reward "
-                                      f"components {theirs}, this one {trained}")
+            refuse_unlike(meta, theirs, self.meta, trained, folder, field, "this one")
             module = read_module(folder)
             spaces, own = module.observation_space, self.module.observation_space
             if any(spaces[k].shape != own[k].shape for k in own):

@@ -825,7 +825,6 @@ def _half_applied(failed: list[tuple[str, BaseException]], committed: set[str],
     the failed sites keep their new names, ``unsure``). A site's own refusal is said as
     it is; anything else (a replica that died, a disk) is not, since its message carries
     replica ids and paths; it goes to the log."""
-    from smartsched.model.errors import SmartSchedError
     from smartsched.serving.site import NodeUpdateConflict
 
     why = []
