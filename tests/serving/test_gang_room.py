@@ -88,6 +88,27 @@ def test_a_gang_holds_the_room_that_frees_first_and_starts_there() -> None:
     assert len(site.state.reservations) == 0 and not site._holds
 
 
+def test_a_lower_priority_pod_does_not_take_held_room_in_the_service() -> None:
+    """In the twin a pod ranking below the gang may use its held room (the gang evicts it
+    when due); the service never lets a gang preempt, so such a pod took the room for good
+    and the gang came back to find it gone (probe round 4)."""
+    clock = Clock()
+    site = _site(clock)
+    rids = _fill_a100(site)
+    lead = _gang("train")
+    lead = [replace(p, priority=100) for p in lead]
+    room = site.place(lead, ttl_s=120)[0].extra["gang_room"]
+    for i, node in enumerate(room["nodes"]):
+        site.release(rids[node])  # their pods leave early: the room is free now
+        low = _gpu_pod(f"low-{i}", 1, None, priority=0, node_selector=((HOST, node),))
+        got = site.place([low], ttl_s=60)[0]
+        assert not got.placed and "reserved for a waiting gang" in got.reason
+    clock.t = room["due_at"]
+    again = site.place(lead, ttl_s=120)
+    assert all(r.placed for r in again)
+    assert sorted(r.node for r in again) == sorted(room["nodes"])
+
+
 def test_a_hold_nobody_comes_back_for_is_dropped_and_holds_are_opt_in() -> None:
     clock = Clock()
     site = _site(clock)

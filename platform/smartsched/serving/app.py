@@ -792,18 +792,15 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
             usage[n.name] = (n.usage.cpu, n.usage.memory, n.usage.gpu)
     # New names are claimed for their site before the first await: a concurrent request
     # registering the same name at another site is then refused, not applied at both.
-    claimed = [n.name for n in body.nodes if n.name not in ing.node_site]
-    ing.node_site.update({n.name: n.site for n in body.nodes if n.name in claimed})
+    claimed = ing.node_claims.claim([(n.name, n.site) for n in body.nodes])
 
     def applied(site: str) -> None:
-        nonlocal claimed
         updates, usage = per_site[site]
-        claimed = [c for c in claimed if c not in {name for _, name, _ in updates}]
+        ing.node_claims.settle([name for _, name, _ in updates])
         ing.trail.node_updates(request.state.principal, site, updates, usage)
 
     def keep_claims(site: str) -> None:  # a site that may have applied keeps its names
-        nonlocal claimed
-        claimed = [c for c in claimed if c not in {name for _, name, _ in per_site[site][0]}]
+        ing.node_claims.settle([name for _, name, _ in per_site[site][0]])
 
     try:
         if len(per_site) == 1:  # one site applies it whole or not at all
@@ -813,9 +810,56 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
         else:
             out = await _update_sites(ing, per_site, applied, keep_claims)
     finally:
-        for name in claimed:  # not applied (refused): unclaimed
-            ing.node_site.pop(name, None)
+        ing.node_claims.release(claimed)  # names no site applied and nobody else claims
     return {"sites": out}
+
+
+class NodeClaims:
+    """Which site each node name belongs to, with the names claimed by node updates
+    still in flight (registered at no site yet).
+
+    A request claims the new names it registers before its first await, so a concurrent
+    request naming one at another site is refused. Requests registering the same new name
+    at the same site share the claim: one that is refused lets go of its share only, and
+    the name is forgotten only when no request still claims it and no site applied it --
+    a refused request must not un-claim a name a concurrent one registered meanwhile (the
+    name could then be registered at a second site, and the node booked twice)."""
+
+    def __init__(self, node_site: dict[str, str]) -> None:
+        self.node_site = node_site  # name -> site: registered or claimed
+        self._pending: dict[str, int] = {}  # name -> requests claiming it, none applied
+
+    def claim(self, rows: list[tuple[str, str]]) -> list[str]:
+        """Claim each new name (or share a pending claim of it at the same site); the
+        names this request now holds a share of. The caller has checked the sites."""
+        mine = []
+        for name, site in rows:
+            if name not in self.node_site:
+                self.node_site[name] = site
+                self._pending[name] = 1
+                mine.append(name)
+            elif name in self._pending and self.node_site[name] == site:
+                self._pending[name] += 1
+                mine.append(name)
+        return mine
+
+    def settle(self, names: list[str]) -> None:
+        """A site applied (or may have applied) ``names``: they belong to it for good."""
+        for name in names:
+            self._pending.pop(name, None)
+
+    def release(self, names: list[str]) -> None:
+        """This request's shares of ``names`` end; a name nobody applied or claims is
+        forgotten."""
+        for name in names:
+            left = self._pending.get(name)
+            if left is None:
+                continue  # applied: it stays
+            if left > 1:
+                self._pending[name] = left - 1
+            else:
+                del self._pending[name]
+                self.node_site.pop(name, None)
 
 
 def _half_applied(failed: list[tuple[str, BaseException]], committed: set[str],
@@ -1012,6 +1056,17 @@ def check_gangs(pods: list) -> None:
         if len(members) != members[0].gang_size:
             raise ValidationError("pods.gang_size", f"gang {gid!r} sends {len(members)} "
                                   f"members, gang_size says {members[0].gang_size}")
+        # A gang is routed whole, by its first member: members that would go elsewhere
+        # (another origin, class, latency bound or region list) cannot be placed as one.
+        for attr, name in GANG_ALIKE:
+            if len({getattr(m, attr) for m in members}) > 1:
+                raise ValidationError(f"pods.{name}", f"gang {gid!r}: its members disagree "
+                                      f"on {name}; a gang is routed and placed as one")
+
+
+# What a gang's members must share (attribute, request field).
+GANG_ALIKE = (("pod_class", "class"), ("origin_site", "origin_site"),
+              ("latency_slo_ms", "latency_slo_ms"), ("allowed_regions", "allowed_regions"))
 
 
 class Authorizer:
@@ -1117,6 +1172,7 @@ class Ingress(Authorizer):
         self.site_names = frozenset(s.name for s in self.h.spec.sites)
         zone_site = self.h.spec.zone_site()
         self.node_site = {n.name: zone_site[n.zone] for n in self.h.spec.nodes}
+        self.node_claims = NodeClaims(self.node_site)
         self._node_sites_learned = False
         self.node_updates_lock = asyncio.Lock()  # node updates spanning sites: one at a time
         self.site_zones: dict[str, list[str]] = {}

@@ -169,10 +169,11 @@ class ServiceConfig(BaseModel):
     # from the request, so any client with the token could evict the others.
     preemption: bool = False
     # A gang that cannot start gets room held for it where booked pods leave soonest (as
-    # their duration_s says), for profiles with GangReservation (composite,
-    # composite-accelerators): other pods backfill around it until it is due, and its
-    # answer says when to come back (gang_room). Off by default for the reason preemption
-    # is: priority and duration come from the request.
+    # their duration_s says), for profiles with GangReservation (composite-accelerators;
+    # composite for its GPU classes ai-train and ai-infer, which it routes there; a gang
+    # of another class goes through a route without it): other pods backfill around it
+    # until it is due, and its answer says when to come back (gang_room). Off by default
+    # for the reason preemption is: priority and duration come from the request.
     gang_reservations: bool = False
     # Where a live reload (PUT /v1/admin/sites/{site}/profile) may read policies and profile
     # YAML from: a relative path is taken inside it, an absolute one must resolve inside it.
@@ -308,19 +309,37 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
 
         opts = parse_qsl(query, keep_blank_values=True)
         names = builtin_profiles()
-        query = urlencode([(k, v if (k not in FILE_OPTIONS and (v in names or not
-                                                                 _names_a_file(v)))
-                            else str(inside(v))) for k, v in opts], safe="/:,")
+
+        def held(key: str, value: str) -> str:
+            if value in names:
+                return value
+            # A scheduler spec (``sandboxed:...?rollout=rl:NAME``, ``rl:P?base=...``) is
+            # held by these same rules: its path reached the loader unchecked before.
+            if key in SPEC_OPTIONS or _names_a_spec(value):
+                return resolve_reload_profile(value, models_dir)
+            if key in FILE_OPTIONS or _names_a_file(value):
+                return str(inside(value))
+            return value
+
+        query = urlencode([(k, held(k, v)) for k, v in opts], safe="/:,")
     return f"{prefix}:{target}{sep}{query}" if prefix else target
 
 
 # Options whose value is always a path, however it is written (``ensemble=seed2`` names
 # a folder though it has no slash): held to the models_dir like the policy's own path.
 FILE_OPTIONS = frozenset({"ensemble"})
+# Options whose value is another scheduler spec (a profile name, ``rl:PATH``, ...).
+SPEC_OPTIONS = frozenset({"rollout", "base"})
+
+
+def _names_a_spec(value: str) -> bool:
+    """Whether an option's value reads as a prefixed scheduler spec (``rl:NAME``)."""
+    prefix, sep, _ = value.partition(":")
+    return bool(sep) and prefix.isidentifier()
 
 
 def _names_a_file(value: str) -> bool:
     """Whether an option's value can be read as a file (a path or a YAML/data file name),
     rather than a name, a number or a flag."""
-    return "/" in value or "\\" in value or value.startswith(".") or value.lower().endswith(
+    return "/" in value or "\\" in value or value.startswith((".", "~")) or value.lower().endswith(
         (".yaml", ".yml", ".json", ".parquet", ".csv", ".npz", ".pt"))

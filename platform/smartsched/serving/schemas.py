@@ -103,7 +103,9 @@ class PodSpec(BaseModel):
     # greater either); now "a finite number", as node usage is.
     latency_slo_ms: Num | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)
     duration_s: Num | None = Field(None, gt=0, le=1e9, allow_inf_nan=False)
-    gang_id: Text | None = Field(None, min_length=1, max_length=253)
+    # No '/': a tenant's gang ids are scoped as "<tenant>/<id>", and a shared-token
+    # client naming "bank/g2" reached tenant bank's gang (and dropped its held room).
+    gang_id: Text | None = Field(None, min_length=1, max_length=253, pattern=r"^[^/]+$")
     gang_size: Int = Field(1, ge=1, le=MAX_BATCH)  # a gang comes whole in one request
     app: Text | None = Field(None, min_length=1, max_length=253)
 

@@ -137,6 +137,7 @@ class Engine:
         self._last_deschedule = 0.0
         spec.validate_pods(pods)
         self.state = ClusterState(spec)
+        self.state.reservations.gang_preempts = True  # a due gang's victims are evicted here
         self.state.best_effort_threshold = config.best_effort_threshold
         self.state.be_allocatable = (
             self.state.capacity[:, :2] * config.best_effort_threshold

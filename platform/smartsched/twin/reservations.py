@@ -42,6 +42,11 @@ class Reservations:
         self.priority = np.zeros(num_nodes, dtype=np.int64)
         self.owner = np.full(num_nodes, -1, dtype=np.int64)  # gang id (see ``gang_id``)
         self._gang_ids: dict[str, int] = {}
+        # Whether a gang evicts lower-priority pods from its reserved nodes once due (the
+        # twin carries such preemptions out). Only then may those pods backfill reserved
+        # room whatever their length (the Reservations filter); the service and the
+        # Kubernetes scheduler never let a gang preempt, so there the room stays held.
+        self.gang_preempts = False
 
     def gang_id(self, gang: str | None) -> int:
         """The integer standing for ``gang`` in ``owner`` (-2 for no gang: owns nothing)."""
@@ -115,4 +120,5 @@ class Reservations:
         other.priority = self.priority.copy()
         other.owner = self.owner.copy()
         other._gang_ids = dict(self._gang_ids)
+        other.gang_preempts = self.gang_preempts
         return other

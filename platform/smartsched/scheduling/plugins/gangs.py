@@ -25,7 +25,9 @@ back with it).
 
 Reservations (Filter): other pods may use a reserved node only if that does
 not delay the gang -- they are expected to end before it is due, or they
-rank below the gang (it may preempt them when due), or the node keeps the
+rank below the gang and the driver lets a due gang preempt them (the twin;
+``Reservations.gang_preempts``: the service and the Kubernetes scheduler never
+let a gang preempt, so there they do not pass), or the node keeps the
 reserved room beside them (free - pod >= reserved, whole GPUs likewise). The
 gang's own members always pass. Its verdict changes with time and with other
 pods' lengths, so it gives no queueing hint (pods it refuses are retried on
@@ -184,7 +186,7 @@ class Reservations:
         reserved = res.owner >= 0
         own = res.owner == res.gang_id(pod.gang_id) if pod.gang_id is not None else False
         ends_before = (pod.duration is not None) & (st.now + (pod.duration or 0.0) <= res.due)
-        below = pod.priority < res.priority
+        below = (pod.priority < res.priority) & res.gang_preempts  # evicted when due
         beside = ((st.free_res - ClusterState.charged(req)) >= res.reserved).all(axis=1) & (
             st.gpu_full - (req.num_gpu if req.num_gpu else 0) >= res.gpus)
         ok = ~reserved | own | ends_before | below | beside

@@ -1,0 +1,120 @@
+"""Cases found by the fourth probe of the placement service (2026-12-07): each failed
+before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from smartsched.model.errors import ValidationError
+from smartsched.serving.app import NodeClaims
+from smartsched.serving.config import resolve_reload_profile
+
+
+def test_a_refused_update_does_not_unclaim_a_name_a_concurrent_one_applied() -> None:
+    """A registers p4 and a bad row (refused); B registers p4 alone at the same site and
+    applies while A is in flight. A's cleanup used to forget p4, so a third request could
+    register it at another site: one node booked in full at two sites."""
+    node_site = {"old": "region-a"}
+    claims = NodeClaims(node_site)
+    a = claims.claim([("p4", "region-a"), ("p4-bad", "region-a")])
+    b = claims.claim([("p4", "region-a")])  # shares A's claim
+    assert a == ["p4", "p4-bad"] and b == ["p4"]
+    claims.settle(["p4"])  # B's site applied it
+    claims.release(b)
+    claims.release(a)  # A was refused
+    assert node_site == {"old": "region-a", "p4": "region-a"}  # p4 stays, p4-bad goes
+
+
+def test_a_name_is_forgotten_only_when_every_claim_on_it_ends_unapplied() -> None:
+    node_site: dict[str, str] = {}
+    claims = NodeClaims(node_site)
+    a = claims.claim([("n", "region-a")])
+    b = claims.claim([("n", "region-a")])
+    c = claims.claim([("n", "region-b")])  # another site: no share (the caller refuses it)
+    assert c == [] and node_site == {"n": "region-a"}
+    claims.release(a)
+    assert node_site == {"n": "region-a"}  # B still claims it
+    claims.release(b)
+    assert node_site == {}
+    # A registered name is never claimed, so never forgotten by a refusal.
+    node_site["reg"] = "region-a"
+    assert claims.claim([("reg", "region-a")]) == []
+    claims.release(["reg"])
+    assert node_site == {"reg": "region-a"}
+
+
+@pytest.mark.parametrize("spec", [
+    "sandboxed:k8s-default?rollout=rl:evilpol",
+    "sandboxed:k8s-default?rollout=rl:~root",
+    "sandboxed:k8s-default?rollout=rl:../outside",
+    "sandboxed:k8s-default?rollout=sandboxed:rl:../outside",
+    "rl:ppo?base=rl:../outside",
+    "rl:ppo?filters=~root",
+])
+def test_a_reload_names_no_policy_outside_the_models_dir_through_an_option(
+        tmp_path: Path, spec: str) -> None:
+    """An option whose value is another scheduler spec (sandboxed's ``rollout``, a
+    shortlist's ``base``) reached the loader unchecked: a policy loaded from the replica's
+    working directory, and the refusals named paths such as /root."""
+    models = tmp_path / "models"
+    models.mkdir()
+    try:
+        got = resolve_reload_profile(spec, str(models))
+    except ValidationError as e:
+        assert e.field == "profile" and "models_dir" in e.message
+        return
+    # Resolved inside the models dir: every option naming a scheduler or a file is a
+    # packaged name or a path under it.
+    from smartsched.scheduling.registry import builtin_profiles
+
+    top = str(models.resolve())
+    for part in got.split("?", 1)[1].split("&"):
+        key, value = part.split("=", 1)
+        if key in ("rollout", "base", "filters"):
+            assert value in builtin_profiles() or value.split(":")[-1].startswith(top), got
+
+
+def test_packaged_names_in_spec_options_pass_as_they_are(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    assert resolve_reload_profile("sandboxed:fgd?rollout=k8s-default", str(models)) == \
+        "sandboxed:fgd?rollout=k8s-default"
+    got = resolve_reload_profile("sandboxed:fgd?rollout=rl:ppo", str(models))
+    assert got == f"sandboxed:fgd?rollout=rl:{models.resolve() / 'ppo'}"
+
+
+def test_a_gang_id_with_a_slash_is_refused_naming_the_field() -> None:
+    """A tenant's gang ids are scoped as "<tenant>/<id>": a shared-token client naming
+    "bank/g2" reached tenant bank's gang g2 and dropped the room held for it."""
+    from pydantic import ValidationError as PydanticError
+
+    from smartsched.serving.schemas import PodSpec
+
+    with pytest.raises(PydanticError) as e:
+        PodSpec.model_validate({"id": "p", "cpu_milli": 100, "memory_mib": 64,
+                                "gang_id": "bank/g2", "gang_size": 1})
+    assert e.value.errors()[0]["loc"] == ("gang_id",)
+    assert PodSpec.model_validate({"id": "p", "cpu_milli": 100, "memory_mib": 64,
+                                   "gang_id": "g2"}).gang_id == "g2"
+
+
+@pytest.mark.parametrize("field,values", [
+    ("origin_site", ("mec-0", "mec-1")),
+    ("pod_class", ("edge-rt", "batch")),
+    ("latency_slo_ms", (5.0, 50.0)),
+])
+def test_gang_members_that_would_be_routed_apart_are_refused(field: str, values) -> None:
+    """A gang is routed by its first member: members from two MEC sites were both placed
+    at the first's, 11 ms from the second's origin with a 5 ms bound."""
+    from smartsched.model.pod import Pod
+    from smartsched.serving.app import check_gangs
+
+    base = {"cpu_milli": 100, "memory_mib": 64, "gang_id": "g", "gang_size": 2,
+            "pod_class": "edge-rt", "origin_site": "mec-0", "latency_slo_ms": 5.0}
+    pods = [Pod(id=f"m{i}", **{**base, field: v}) for i, v in enumerate(values)]
+    with pytest.raises(ValidationError) as e:
+        check_gangs(pods)
+    assert e.value.field == f"pods.{'class' if field == 'pod_class' else field}"
+    check_gangs([Pod(id=f"m{i}", **base) for i in range(2)])  # alike: accepted
