@@ -800,7 +800,7 @@ def test_an_edge_site_reports_its_link_and_escalations(service: str, auth: dict,
                      timeout=10)
     assert r.status_code == 404 and r.json()["detail"][0]["loc"] == ["site"]
     r = requests.get(url, params={"limit": -1}, headers=operator, timeout=10)
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["limit"]
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "limit"]
     edges = {}
     for region in ("region-a", "region-b"):
         summary = requests.get(f"{service}/v1/clusters/{region}/summary", headers=auth,

@@ -80,9 +80,10 @@ def call_raw(ing: Any, method: str, path: str, body: bytes = b"",
     raw = [(b"host", host.encode()), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode("latin-1")) for k, v in headers]
     name, _, port = host.partition(":")
+    path, _, query = path.partition("?")
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
-             "root_path": "", "query_string": b"", "headers": raw,
+             "root_path": "", "query_string": query.encode(), "headers": raw,
              "client": ("127.0.0.1", 1), "server": (name, int(port or 80))}
     msgs = [{"type": "http.request", "body": body, "more_body": False}]
     out: list[dict] = []

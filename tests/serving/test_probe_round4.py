@@ -118,3 +118,26 @@ def test_gang_members_that_would_be_routed_apart_are_refused(field: str, values)
         check_gangs(pods)
     assert e.value.field == f"pods.{'class' if field == 'pod_class' else field}"
     check_gangs([Pod(id=f"m{i}", **base) for i in range(2)])  # alike: accepted
+
+
+def test_a_query_parameter_given_twice_or_unknown_is_refused_naming_it() -> None:
+    """Before: ``?limit=1&limit=2`` took the last value, ``?LIMIT=5`` (or ``limit[]=1``)
+    ran with the default limit of 2,000, all 200."""
+    import json
+
+    from tests.serving.test_probe_http_surface import OPERATOR, FakeIngress, call_raw
+
+    op = [("Authorization", f"Bearer {OPERATOR}")]
+    cases = {"/v1/admin/experience?limit=1&limit=2": (400, ["query", "limit"]),
+             "/v1/admin/experience?LIMIT=5": (422, ["query", "LIMIT"]),
+             "/v1/admin/experience?limit[]=1": (422, ["query", "limit[]"]),
+             "/v1/admin/experience?limit=100001": (422, ["query", "limit"]),
+             "/healthz?probe=1": (422, ["query", "probe"])}
+    for path, (status, loc) in cases.items():
+        got, _, body = call_raw(FakeIngress(), "GET", path, headers=op)
+        assert got == status, (path, got, body)
+        assert json.loads(body)["detail"][0]["loc"] == loc, (path, body)
+    assert call_raw(FakeIngress(), "GET", "/v1/admin/experience?limit=5", headers=op)[0] == 200
+    # Authorization comes first; a path that is no route stays a 404.
+    assert call_raw(FakeIngress(), "GET", "/v1/admin/experience?limit=1&limit=2")[0] == 401
+    assert call_raw(FakeIngress(), "GET", "/v1/nothing?a=1&a=2", headers=op)[0] in (400, 404)

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request, Response, Security
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
@@ -87,11 +87,13 @@ OPERATOR_AUTH = [Security(_operator_bearer)]
 
 
 def required_role(method: str, path: str) -> str | None:
-    """Which credential a request needs: None for reads, OPERATOR for node updates and
-    the admin endpoints, CLIENT for the rest."""
+    """Which credential a request needs: OPERATOR for the admin endpoints (reads too) and
+    node updates, None for other reads, CLIENT for the rest."""
+    if path.startswith("/v1/admin/"):
+        return OPERATOR
     if method in ("GET", "HEAD", "OPTIONS"):
         return None
-    if path == "/v1/nodes" or path.startswith("/v1/admin/"):
+    if path == "/v1/nodes":
         return OPERATOR
     return CLIENT
 
@@ -389,6 +391,60 @@ def is_json_media_type(value: bytes | None) -> bool:
                                                           or sub.endswith("+json"))
 
 
+class StrictQuery:
+    """ASGI middleware: a query string the route would misread is refused, not guessed at.
+    A parameter given twice (``?limit=1&limit=2``: which one counts depends on the reader;
+    400, as for a JSON key given twice) and one the route does not take (``?LIMIT=5`` ran
+    with the default limit; 422 naming it) are answered before the route runs. Requests
+    that match no route go on to their 404."""
+
+    def __init__(self, app: Any, routes: Callable[[], list] | None = None) -> None:
+        self.app = app
+        self.routes = routes or (lambda: [])
+        self._known: dict[int, frozenset[str]] = {}
+
+    def _params(self, route: Any) -> frozenset[str] | None:
+        dependant = getattr(route, "dependant", None)
+        if dependant is None:
+            return None
+        key = id(route)
+        if key not in self._known:
+            names = {p.alias for p in dependant.query_params}
+            stack = list(dependant.dependencies)
+            while stack:
+                d = stack.pop()
+                names |= {p.alias for p in d.query_params}
+                stack.extend(d.dependencies)
+            self._known[key] = frozenset(names)
+        return self._known[key]
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        query = scope.get("query_string") or b""
+        if scope["type"] == "http" and query:
+            from urllib.parse import parse_qsl
+
+            from starlette.routing import Match
+
+            keys = [k for k, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)]
+            seen: set[str] = set()
+            for k in keys:
+                if k in seen:
+                    return await _error(400, f"query.{_loc_part(k)}", "a query parameter "
+                                        "given twice")(scope, receive, send)
+                seen.add(k)
+            for route in self.routes():
+                match, _ = route.matches(scope)
+                if match != Match.FULL:
+                    continue
+                known = self._params(route)
+                unknown = [k for k in keys if known is not None and k not in known]
+                if unknown:
+                    return await _error(422, f"query.{_loc_part(unknown[0])}",
+                                        "not a parameter of this route")(scope, receive, send)
+                break
+        await self.app(scope, receive, send)
+
+
 class JsonOnly:
     """ASGI middleware: 415 for a body whose Content-Type is not JSON sent to a route that
     reads a JSON body (FastAPI would take the bytes as the body and answer a 422 about a
@@ -587,8 +643,9 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
                   strict_content_type=False, redirect_slashes=False)
     app.router.route_class = UniqueKeysRoute  # every route added later: duplicate keys 400
     # Outermost last: HEAD as GET, auth, then measuring, then the media type (415), then the
-    # body limit, then the routes.
+    # query string (a parameter twice or unknown), then the body limit, then the routes.
     app.add_middleware(BodyLimit, owner=owner)
+    app.add_middleware(StrictQuery, routes=lambda: app.routes)
     app.add_middleware(JsonOnly)
     app.add_middleware(Measure, owner=owner)
     app.add_middleware(AuthFirst, owner=owner)
@@ -941,7 +998,7 @@ async def _update_sites(ing: Any, per_site: dict[str, tuple[list, dict]],
 
 
 @app_api.get("/v1/admin/experience", dependencies=OPERATOR_AUTH)
-async def experience(request: Request, limit: int = 2000,
+async def experience(request: Request, limit: int = Query(2000, ge=0, le=100_000),
                      ing: Any = Depends(_ingress)) -> Any:
     """The pods the sites were recently asked to place (each site's last ``limit``), oldest
     first per site: what continuous learning replays on the twin (operator credential)."""
@@ -955,7 +1012,7 @@ async def experience(request: Request, limit: int = 2000,
 
 
 @app_api.get("/v1/admin/sites/{site}/escalations", dependencies=OPERATOR_AUTH)
-async def escalations(site: str, request: Request, limit: int = 100,
+async def escalations(site: str, request: Request, limit: int = Query(100, ge=0, le=10_000),
                       ing: Any = Depends(_ingress)) -> Any:
     """An MEC site's autonomy state: whether it reaches its region, the escalations it
     queued while it did not, and the region's answers to the ones reconciled since
