@@ -17,6 +17,7 @@ from smartsched.scheduling.plugins.gangs import earliest_room
 from smartsched.scheduling.registry import profile_from_dict
 from smartsched.twin.engine import Engine, EngineConfig
 from smartsched.twin.podtable import DONE, PENDING, RUNNING
+from smartsched.twin.reservations import SINGLE
 from smartsched.twin.state import ClusterState
 from tests.builders import cluster, node, pod
 
@@ -167,10 +168,49 @@ def test_the_backfill_depth_limits_how_many_gangs_hold_room() -> None:
     assert _sched(max_reservations=2).decide(st_, other).reserve.nodes == (2, 3)
 
 
+def _single_scenario() -> list[Pod]:
+    # a and b fill with 4-GPU pods; a single 8-GPU pod arrives at 10 s; three long 4-GPU
+    # pods arrive after it and would take each half node as it frees (a at 1,000 s, b at
+    # 1,200 s and 1,300 s), so the 8-GPU pod never finds a whole node until 6,000 s.
+    return [
+        _gpu_pod("x1", 4, 0.0, 1000.0), _gpu_pod("x2", 4, 0.0, 1500.0),
+        _gpu_pod("y1", 4, 0.0, 1200.0), _gpu_pod("y2", 4, 0.0, 1300.0),
+        _gpu_pod("big", 8, 10.0, 600.0),
+        _gpu_pod("s1", 4, 20.0, 5000.0), _gpu_pod("s2", 4, 30.0, 5000.0),
+        _gpu_pod("s3", 4, 40.0, 5000.0),
+    ]
+
+
+def test_a_single_whole_node_pod_holds_room_only_when_asked() -> None:
+    """``singles_from_gpus``: a pod outside a gang asking that many whole GPUs reserves
+    the node that frees whole soonest (Slurm's head job, whatever its size); without it,
+    later pods take every half node as it frees and the big pod waits for hours."""
+    t = _started(_run(_single_scenario(), _sched()))
+    assert t["big"] >= 6000.0  # gangs only: nothing holds a node for it
+    e = _run(_single_scenario(), _sched(singles_from_gpus=8))
+    t = _started(e)
+    assert (e.table.status == DONE).all()
+    assert t["big"] == 1300.0  # b, whole at 1,300 s: held for it
+    assert t["s1"] == 1000.0  # a's half at 1,000 s is not held: used at once
+    assert t["s2"] >= 1300.0 and t["s3"] >= 1300.0  # would have run past the due time
+    assert len(e.state.reservations) == 0  # started: its promise is kept
+    # Smaller singles do not reserve.
+    st_ = ClusterState(cluster(node("a", cpu=32000, gpus=8)))
+    req = st_.compile(_gpu_pod("f", 8, 0.0, 100.0))
+    st_.allocate(0, req, st_.pick_devices(0, req), until=100.0)
+    sched = _sched(singles_from_gpus=8)
+    assert sched.decide(st_, st_.compile(_gpu_pod("q", 4, 0.0, 9.0))).reserve is None
+    got = sched.decide(st_, st_.compile(_gpu_pod("w", 8, 0.0, 9.0))).reserve
+    assert got is not None and got.nodes == (0,) and got.due == 100.0
+
+
 def test_bad_reservation_settings_name_the_field() -> None:
     with pytest.raises(ValidationError) as e:
         _sched(max_reservations=0)
     assert e.value.field == "gangs.post_filter[0].args.max_reservations"
+    with pytest.raises(ValidationError) as e:
+        _sched(singles_from_gpus=0)
+    assert e.value.field == "gangs.post_filter[0].args.singles_from_gpus"
 
 
 @settings(max_examples=30, deadline=None)
@@ -178,8 +218,9 @@ def test_bad_reservation_settings_name_the_field() -> None:
                           st.sampled_from([100, 500, 1000]), st.floats(0, 3000),
                           st.floats(50, 2000)),
                 min_size=2, max_size=20),
-       st.integers(0, 2**16))
-def test_reservations_preemption_migrations_and_failures_keep_the_books(jobs, seed) -> None:
+       st.integers(0, 2**16), st.sampled_from([None, 4, 8]))
+def test_reservations_preemption_migrations_and_failures_keep_the_books(jobs, seed,
+                                                                        singles) -> None:
     spec = cluster(*(node(f"n{k}", cpu=32000, gpus=8) for k in range(3)),
                    node("t4", cpu=32000, gpus=4, model="T4"), node("cpu", cpu=16000))
     pods: list[Pod] = []
@@ -193,7 +234,8 @@ def test_reservations_preemption_migrations_and_failures_keep_the_books(jobs, se
     doc = {"name": "gangs", "filters": [*BASE, "Reservations"],
            "score": [{"name": "NodeResourcesFit", "args": {"strategy": "MostAllocated"}}],
            "post_filter": ["DefaultPreemption",
-                           {"name": "GangReservation", "args": {"max_reservations": 2}}],
+                           {"name": "GangReservation",
+                            "args": {"max_reservations": 2, "singles_from_gpus": singles}}],
            "deschedule": [{"name": "GpuDefrag",
                            "args": {"interval_s": 60, "movable": ["ai-train"]}}],
            "tie_break": "first"}
@@ -221,6 +263,11 @@ def test_reservations_preemption_migrations_and_failures_keep_the_books(jobs, se
         assert np.array_equal(np.flatnonzero(res.owner >= 0), np.sort(held))
         assert st_.up[held].all()  # a node that failed holds nobody's room
         assert len(res) <= 2
+        for key in res.by_gang:  # a single pod's room is held only while it waits
+            if key.startswith(SINGLE):
+                pid = key[len(SINGLE):]
+                k = next(i for i, p in enumerate(e.table.pods) if p.id == pid)
+                assert singles is not None and e.table.status[k] == PENDING
         # Bound rows: running or bound pods, plus gang members placed tentatively.
         placed = int(((e.table.status == RUNNING) | (e.table.status == 2)).sum())
         assert len(st_.bound) == placed + len(e._gang_placed)

@@ -77,7 +77,7 @@ from smartsched.twin.podtable import (
 )
 from smartsched.twin.powerstate import PowerLifecycle
 from smartsched.twin.queue import SchedulingQueue
-from smartsched.twin.reservations import Reservation
+from smartsched.twin.reservations import Reservation, holder
 from smartsched.twin.sampling import RunningUse, sample_usage
 from smartsched.twin.state import POWER_ON, ClusterState, PodRequest
 
@@ -227,7 +227,7 @@ class Engine:
         i = cur.pod_index
         in_gang = bool(self._gang_todo)
         if decision.node is None or decision.defer:
-            self._check_reserve(cur.pod.gang_id, decision.reserve)  # before anything changes
+            self._check_reserve(holder(cur.pod), decision.reserve)  # before anything changes
             self._current = None
             self.metrics.rejected((Rejection("deferred"),) if decision.defer
                                   else decision.rejections)
@@ -249,8 +249,10 @@ class Engine:
             else:
                 unit = self.queue.unit_of(i)
                 self.queue.park(unit, decision.retry)
-                if unit < 0:
-                    self._hold_room(cur.pod.gang_id, decision.reserve, unit)
+                key = holder(cur.pod)
+                if unit < 0 or decision.reserve is not None \
+                        or key in self.state.reservations.by_gang:
+                    self._hold_room(key, decision.reserve, unit)
             return
         node = int(decision.node)
         req = cur.request
@@ -287,6 +289,8 @@ class Engine:
                 self._bind(p, nd, dv)
             self._fill_decided([p for p, _, _ in placed])
         else:
+            if self.state.reservations.by_gang:  # a single pod's reservation is kept too
+                self.state.reservations.remove(holder(cur.pod))
             self._bind(i, node, devices)
             self._fill_decided([i])
         for n in sorted(freed - {node}):  # gang mates evicted elsewhere left room there
@@ -735,7 +739,8 @@ class Engine:
         return freed
 
     def _check_reserve(self, gang: str | None, reserve: Reservation | None) -> None:
-        """A reservation must be for the rejected gang, on nodes of this cluster."""
+        """A reservation must be for the rejected gang (or single pod: ``holder``), on
+        nodes of this cluster."""
         if reserve is None:
             return
         n = self.state.num_nodes

@@ -14,13 +14,27 @@ One node holds at most one reservation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+# The key of a single pod's reservation (``GangReservationArgs.singles_from_gpus``): no
+# gang id can begin with a control character, so the two never collide.
+SINGLE = "\x00pod:"
+
+
+def holder(pod: Any) -> str | None:
+    """The key a reservation for ``pod`` is held under: its gang's id, or for a pod not in
+    a gang ``SINGLE`` + its id."""
+    if pod.gang_id is not None and pod.gang_size > 1:
+        return str(pod.gang_id)
+    return SINGLE + pod.id
 
 
 @dataclass(frozen=True)
 class Reservation:
-    """Room for one member of ``gang`` on each of ``nodes`` from ``due`` on."""
+    """Room for one member of ``gang`` on each of ``nodes`` from ``due`` on (``gang``: the
+    key from ``holder``; a single pod's reservation is a gang of one)."""
 
     gang: str
     priority: int
@@ -53,6 +67,11 @@ class Reservations:
         if gang is None:
             return -2
         return self._gang_ids.setdefault(gang, len(self._gang_ids))
+
+    def known_id(self, gang: str | None) -> int:
+        """``gang_id`` without taking a number for a key never reserved (-2: owns nothing):
+        a filter asks it for every pod, and single pods' keys would pile up."""
+        return self._gang_ids.get(gang, -2) if gang is not None else -2
 
     def __len__(self) -> int:
         return len(self.by_gang)

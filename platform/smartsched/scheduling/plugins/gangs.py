@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from smartsched.model.resources import MILLI_PER_DEVICE
 from smartsched.scheduling.framework import CycleContext
 from smartsched.scheduling.status import Code, Status
-from smartsched.twin.reservations import Reservation
+from smartsched.twin.reservations import Reservation, holder
 from smartsched.twin.state import ClusterState, PodRequest
 
 
@@ -58,6 +58,12 @@ class GangReservationArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     max_reservations: int = Field(default=1, ge=1, le=64)
+    # A pod outside any gang asking at least this many whole GPUs gets a reservation too,
+    # as a gang of one (Slurm reserves for the head job whatever its size): without one,
+    # pods that take part of a node keep taking each node that frees, and a pod needing
+    # a whole node waits until the end. None: gangs only. Twin only: the service and the
+    # Kubernetes scheduler hold room for gangs (pod groups) alone.
+    singles_from_gpus: int | None = Field(default=None, ge=1, le=64)
 
 
 def member_gpus(req: PodRequest) -> int:
@@ -133,13 +139,16 @@ class GangReservation:
     def post_filter(self, state: ClusterState, req: PodRequest,
                     eligible: np.ndarray) -> Reservation | None:
         pod = req.pod
-        if pod.gang_id is None or pod.gang_size <= 1:
+        single = pod.gang_id is None or pod.gang_size <= 1
+        if single and (self.args.singles_from_gpus is None
+                       or member_gpus(req) < self.args.singles_from_gpus):
             return None
-        held = state.reservations.by_gang.get(pod.gang_id)
+        key = holder(pod)
+        held = state.reservations.by_gang.get(key)
         if held is not None and held.due > state.now:
             return None  # the gang's reservation stands
         res = state.reservations
-        others = [r for g, r in res.by_gang.items() if g != pod.gang_id]
+        others = [r for g, r in res.by_gang.items() if g != key]
         excess = len(others) + 1 - self.args.max_reservations
         displaced: list[str] = []
         if excess > 0:
@@ -154,15 +163,16 @@ class GangReservation:
         gone = np.zeros(state.num_nodes, dtype=bool)
         for g in displaced:
             gone[list(res.by_gang[g].nodes)] = True
-        free_of_others = (res.owner < 0) | (res.owner == res.gang_id(pod.gang_id)) | gone
+        free_of_others = (res.owner < 0) | (res.owner == res.known_id(key)) | gone
         nodes = np.flatnonzero(eligible & free_of_others & state.up)
-        if nodes.size < pod.gang_size:
+        size = max(pod.gang_size, 1) if not single else 1
+        if nodes.size < size:
             return None
         t = earliest_room(state, req, nodes)
-        order = np.lexsort((nodes, t))[: pod.gang_size]
+        order = np.lexsort((nodes, t))[:size]
         if not np.isfinite(t[order]).all():
             return None
-        return Reservation(pod.gang_id, pod.priority, tuple(int(n) for n in nodes[order]),
+        return Reservation(key, pod.priority, tuple(int(n) for n in nodes[order]),
                            ClusterState.charged(req), member_gpus(req),
                            float(t[order].max()), displaces=tuple(displaced))
 
@@ -184,7 +194,7 @@ class Reservations:
                                  Code.UNSCHEDULABLE, np.ones(st.num_nodes, dtype=bool))
         pod = req.pod
         reserved = res.owner >= 0
-        own = res.owner == res.gang_id(pod.gang_id) if pod.gang_id is not None else False
+        own = res.owner == res.known_id(holder(pod))
         ends_before = (pod.duration is not None) & (st.now + (pod.duration or 0.0) <= res.due)
         below = (pod.priority < res.priority) & res.gang_preempts  # evicted when due
         beside = ((st.free_res - ClusterState.charged(req)) >= res.reserved).all(axis=1) & (
