@@ -141,3 +141,17 @@ def test_a_query_parameter_given_twice_or_unknown_is_refused_naming_it() -> None
     # Authorization comes first; a path that is no route stays a 404.
     assert call_raw(FakeIngress(), "GET", "/v1/admin/experience?limit=1&limit=2")[0] == 401
     assert call_raw(FakeIngress(), "GET", "/v1/nothing?a=1&a=2", headers=op)[0] in (400, 404)
+
+
+def test_a_pod_is_read_by_its_json_names_only() -> None:
+    """``pod_class`` was accepted beside ``class``, which the OpenAPI document names alone
+    (with ``additionalProperties: false``)."""
+    from pydantic import ValidationError as PydanticError
+
+    from smartsched.serving.schemas import PodSpec
+
+    assert PodSpec.model_validate({"id": "p", "cpu_milli": 1, "class": "online"}) \
+        .pod_class.value == "online"
+    with pytest.raises(PydanticError) as e:
+        PodSpec.model_validate({"id": "p", "cpu_milli": 1, "pod_class": "online"})
+    assert e.value.errors()[0]["loc"] == ("pod_class",)

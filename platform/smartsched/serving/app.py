@@ -624,6 +624,30 @@ def _current() -> Any:
     return current()
 
 
+_ERROR_BODY = {"application/json": {"schema": {
+    "type": "object", "required": ["detail"],
+    "properties": {"detail": {"anyOf": [
+        {"type": "string"},
+        {"type": "array", "items": {"type": "object", "properties": {
+            "loc": {"type": "array", "items": {"anyOf": [{"type": "string"},
+                                                         {"type": "integer"}]}},
+            "msg": {"type": "string"}}}}]}}}}}
+# What every route may answer besides its own (the OpenAPI document listed 200 and 422
+# only): the error body names the field (``loc``) and the rule (``msg``), never the input.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"description": why, "content": _ERROR_BODY} for code, why in (
+        (400, "malformed request: a JSON key or query parameter given twice, a body that "
+              "is not JSON"),
+        (401, "no bearer token, or not a known one"),
+        (403, "the token may not do this (an operator route, another tenant's pods)"),
+        (404, "no such route, site, region or reservation"),
+        (408, "the body stalled"),
+        (409, "conflicts with the current state (capacity in use, a node of another site)"),
+        (413, "body over the size limit"),
+        (415, "body not JSON, or encoded"),
+        (503, "a site is restarting or unreachable: retry after Retry-After seconds"))}
+
+
 def make_fastapi(owner: Any = None, title: str = API_TITLE,
                  description: str = "Where should this workload run? Placement through "
                                     "cloud, region and MEC edge schedulers.") -> FastAPI:
@@ -640,7 +664,8 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
     # the request's Host header (an internal address behind a proxy, or whatever a client
     # sent); a path that is not a route is a 404.
     app = FastAPI(title=title, version="1", description=description,
-                  strict_content_type=False, redirect_slashes=False)
+                  strict_content_type=False, redirect_slashes=False,
+                  responses=ERROR_RESPONSES)
     app.router.route_class = UniqueKeysRoute  # every route added later: duplicate keys 400
     # Outermost last: HEAD as GET, auth, then measuring, then the media type (415), then the
     # query string (a parameter twice or unknown), then the body limit, then the routes.

@@ -109,7 +109,10 @@ class PodSpec(BaseModel):
     gang_size: Int = Field(1, ge=1, le=MAX_BATCH)  # a gang comes whole in one request
     app: Text | None = Field(None, min_length=1, max_length=253)
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # By its JSON name only (``class``): ``pod_class`` was accepted too, though the OpenAPI
+    # document names ``class`` alone and forbids other fields (and ``class`` with
+    # ``pod_class`` was a 422 calling ``pod_class`` extra).
+    model_config = ConfigDict(extra="forbid")
 
     def to_pod(self, now: float) -> Pod:
         """The model's pod (its own checks apply: e.g. gpu_milli > 0 when num_gpu > 0)."""
