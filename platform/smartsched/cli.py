@@ -115,6 +115,16 @@ def _scheduler_names(_ctx: click.Context, param: click.Parameter, value: str | N
     return value
 
 
+def _heldout_schedulers(ctx: click.Context, param: click.Parameter, value: str | None
+                        ) -> str | None:
+    """``bench heldout --schedulers``, checked unless ``--merge`` (eager) makes it unused:
+    its default names a policy folder relative to the repository, and building it from
+    another folder refused a merge that runs nothing."""
+    if ctx.params.get("merge"):
+        return value
+    return _scheduler_names(ctx, param, value)
+
+
 def _nonempty(_ctx: click.Context, _param: click.Parameter, value: str | None
               ) -> str | None:
     """A path option given as ``''`` is refused: an empty output path silently wrote
@@ -147,6 +157,11 @@ def _out_file(_ctx: click.Context, _param: click.Parameter, value: str | None) -
     _nonempty(_ctx, _param, value)
     if value:
         parent = Path(value).parent
+        if (parent / "smartsched_policy.json").is_file():
+            # ``simulate --json models/p/smartsched_policy.json`` replaced the model's own
+            # description (exit 0): a trained model's folder is no place for reports.
+            raise click.BadParameter(f"{str(parent)!r} holds a trained policy: write "
+                                     "the report elsewhere")
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -202,22 +217,29 @@ _overwrite_option = click.option(
 def _seeds(text: str) -> list[int]:
     """"42-51" or "42,43" -> a list of seeds (at most MAX_SEEDS, each within 0..MAX_SEED;
     a range is checked before it is expanded)."""
+    import re
+
     out: list[int] = []
     hint = f"not a seed list: {text[:80]!r} (use 42-51 or 1,2,3)"
-    try:
-        for part in text.split(","):
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if not 0 <= lo <= hi <= MAX_SEED or hi - lo + 1 + len(out) > MAX_SEEDS:
-                    raise click.BadParameter(f"{hint}: a range must run upwards within "
-                                             f"0..{MAX_SEED}, {MAX_SEEDS:,} seeds at most")
-                out.extend(range(lo, hi + 1))
-            elif part.strip():
-                out.append(int(part))
-    except ValueError:
-        raise click.BadParameter(hint) from None
-    if not out or any(not 0 <= s <= MAX_SEED for s in out) or len(out) > MAX_SEEDS:
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        # Plain ASCII digits only: int() also read "1_000" and other scripts' digits.
+        m = re.fullmatch(r"\s*([0-9]{1,12})\s*(?:-\s*([0-9]{1,12})\s*)?", part)
+        if m is None:
+            raise click.BadParameter(hint)
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        if not 0 <= lo <= hi <= MAX_SEED or hi - lo + 1 + len(out) > MAX_SEEDS:
+            raise click.BadParameter(f"{hint}: a range must run upwards within "
+                                     f"0..{MAX_SEED}, {MAX_SEEDS:,} seeds at most")
+        out.extend(range(lo, hi + 1))
+    if not out:
         raise click.BadParameter(f"{hint}: each within 0..{MAX_SEED}, {MAX_SEEDS:,} at most")
+    if len(set(out)) < len(out):  # a seed twice counts its run twice in every median
+        seen: set[int] = set()
+        dup = next(x for x in out if x in seen or seen.add(x))
+        raise click.BadParameter(f"{hint}: seed {dup} is given twice")
     return out
 
 
@@ -580,7 +602,11 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
     if nodes_file:
         snap = ext.set_cache(read_node_list(nodes_file))
         click.echo(f"node cache: {len(snap.spec.nodes)} nodes, {len(snap.skipped)} skipped")
-    uvicorn.run(make_app(ext, max_body_bytes), host=host, port=port, log_level="warning")
+    from smartsched.listen import guarded_server_config
+
+    # Bounded request heads, a deadline for them, a cap on connections (listen.py).
+    uvicorn.Server(guarded_server_config(make_app(ext, max_body_bytes), host=host, port=port,
+                                         log_level="warning", server_header=False)).run()
 
 
 def _k8s_name(kind: str) -> Any:
@@ -1041,6 +1067,16 @@ def policy_gate(candidate: str, incumbent: str, config_path: str | None, seeds: 
     if store is not None and not candidate.startswith("rl:"):  # before the gate's runs
         raise click.BadParameter("needs a candidate rl:PATH (a trained policy to store)",
                                  param_hint="'--store'")
+    if store is not None and "?" in candidate:
+        # The store keeps a policy folder: the options (ensemble members, a shortlist,
+        # weights) would be dropped, and a policy the gate never measured promoted.
+        raise click.BadParameter("needs a candidate rl:PATH without options: the store "
+                                 "keeps the policy folder, not the options the gate "
+                                 "measured with it", param_hint="'--store'")
+    if store is not None:
+        from smartsched.rl.versions import PolicyStore
+
+        PolicyStore(store).check()
     doc = read_yaml(config_path, "gate") if config_path else {}
     if seeds is not None and (doc is None or isinstance(doc, dict)):
         # (a list or scalar file is left for the validation to name: merging into it was a
@@ -1354,8 +1390,9 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
 
 
 @bench.command("heldout")
-@click.option("--schedulers", callback=_scheduler_names, default="bestfit,fgd,load-aware,composite,"
-              "rl:models/ppo_mixed_small", show_default=True,
+@click.option("--schedulers", callback=_heldout_schedulers,
+              default="bestfit,fgd,load-aware,composite,rl:models/ppo_mixed_small",
+              show_default=True,
               help="Compared with --baseline (always run) on the same seeds.")
 @click.option("--seeds", callback=_seed_list, default="30000-30004", show_default=True,
               help="Held out: training uses seeds from 0, the sweep 20000+.")
@@ -1369,7 +1406,8 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
-@click.option("--merge", "merge", multiple=True, type=click.Path(dir_okay=False, exists=True),
+@click.option("--merge", "merge", multiple=True, is_eager=True,
+              type=click.Path(dir_okay=False, exists=True),
               help="Judge the seeds of earlier runs' --json files together (repeatable); "
                    "runs nothing.")
 def bench_heldout(schedulers: str, seeds: list[int], cluster: str, workload: str, hours: float,
@@ -1387,6 +1425,10 @@ def bench_heldout(schedulers: str, seeds: list[int], cluster: str, workload: str
         if given:
             flags = ", ".join("--" + g.replace("_", "-") for g in given)
             raise click.UsageError(f"--merge runs nothing: {flags} come from the merged files")
+        if json_path and any(Path(json_path).resolve() == Path(m).resolve() for m in merge):
+            # The merged summary has no runs: the input could never be merged again.
+            raise click.BadParameter("is one of the --merge files; write the verdict to "
+                                     "another file", param_hint="'--json'")
         _write_json(json_path, merge_heldout(merge, baseline=baseline, composite=composite,
                                              echo=click.echo))
         return
@@ -1485,7 +1527,7 @@ def bench_gate(incumbent: str, trials: int, seeds: int, cluster: str, hours: flo
 
 
 @bench.command("rl")
-@click.option("--policy", default=None,
+@click.option("--policy", default=None, callback=_nonempty,
               help="Exported policy, as rl: takes it (PATH or PATH?options; default: an "
                    "untrained module).")
 @click.option("--skip-sampling", is_flag=True, help="Skip the RLlib sampling measurement.")

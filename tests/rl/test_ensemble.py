@@ -49,9 +49,24 @@ def _placements(scheduler: str) -> str:
     return json.dumps(metrics, sort_keys=True, default=str)
 
 
-def test_a_policy_in_an_ensemble_with_itself_decides_as_alone() -> None:
+def test_a_policy_in_an_ensemble_with_its_copy_decides_as_alone(tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(SHIPPED, copy)
     alone = _placements(f"rl:{SHIPPED}")
-    assert _placements(f"rl:{SHIPPED}?ensemble={SHIPPED}") == alone
+    assert _placements(f"rl:{SHIPPED}?ensemble={copy}") == alone
+
+
+def test_a_member_named_twice_or_the_policy_itself_is_refused(tmp_path: Path) -> None:
+    """Its vote would count twice (the probe's ``ensemble=$B`` and ``ensemble=s1&
+    ensemble=s1`` were accepted)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(SHIPPED, copy)
+    for spec, field in ((f"rl:{SHIPPED}?ensemble={SHIPPED}", "scheduler.ensemble[0]"),
+                        (f"rl:{SHIPPED}?ensemble={copy}&ensemble={copy}/",
+                         "scheduler.ensemble[1]")):
+        with pytest.raises(ValidationError) as e:
+            make_scheduler(spec, 0)
+        assert e.value.field == field and "same policy folder" in e.value.message
 
 
 def test_the_choice_is_the_argmax_of_the_summed_log_probabilities(tmp_path: Path) -> None:
@@ -95,8 +110,10 @@ def test_members_trained_otherwise_are_refused_naming_the_member(tmp_path: Path)
     meta = json.loads((odd / "smartsched_policy.json").read_text())
     meta["env"]["heuristic_features"] = False
     (odd / "smartsched_policy.json").write_text(json.dumps(meta))
+    fine = tmp_path / "fine"
+    shutil.copytree(SHIPPED, fine)
     with pytest.raises(ValidationError) as e:
-        make_scheduler(f"rl:{SHIPPED}?ensemble={SHIPPED}&ensemble={odd}", 0)
+        make_scheduler(f"rl:{SHIPPED}?ensemble={fine}&ensemble={odd}", 0)
     assert e.value.field == "scheduler.ensemble[1]" and "heuristic_features" in e.value.message
     # Not a policy at all.
     with pytest.raises(ValidationError) as e:
@@ -135,10 +152,11 @@ def test_members_find_alike_rows_once_per_decision(tmp_path: Path,
     import smartsched.rl.fast_scorer as fs
 
     other = _perturbed(tmp_path, 1.3, "seed-b")
+    third = _perturbed(tmp_path, 0.7, "seed-c")
     found: list[int] = []
     orig = fs._distinct
     monkeypatch.setattr(fs, "_distinct", lambda x, sid: found.append(1) or orig(x, sid))
-    sched = make_scheduler(f"rl:{SHIPPED}?ensemble={other}&ensemble={other}", 0)
+    sched = make_scheduler(f"rl:{SHIPPED}?ensemble={other}&ensemble={third}", 0)
     picks: list[int] = []
     pick = sched._pick
     monkeypatch.setattr(sched, "_pick", lambda obs, *a: picks.append(1) or pick(obs, *a))

@@ -18,6 +18,8 @@ scheduler.
 from __future__ import annotations
 
 import math
+import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from smartsched.bench.quality import Job, _g, run_jobs
+from smartsched.model.errors import ValidationError
 
 
 @dataclass(frozen=True)
@@ -160,8 +163,6 @@ def run_heldout(schedulers: Sequence[str], seeds: Sequence[int], *, cluster: str
                 workers: int | None = None,
                 echo: Callable[[str], Any] = print) -> dict[str, Any]:
     """Run every scheduler on every seed; return the runs, the table and the verdicts."""
-    from smartsched.model.errors import ValidationError
-
     if len(seeds) < 2:
         raise ValidationError("seeds", "need at least 2 held-out seeds (5 or more to judge)")
     scheds = list(dict.fromkeys([baseline, *schedulers]))
@@ -251,6 +252,29 @@ def format_heldout(res: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+# A bench heldout --json file of many seeds is a few MiB; anything far larger is not one.
+MAX_MERGE_BYTES = 256 << 20
+
+
+def _check_figures(metrics: dict[str, Any], where: str) -> None:
+    """A merged run's judged figures: each present one a number, and at least one present
+    (``"metrics": {}`` was judged as a run with every figure missing, and a string or a
+    list reached the medians as a traceback)."""
+    present = 0
+    for fig in FIGURES:
+        for path in fig.paths:
+            cur: Any = metrics
+            for k in path:
+                cur = cur.get(k) if isinstance(cur, dict) else None
+            if cur is None:
+                continue
+            if isinstance(cur, bool) or not isinstance(cur, int | float):
+                raise ValidationError(f"{where}.metrics.{'.'.join(path)}", "not a number")
+            present += 1
+    if not present:
+        raise ValidationError(f"{where}.metrics", "holds none of the judged figures")
+
+
 def merge_heldout(paths: Sequence[str], *, baseline: str = "k8s-default",
                   composite: str = "composite",
                   echo: Callable[[str], Any] = print) -> dict[str, Any]:
@@ -261,17 +285,25 @@ def merge_heldout(paths: Sequence[str], *, baseline: str = "k8s-default",
     schedulers measured on every seed of the baseline are judged (the others are named)."""
     import json
 
-    from smartsched.model.errors import ValidationError
-
     by: dict[str, dict[int, dict[str, Any]]] = {}
     setting: dict[str, Any] | None = None
     keys = ("cluster", "workload", "hours", "warmup_hours")
     for i, path in enumerate(paths):
         field = f"merge[{i}]"
         try:
+            st = os.stat(path)
+        except OSError as e:
+            raise ValidationError(field, f"cannot read {str(path)[:200]!r} "
+                                  f"({e.strerror or type(e).__name__})") from None
+        if not stat.S_ISREG(st.st_mode):  # a FIFO waited forever, /dev/zero filled memory
+            raise ValidationError(field, f"{str(path)[:200]!r} is not a regular file")
+        if st.st_size > MAX_MERGE_BYTES:
+            raise ValidationError(field, f"{str(path)[:200]!r} is over "
+                                  f"{MAX_MERGE_BYTES >> 20} MiB: not a bench heldout file")
+        try:
             with open(path, encoding="utf-8") as f:
                 doc = json.load(f)
-        except (OSError, UnicodeDecodeError, ValueError) as e:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError, MemoryError) as e:
             raise ValidationError(field, f"cannot read {str(path)[:200]!r} as JSON "
                                   f"({type(e).__name__})") from None
         runs = doc.get("runs") if isinstance(doc, dict) else None
@@ -285,9 +317,13 @@ def merge_heldout(paths: Sequence[str], *, baseline: str = "k8s-default",
             raise ValidationError(field, f"was run with other {', '.join(diff)} than "
                                   "merge[0]")
         for j, r in enumerate(runs):
+            where = f"{field}.runs[{j}]"
             if not (isinstance(r, dict) and isinstance(r.get("scheduler"), str)
-                    and isinstance(r.get("seed"), int) and isinstance(r.get("metrics"), dict)):
-                raise ValidationError(f"{field}.runs[{j}]", "needs scheduler, seed, metrics")
+                    and type(r.get("seed")) is int and isinstance(r.get("metrics"), dict)):
+                raise ValidationError(where, "needs scheduler, seed (an integer), metrics")
+            if not 0 <= r["seed"] < 2**32:
+                raise ValidationError(f"{where}.seed", "must be within 0..2**32-1")
+            _check_figures(r["metrics"], where)
             s, seed = r["scheduler"], r["seed"]
             seen = by.setdefault(s, {}).get(seed)
             if seen is not None and _judged(seen) != _judged(r["metrics"]):

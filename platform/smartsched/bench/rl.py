@@ -136,6 +136,7 @@ def rllib_sampling(num_env_runners: int = 2, rounds: int = 5,
 
 def inference_latency(policy: str | None, nodes: int, decisions: int = 400) -> dict[str, Any]:
     from smartsched.bench.speed import replicated_cluster
+    from smartsched.model.errors import ValidationError
     from smartsched.rl.policy import make_rl_scheduler
     from smartsched.scheduling.run import build_run
 
@@ -143,7 +144,11 @@ def inference_latency(policy: str | None, nodes: int, decisions: int = 400) -> d
     if sched.shortlist is not None:
         return _steered_latency(sched, replicated_cluster("medium", nodes), decisions)
     spec = replicated_cluster("openb-all", nodes)
-    run = build_run(spec, "openb:default", sched, mode="fill", seed=42)
+    try:
+        run = build_run(spec, "openb:default", sched, mode="fill", seed=42)
+    except ValidationError as e:  # the first nodes lack the trace's largest (a pod too big)
+        raise ValidationError("sizes", f"{nodes} nodes (the first of openb-all) cannot host "
+                              f"the openb trace ({e.field}: {e.message}); give more") from None
     run.drive(max_decisions=decisions)
     times = run.engine.metrics.decision_seconds  # decide + apply, per decision
     arr = np.array(times[1:]) * 1000  # the first call builds and caches the topology graph

@@ -308,6 +308,7 @@ def check_teacher(teacher: str) -> Path:
 def check_init(init: str | Path, lead: Path) -> Path:
     """``init`` as a policy folder that observes and acts as the teacher's policy does
     (what an ensemble's members must share), else a ValidationError naming ``init``."""
+    from smartsched.rl.artifact import read_module
     from smartsched.rl.policy import read_policy_meta, refuse_unlike, resolve_policy_dir
 
     try:
@@ -317,6 +318,13 @@ def check_init(init: str | Path, lead: Path) -> Path:
         raise ValidationError("init", e.message) from None
     mine, my_comps = read_policy_meta(lead, "teacher")
     refuse_unlike(meta, comps, mine, my_comps, folder, "init", "the teacher")
+    try:  # its weights load now, not after the collection (hours at the defaults)
+        read_module(folder)
+    except ValidationError as e:
+        raise ValidationError("init", e.message) from None
+    except Exception as e:  # a damaged checkpoint
+        raise ValidationError("init", f"cannot load the policy at {folder} "
+                              f"({type(e).__name__})") from None
     return folder
 
 
@@ -339,6 +347,9 @@ def refuse_overwriting(out: str | Path, teacher: str, init: Path) -> None:
         if folder == out or folder.is_relative_to(out):
             raise ValidationError("output_dir", f"{out} holds the teacher's policy {p}: "
                                   "write the student elsewhere")
+        if out.is_relative_to(folder):  # the student written into a policy's own folder
+            raise ValidationError("output_dir", f"{out} is inside the folder of the "
+                                  f"teacher's policy {p}: write the student elsewhere")
 
 
 def check_output_dir(out: str | Path) -> Path:
@@ -349,6 +360,8 @@ def check_output_dir(out: str | Path) -> Path:
     from smartsched.rl.policy import POLICY_META
 
     out = Path(out)
+    if out.is_symlink():  # replacing it removed the link's target's files, or failed late
+        raise ValidationError("output_dir", f"{out} is a link: give the folder itself")
     if out.exists() and (not out.is_dir() or (
             any(out.iterdir()) and not any((out / f).exists()
                                            for f in (SPEC_FILE, POLICY_META)))):
@@ -415,11 +428,19 @@ def distill_policy(teacher: str, out: str | Path, *, seeds: Sequence[int],
                               "decisions held aside must come from other days")
     if dagger_rounds < 0:
         raise ValidationError("dagger_rounds", "must be 0 or more")
+    if workload.split(":", 1)[0] in ("mixed", "finance") and hours + warmup_hours > 8784:
+        # The generator's own limit, on the sum: it named "hours" with a value nobody typed.
+        raise ValidationError("warmup_hours", f"hours + warmup_hours must be at most 8784 "
+                              f"(a generated year), got {hours:g} + {warmup_hours:g}")
     lead = check_teacher(teacher)
     init_as_given = init if init is not None else teacher[3:].partition("?")[0]
     init = check_init(init, lead) if init is not None else lead
     check_output_dir(out)
     refuse_overwriting(out, teacher, init)
+    sidecar = Path(out).parent / f"{Path(out).name}.distill.json"
+    if sidecar.exists() and not sidecar.is_file():  # found only after the whole run
+        raise ValidationError("output_dir", f"{sidecar} (where the summary goes) is not a "
+                              "file")
     t0 = time.perf_counter()
     kw = {"cluster": cluster, "workload": workload, "hours": hours,
           "warmup_hours": warmup_hours, "workers": workers}

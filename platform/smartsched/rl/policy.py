@@ -320,9 +320,15 @@ class RLScheduler:
         the same recipe's other training seeds (what their description records about the
         observation and the shortlist must be this one's)."""
         modules = []
+        seen = {Path(self.dir).resolve(): "the policy itself"}
         for i, path in enumerate(paths):
             field = f"scheduler.ensemble[{i}]"
             folder = resolve_policy_dir(path)
+            # A member named twice (or the policy itself) would count its vote twice.
+            if (same := seen.setdefault(Path(folder).resolve(), f"ensemble[{i}]")) \
+                    != f"ensemble[{i}]":
+                raise ValidationError(field, f"the same policy folder as {same}: each "
+                                      "member must be another training seed")
             meta, theirs = read_policy_meta(folder, field)
             refuse_unlike(meta, theirs, self.meta, trained, folder, field, "this one")
             module = read_module(folder)
@@ -528,6 +534,9 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     from urllib.parse import parse_qs
 
     path, _, query = spec.partition("?")
+    # A '+' is itself (a folder's name may hold one, as the path before '?' may), not the
+    # space a form encoding would make of it.
+    query = query.replace("+", "%2B")
     opts = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
     refuse_repeated_options(opts, lists=("classes", "ensemble"))
     known = ("weights", "dynamic", "defer", "filters", "base", "k", "classes", "ensemble")
@@ -562,6 +571,8 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     # comma-separated list of schedulers).
     classes = ([c for v in opts["classes"] for c in v.split(",") if c] if "classes" in opts
                else None)
+    if classes is not None and not classes:  # ``classes=`` read as every class
+        raise ValidationError("scheduler.classes", "names no pod class")
     ensemble = opts.get("ensemble", [])
     if any(not p for p in ensemble):
         raise ValidationError("scheduler.ensemble", "must name a policy folder")

@@ -61,6 +61,17 @@ class PolicyStore:
             raise ValidationError("store", f"{self.root}: holds other files, not a policy "
                                   "store; give a new or empty folder, or an existing store")
 
+    def check(self) -> None:
+        """Before work that ends in writing here (the gate's episodes): a folder that is
+        not a store, or a store whose pointer or log cannot be read, is refused now, not
+        after the work. A current version whose folder is gone is named too."""
+        self._writable()
+        self.log()
+        current = self._pointer().get("current")
+        if current is not None and not (self.versions_dir / current).is_dir():
+            raise ValidationError("store", f"{self.root}: its current version {current!r} "
+                                  f"has no folder under {VERSIONS}/")
+
     def _pointer(self) -> dict[str, Any]:
         path = self.root / POINTER
         if not path.exists():
@@ -228,6 +239,8 @@ class PolicyStore:
         a log that cannot be written (read-only, not a file) stops the change before it
         happens, and a change that fails is not logged as done."""
         self._writable()
+        if (self.root / LOG).is_file():
+            self.log()  # a log with a line that is not an event is not appended to
         self.root.mkdir(parents=True, exist_ok=True)
         try:
             f = open(self.root / LOG, "a", encoding="utf-8")  # noqa: SIM115 (the with below)

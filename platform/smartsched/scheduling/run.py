@@ -152,6 +152,14 @@ def build_run(
         from smartsched.workloads.window import window_pods
 
         pods = window_pods(pods, start_hours * 3600.0)
+    if mode == "replay" and not is_generator and warm > 0 and pods:
+        last = max(p.arrival for p in pods)
+        if warm * 3600.0 > last:  # nothing would arrive in the measured window
+            from smartsched.model.errors import ValidationError
+
+            raise ValidationError("warmup_hours", f"{warm:g} h is past the trace's last "
+                                  f"arrival (hour {last / 3600:,.1f}): nothing would be "
+                                  "measured")
     horizon = None
     if mode == "replay" and (hours is not None or is_generator):
         horizon = (warm + gen_hours) * 3600.0

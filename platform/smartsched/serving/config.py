@@ -305,9 +305,10 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
     target = (resolve_reload_profile(path, models_dir) if prefix in WRAPPER_PREFIXES
               else str(inside(path)))
     if sep:
-        from urllib.parse import parse_qsl, urlencode
+        from urllib.parse import parse_qsl, quote, urlencode
 
-        opts = parse_qsl(query, keep_blank_values=True)
+        # '+' is itself and a space %20, as the rl: loader reads them (a folder's name).
+        opts = parse_qsl(query.replace("+", "%2B"), keep_blank_values=True)
         names = builtin_profiles()
 
         def held(key: str, value: str) -> str:
@@ -321,7 +322,7 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
                 return str(inside(value))
             return value
 
-        query = urlencode([(k, held(k, v)) for k, v in opts], safe="/:,")
+        query = urlencode([(k, held(k, v)) for k, v in opts], safe="/:,", quote_via=quote)
     return f"{prefix}:{target}{sep}{query}" if prefix else target
 
 
