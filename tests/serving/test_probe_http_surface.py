@@ -74,9 +74,11 @@ class FakeIngress(Authorizer):
 
 
 def call_raw(ing: Any, method: str, path: str, body: bytes = b"",
-             headers: list[tuple[str, str]] = (), host: str = "t"
-             ) -> tuple[int, dict[str, str], bytes]:
-    """(status, headers, raw body) of one request through the app's whole stack."""
+             headers: list[tuple[str, str]] = (), host: str = "t",
+             receive_body: Any = None) -> tuple[int, dict[str, str], bytes]:
+    """(status, headers, raw body) of one request through the app's whole stack.
+    ``receive_body``: an ASGI receive of the client's own making (a body that trickles),
+    instead of ``body`` in one message."""
     raw = [(b"host", host.encode()), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode("latin-1")) for k, v in headers]
     name, _, port = host.partition(":")
@@ -89,6 +91,8 @@ def call_raw(ing: Any, method: str, path: str, body: bytes = b"",
     out: list[dict] = []
 
     async def receive() -> dict:
+        if receive_body is not None:
+            return await receive_body()
         return msgs.pop(0) if msgs else {"type": "http.disconnect"}
 
     async def send(m: dict) -> None:
@@ -97,7 +101,7 @@ def call_raw(ing: Any, method: str, path: str, body: bytes = b"",
     before = replica.current()
     replica.set_current(ing)
     try:
-        asyncio.run(app_api(scope, receive, send))
+        asyncio.run(asyncio.wait_for(app_api(scope, receive, send), 30))
     finally:
         replica.set_current(before)
     got = {k.decode().lower(): v.decode() for k, v in out[0].get("headers", [])}

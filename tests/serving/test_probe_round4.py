@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from smartsched.model.errors import ValidationError
+from smartsched.model.errors import SmartSchedError, ValidationError
 from smartsched.serving.app import NodeClaims
 from smartsched.serving.config import resolve_reload_profile
 
@@ -155,3 +155,138 @@ def test_a_pod_is_read_by_its_json_names_only() -> None:
     with pytest.raises(PydanticError) as e:
         PodSpec.model_validate({"id": "p", "cpu_milli": 1, "pod_class": "online"})
     assert e.value.errors()[0]["loc"] == ("pod_class",)
+
+
+def test_a_body_trickled_within_the_pause_limit_still_ends_in_a_408(monkeypatch) -> None:
+    """A byte every 10 s passed the 15 s pause limit and held the request as long as the
+    client liked: the whole body now has a deadline too."""
+    import asyncio
+    import json
+
+    from smartsched.serving import app as app_module
+    from tests.serving.test_probe_http_surface import CLIENT, FakeIngress, call_raw
+
+    monkeypatch.setattr(app_module, "BODY_IDLE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(app_module, "BODY_DEADLINE_S", 1.0)
+
+    async def trickle() -> dict:
+        await asyncio.sleep(0.1)  # always within the pause limit, never done
+        return {"type": "http.request", "body": b" ", "more_body": True}
+
+    ing = FakeIngress()
+    status, _, body = call_raw(ing, "POST", "/v1/placements",
+                               headers=[("Authorization", f"Bearer {CLIENT}"),
+                                        ("Content-Type", "application/json"),
+                                        ("Transfer-Encoding", "chunked")],
+                               receive_body=trickle)
+    assert status == 408, body[:200]
+    detail = json.loads(body)["detail"][0]
+    assert detail["loc"] == ["body"] and "took over" in detail["msg"]
+    assert ing.placed == []
+
+
+def test_our_own_servers_bound_request_heads_and_close_a_silent_connection(monkeypatch
+                                                                           ) -> None:
+    """The edge entry's and the extender's uvicorn (httptools) kept growing an unfinished
+    header line (hundreds of MiB for four clients) and held a connection that never sent
+    its head for ever. Served here with the same settings: a 100 KiB header line is
+    refused, a silent connection is closed once the head deadline passes, and a normal
+    request is answered."""
+    import asyncio
+    import socket
+
+    import uvicorn
+    from fastapi import FastAPI
+
+    import smartsched.listen as listen
+
+    monkeypatch.setattr(listen, "HEAD_TIMEOUT_S", 0.5)
+    app = FastAPI()
+
+    @app.get("/ok")
+    async def ok() -> dict:
+        return {"ok": True}
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+
+    async def scenario() -> tuple[bytes, bytes, bytes]:
+        server = uvicorn.Server(listen.guarded_server_config(app, log_level="warning"))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+
+        async def talk(data: bytes, wait: float) -> bytes:
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(data)
+            await w.drain()
+            try:
+                return await asyncio.wait_for(r.read(65536), wait)
+            except TimeoutError:
+                return b"<still open>"
+            finally:
+                w.close()
+
+        big = await talk(b"GET /ok HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 100_000, 5)
+        silent = await talk(b"GET /ok HTTP/1.1\r\n", 5)
+        fine = await talk(b"GET /ok HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", 5)
+        server.should_exit = True
+        await task
+        return big, silent, fine
+
+    big, silent, fine = asyncio.run(scenario())
+    assert big.startswith(b"HTTP/1.1 400") or big == b"", big[:80]
+    assert silent == b"", silent[:80]  # closed by the server, not left open
+    assert fine.startswith(b"HTTP/1.1 200") and b'{"ok":true}' in fine
+
+
+def test_an_edge_entry_retry_after_a_restart_gets_its_first_answer(tmp_path: Path) -> None:
+    """Probe round 4: a pod the site escalated (booked at region-b) was placed again at
+    the site when its request was retried after a restart -- the site's journal keeps its
+    own bookings only -- so one pod held room at two sites. The entry now journals its
+    answers to requests with an id."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from smartsched.model.presets import load_cluster
+    from smartsched.serving.config import parse_service_config
+    from smartsched.serving.edge_entry import EdgeEntry
+    from smartsched.serving.hierarchy import Hierarchy
+    from smartsched.serving.schemas import PodSpec
+
+    h = Hierarchy.from_spec(load_cluster("medium"))
+
+    class Tier:  # the site: each call books anew (room came free while it was down)
+        def __init__(self) -> None:
+            self.h, self.placer, self.calls = h, SimpleNamespace(answers={}), 0
+
+        async def place(self, pods, ttl_s, key, validate):
+            self.calls += 1
+            site = "region-b" if self.calls == 1 else "mec-0"
+            return [{"pod_id": p.id, "placed": True, "site": site, "node": f"n{self.calls}",
+                     "reservation_id": f"r{self.calls}", "reasons": [], "profile": "k8s-default",
+                     "tier": "region"} for p in pods]
+
+    cfg = parse_service_config({"cluster": "medium", "auth": {"disabled": True},
+                                "journal_dir": str(tmp_path)})
+    pod = [PodSpec(id="esc1", cpu_milli=8000)]
+
+    async def run() -> None:
+        tier = Tier()
+        first = EdgeEntry(cfg, "mec-0", tier)
+        a = (await first.place(pod, 60.0, "esc-1")).placements[0]
+        assert (a.site, tier.calls) == ("region-b", 1)
+        again = (await first.place(pod, 60.0, "esc-1")).placements[0]
+        assert again.reservation_id == "r1" and tier.calls == 1
+        await first.aclose()  # the replica's process ends
+        restarted = EdgeEntry(cfg, "mec-0", tier)
+        b = (await restarted.place(pod, 60.0, "esc-1")).placements[0]
+        assert (b.site, b.reservation_id, tier.calls) == ("region-b", "r1", 1)
+        with pytest.raises(SmartSchedError):  # the id stays bound to its first body
+            await restarted.place([PodSpec(id="esc1", cpu_milli=100)], 60.0, "esc-1")
+        fresh = (await restarted.place(pod, 60.0, "esc-2")).placements[0]
+        assert fresh.reservation_id == "r2"
+        await restarted.aclose()
+
+    asyncio.run(run())

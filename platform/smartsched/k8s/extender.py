@@ -18,6 +18,7 @@ candidates get 0). A malformed payload is a ``BadRequest`` with a message.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import deque
@@ -28,7 +29,13 @@ import numpy as np
 from fastapi import FastAPI, Request  # module level: FastAPI resolves route annotations here
 from fastapi.responses import JSONResponse
 
-from smartsched.k8s.snapshot import Snapshot, build_snapshot, object_name, pod_model
+from smartsched.k8s.snapshot import (
+    NoUsableNode,
+    Snapshot,
+    build_snapshot,
+    object_name,
+    pod_model,
+)
 from smartsched.model.errors import SmartSchedError
 from smartsched.scheduling.base import WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import ProfileScheduler
@@ -113,6 +120,9 @@ class Extender:
                 return pod, None, [], False, {}  # "no usable node in the snapshot: ")
             try:
                 snap = build_snapshot(items)
+            except NoUsableNode as e:  # every node unreadable: each fails, as one alone does
+                return pod, None, [], False, {
+                    name: f"node not understood: {why}" for _, name, why in e.skipped}
             except SmartSchedError as e:
                 raise BadRequest(f"ExtenderArgs.Nodes: {e}") from None
             for _, name, reason in snap.skipped:
@@ -146,9 +156,9 @@ class Extender:
     # ---------------------------------------------------------------- verbs
     def filter(self, args: Any) -> dict[str, Any]:
         pod, snap, names, names_only, unresolvable = self._parse(args)
-        if snap is None:  # an empty NodeList: no node passes, none failed
+        if snap is None:  # an empty NodeList, or none readable: no node passes
             return {"Nodes": {**args["Nodes"], "items": []}, "FailedNodes": {},
-                    "FailedAndUnresolvableNodes": {}, "Error": ""}
+                    "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
         ok, ctx, cand = self._feasible(pod, snap, names)
         why = self.sched.node_reasons(ctx)
         st = snap.state
@@ -196,6 +206,40 @@ class Extender:
 
 class TooLarge(SmartSchedError):
     """The body is over the limit (answered with HTTP 413, before it is parsed)."""
+
+
+class Stalled(SmartSchedError):
+    """The body stopped arriving, or took too long (answered with HTTP 408)."""
+
+
+class NotJson(SmartSchedError):
+    """A body declared as something other than JSON, or encoded (HTTP 415)."""
+
+
+# A body may pause this long between its parts, and take this long in all (as the
+# placement service's BodyLimit): a client 10 bytes short of its Content-Length held its
+# request for good.
+BODY_IDLE_TIMEOUT_S = 15.0
+BODY_DEADLINE_S = 60.0
+
+
+def _is_json(ctype: str) -> bool:
+    """A Content-Type naming JSON (``application/json`` or ``application/<x>+json``)."""
+    main = ctype.split(";", 1)[0].strip().lower()
+    return main == "application/json" or (main.startswith("application/")
+                                          and main.endswith("+json"))
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (``{"name": "a", "name": "b"}`` was
+    read as node b: which one counts depends on the reader)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            shown = k if k.isascii() and k.isprintable() and len(k) <= 64 else "<key>"
+            raise BadRequest(f"not valid JSON: the key {shown!r} is given twice in one object")
+        out[k] = v
+    return out
 
 
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)  # a JSON escape: a backslash and the next byte
@@ -257,15 +301,34 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_body_bytes:
             raise TooLarge(f"request body over {max_body_bytes} bytes")
+        ctype = request.headers.get("content-type")
+        if ctype is not None and not _is_json(ctype):
+            raise NotJson("Content-Type: send the ExtenderArgs as application/json")
+        coding = request.headers.get("content-encoding", "").strip().lower()
+        if coding not in ("", "identity"):
+            raise NotJson("Content-Encoding: the body is read as it is; send it unencoded")
         chunks, size = [], 0
-        async for chunk in request.stream():
+        stream = request.stream().__aiter__()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BODY_DEADLINE_S
+        while True:
+            left = deadline - loop.time()
+            try:
+                chunk = await asyncio.wait_for(stream.__anext__(),
+                                               min(BODY_IDLE_TIMEOUT_S, left))
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise Stalled("the body stopped arriving, or took over "
+                              f"{BODY_DEADLINE_S:.0f} s: send it whole") from None
             size += len(chunk)
             if size > max_body_bytes:
                 raise TooLarge(f"request body over {max_body_bytes} bytes")
             chunks.append(chunk)
         raw = b"".join(chunks)
         try:
-            args = json.loads(raw, parse_constant=_not_json_constant)
+            args = json.loads(raw, parse_constant=_not_json_constant,
+                              object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as e:
             raise BadRequest(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
                              ) from None
@@ -283,13 +346,13 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
             raise BadRequest(f"not valid JSON: nested more than {MAX_JSON_DEPTH} levels")
         return args
 
-    @app.exception_handler(BadRequest)
-    async def _bad(_: Request, e: BadRequest) -> JSONResponse:
-        return JSONResponse({"Error": str(e)}, status_code=400)
+    def answer(status: int) -> Any:
+        async def handler(_: Request, e: Exception) -> JSONResponse:
+            return JSONResponse({"Error": str(e)}, status_code=status)
+        return handler
 
-    @app.exception_handler(TooLarge)
-    async def _large(_: Request, e: TooLarge) -> JSONResponse:
-        return JSONResponse({"Error": str(e)}, status_code=413)
+    for cls, status in ((BadRequest, 400), (TooLarge, 413), (Stalled, 408), (NotJson, 415)):
+        app.add_exception_handler(cls, answer(status))
 
     @app.post("/filter")
     async def filter_(request: Request) -> Any:

@@ -131,6 +131,18 @@ def _mapping(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     return v
 
 
+def _string_map(obj: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
+    """``obj[key]`` as Kubernetes has labels: non-empty string keys to string values; else
+    a ValueError naming ``where``. (Values were turned into text: a label ``{"k": null}``
+    read as "None", and a pod selecting ``k: "None"`` passed the node.)"""
+    out = {}
+    for k, v in _mapping(obj, key, where).items():
+        if not isinstance(k, str) or not k or not isinstance(v, str):
+            raise ValueError(f"{where}: each must map a non-empty string to a string")
+        out[k] = v
+    return out
+
+
 def _list_of_mappings(obj: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
     v = obj.get(key)
     if v is None:
@@ -177,6 +189,15 @@ class Snapshot:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, reason
 
 
+class NoUsableNode(SmartSchedError):
+    """Not one node of a snapshot could be read; ``skipped``: (kind, name, why) of each."""
+
+    def __init__(self, skipped: list[tuple[str, str, str]]) -> None:
+        self.skipped = skipped
+        super().__init__("no usable node in the snapshot: " + "; ".join(
+            f"{n}: {r}" for _, n, r in skipped[:3]))
+
+
 def object_name(obj: Any) -> str:
     """``metadata.name`` of an API object, or "?" when it has none (never raises)."""
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
@@ -203,7 +224,7 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
     name = meta.get("name")
     if not name or not isinstance(name, str):
         raise ValueError("metadata.name: missing or not a string")
-    labels = {str(k): str(v) for k, v in _mapping(meta, "labels", "metadata.labels").items()}
+    labels = _string_map(meta, "labels", "metadata.labels")
     status = _mapping(obj, "status", "status")
     alloc = status.get("allocatable") or status.get("capacity")
     if not alloc:
@@ -236,6 +257,9 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
         if not t.get("key") or t.get("effect") not in _EFFECTS:
             raise ValueError(f"spec.taints: each needs a key and an effect ("
                              f"{', '.join(_EFFECTS)}), got {str(dict(t))[:64]}")
+        if not isinstance(t["key"], str) or not isinstance(t.get("value") or "", str):
+            # ``{"key": 1}`` became the taint "1:NoSchedule"
+            raise ValueError("spec.taints: a taint's key and value must be strings")
         if t["effect"] != "PreferNoSchedule":  # a preference: scored upstream, not a filter
             taints.append(f"{t['key']}={t['value']}:{t['effect']}"
                           if t.get("value") else f"{t['key']}:{t['effect']}")
@@ -623,8 +647,7 @@ def build_snapshot(nodes: Iterable[Any], pods: Iterable[Any] = (),
     specs = [node for node, _ in read if node.name not in twice]
     regions = dict.fromkeys(region for node, region in read if node.name not in twice)
     if not specs:
-        raise SmartSchedError("no usable node in the snapshot: " + "; ".join(
-            f"{n}: {r}" for _, n, r in skipped[:3]))
+        raise NoUsableNode(skipped)
     zones = sorted({n.zone for n in specs})
     spec = ClusterSpec("kubernetes", tuple(Site(r) for r in regions),
                        tuple(Zone(z, z.split("/", 1)[0]) for z in zones), tuple(specs))

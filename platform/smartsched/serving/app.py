@@ -325,6 +325,9 @@ def _error(status: int, field: str, msg: str) -> JSONResponse:
 # more bytes than it sent, or stalled mid-chunk, held its request open until the proxy's
 # own limits, 70 s and more): then a 408.
 BODY_IDLE_TIMEOUT_S = 15.0
+# ... and the longest a whole body may take (a byte every 10 s passed the pause limit and
+# held the request for as long as the client liked).
+BODY_DEADLINE_S = 60.0
 
 
 class BodyLimit:
@@ -351,12 +354,17 @@ class BodyLimit:
             return await self.app(scope, receive, send)
         buffered: list[dict] = []
         seen = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BODY_DEADLINE_S
         while True:
+            left = deadline - loop.time()
             try:  # a client that stops sending mid-body held the request (70 s and more)
-                msg = await asyncio.wait_for(receive(), BODY_IDLE_TIMEOUT_S)
+                msg = await asyncio.wait_for(receive(), min(BODY_IDLE_TIMEOUT_S, left))
             except TimeoutError:
-                resp = _error(408, "body", f"no part of the body arrived for "
-                              f"{BODY_IDLE_TIMEOUT_S:.0f} s: send the whole body at once")
+                why = (f"no part of the body arrived for {BODY_IDLE_TIMEOUT_S:.0f} s"
+                       if left > BODY_IDLE_TIMEOUT_S else
+                       f"the body took over {BODY_DEADLINE_S:.0f} s")
+                resp = _error(408, "body", f"{why}: send the whole body at once")
                 return await resp(scope, receive, send)
             buffered.append(msg)
             if msg["type"] != "http.request":

@@ -47,13 +47,18 @@ from smartsched.serving.app import (
 )
 from smartsched.serving.audit_trail import ANONYMOUS, Principal, Trail
 from smartsched.serving.config import Audit, ServiceConfig, load_credentials
+from smartsched.serving.journal import Journal
 from smartsched.serving.metrics import ServiceMetrics
 from smartsched.serving.schemas import (
     BatchPlacementRequest,
     PlacementRequest,
     PlacementResponse,
 )
+from smartsched.serving.site import IDEMPOTENCY_KEEP, AnswerCache
 from smartsched.serving.tiers import bind_body, request_fingerprint
+
+# The entry's answers journal, beside its site's (``<site>.jsonl``).
+ENTRY_JOURNAL_SUFFIX = ".entry-answers.jsonl"
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +87,38 @@ class EdgeEntry(Authorizer):
         self.server: Any = None  # the uvicorn server, once started
         self.task: asyncio.Task | None = None  # its serve() task
         self._bodies: OrderedDict[str, str] = OrderedDict()  # request key -> its fingerprint
+        # The entry's own answers to requests with an id, journaled when the service keeps
+        # a journal: the site's journal keeps its own bookings only, so after a restart a
+        # retry of a request the site had escalated (booked at its region), or whose
+        # bookings had been released, was placed afresh -- one pod booked at two sites.
+        self.answers = AnswerCache(IDEMPOTENCY_KEEP, size=len)
+        self.journal: Journal | None = None
+        if cfg.journal_dir is not None:
+            self.journal = Journal(Path(cfg.journal_dir) / f"{site}{ENTRY_JOURNAL_SUFFIX}")
+            for e in self.journal.replay():
+                if e.get("op") == "answer" and isinstance(e.get("key"), str) \
+                        and isinstance(e.get("results"), list):
+                    self.answers[e["key"]] = e["results"]
+                    self.answers.trim()
+            self.journal.rewrite(self._answer_events())
         # A restarted site recovers its answers (their keys carry the body: see ``place``)
-        # from its journal: the keys are bound to those bodies again.
-        for key in tier.placer.answers:
+        # from its journal, the entry its own: the keys are bound to those bodies again.
+        for key in [*tier.placer.answers, *self.answers]:
             bound, sep, body = key.rpartition("#")
             if sep and bound.startswith("!edge:"):
                 self._bodies.setdefault(bound, body)
+
+    def _answer_events(self) -> list[dict[str, Any]]:
+        return [{"op": "answer", "key": k, "results": r} for k, r in self.answers.items()]
+
+    def _remember(self, key: str, results: list[dict[str, Any]]) -> None:
+        self.answers[key] = results
+        self.answers.move_to_end(key)
+        self.answers.trim()
+        if self.journal is not None:
+            self.journal.append({"op": "answer", "key": key, "results": results})
+            if self.journal.needs_compaction():
+                self.journal.rewrite(self._answer_events())
 
     async def place(self, specs: list, ttl_s: float, rid: str | None,
                     validate: bool = False, who: Principal = ANONYMOUS) -> PlacementResponse:
@@ -104,7 +135,14 @@ class EdgeEntry(Authorizer):
             # restart): its key carries the body, so another body never gets the bookings
             # made for the first.
             key = f"{key}#{body}"
+            if key in self.answers:  # the first answer, also after a restart
+                self.answers.move_to_end(key)
+                results = self.answers[key]
+                self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})
+                return PlacementResponse(request_id=rid, placements=results)
         results = await self.tier.place(pods, ttl_s, key, validate)
+        if key is not None:
+            self._remember(key, results)
         self.metrics.observe_placements(results)
         self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})
         return PlacementResponse(request_id=rid, placements=results)
@@ -136,6 +174,8 @@ class EdgeEntry(Authorizer):
                 log.warning("edge entry of %s did not stop cleanly within %g s", self.site,
                             timeout_s)
         self.trail.close()
+        if self.journal is not None:
+            self.journal.close()
 
     def serving(self) -> bool:
         """Whether the server task is running (False once it has ended, for any reason)."""
@@ -210,12 +250,14 @@ def bind(host: str, port: int, site: str, wait_s: float = 0.0) -> socket.socket:
 
 def start(entry: EdgeEntry, host: str, port: int, bind_wait_s: float = 0.0) -> asyncio.Task:
     """Serve ``entry`` on ``host:port`` from the running event loop (the replica's)."""
-    import uvicorn
+    from smartsched.listen import guarded_server_config
 
     sock = bind(host, port, entry.site, bind_wait_s)
-    config = uvicorn.Config(make_edge_app(entry), log_level="warning", access_log=False,
-                            lifespan="off", timeout_keep_alive=30,
-                            server_header=False, date_header=False)
+    # Bounded request heads, a deadline for them, and a cap on connections (a client that
+    # never finished its headers held a connection, and its memory, for ever).
+    config = guarded_server_config(make_edge_app(entry), log_level="warning",
+                                   access_log=False, lifespan="off", timeout_keep_alive=30,
+                                   server_header=False, date_header=False)
     server = _server_class()(config)
     entry.server = server
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
