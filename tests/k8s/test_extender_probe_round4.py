@@ -66,7 +66,8 @@ def test_every_node_unreadable_is_a_200_with_each_unresolvable(server: str) -> N
 
 @pytest.mark.parametrize("edit", [
     {"metadata__labels": {"k": None, "kubernetes.io/hostname": "x"}},
-    {"metadata__labels": {"k": True}},
+    {"metadata__labels": {"k": [1]}},
+    {"metadata__labels": {"k": 1.5}},
     {"metadata__labels": {"": "v"}},
     {"spec__taints": [{"key": 1, "effect": "NoSchedule"}]},
     {"spec__taints": [{"key": "k", "value": 5, "effect": "NoSchedule"}]},
@@ -109,3 +110,14 @@ def test_a_body_that_stops_arriving_is_a_408(monkeypatch: pytest.MonkeyPatch) ->
         s.close()
     assert got.startswith(b"HTTP/1.1 408"), got[:80]
     assert time.monotonic() - t0 < 8
+
+
+def test_a_hand_written_yaml_lists_unquoted_numbers_and_booleans_read_as_their_text() -> None:
+    from smartsched.k8s.snapshot import node_spec
+
+    spec, _ = node_spec(_node("y", metadata__labels={"gpu-count": 8, "accel": True}))
+    assert spec.labels["gpu-count"] == "8" and spec.labels["accel"] == "true"
+    with pytest.raises(ValueError, match=r"metadata\.labels"):
+        node_spec(_node("z", metadata__labels={"k": None}))
+    with pytest.raises(ValueError, match=r"spec\.taints"):
+        node_spec(_node("t", spec__taints=[{"key": "k", "value": 0, "effect": "NoSchedule"}]))

@@ -402,3 +402,40 @@ def test_a_site_failing_its_commit_after_another_applied_says_so(tmp_path: Path)
         assert deployments["mec-0"].tier._node_hold is None  # let go
 
     asyncio.run(run())
+
+
+def test_a_one_site_update_whose_answer_is_lost_keeps_its_new_names(tmp_path: Path) -> None:
+    """The site applied the update, then its answer was lost (the replica died, or the
+    request was cancelled): the new name was forgotten, so another site could register it
+    and the node be booked at two (review of probe round 4). A refusal still forgets it."""
+    from ray.serve.exceptions import ReplicaUnavailableError
+
+    from smartsched.model.errors import ValidationError
+
+    async def run() -> None:
+        ing, deployments, _ = _service(tmp_path)
+        site = deployments["mec-0"]
+        real = site.apply_node_updates
+
+        async def applied_then_lost(*a: Any, **k: Any) -> Any:
+            out = real(*a, **k)
+            if inspect.isawaitable(out):
+                await out
+            raise ReplicaUnavailableError("rep-xyz-1234")
+
+        site.apply_node_updates = applied_then_lost
+        node = {"name": "lost-0", "site": "mec-0", "cpu_milli": 8000, "memory_mib": 8192}
+        status, _ = await _put(ing, [node])
+        assert status == 503
+        assert ing.node_site.get("lost-0") == "mec-0"
+        status, body = await _put(ing, [{**node, "site": "mec-1"}])
+        assert status == 422 and "belongs to mec-0" in body["detail"][0]["msg"]
+
+        async def refused(*_a: Any, **_k: Any) -> Any:
+            raise ValidationError("nodes.0.cpu_milli", "refused")
+
+        site.apply_node_updates = refused
+        status, _ = await _put(ing, [{**node, "name": "refused-0"}])
+        assert status == 422 and "refused-0" not in ing.node_site
+
+    asyncio.run(run())

@@ -53,6 +53,8 @@ def test_a_name_is_forgotten_only_when_every_claim_on_it_ends_unapplied() -> Non
     "sandboxed:k8s-default?rollout=sandboxed:rl:../outside",
     "rl:ppo?base=rl:../outside",
     "rl:ppo?filters=~root",
+    "rl:ppo?ensemble=fgd",  # a packaged name, but ensemble= is always a folder: ./fgd
+    "sandboxed:fgd?config=secrets",  # sandboxed's YAML settings: ./secrets
 ])
 def test_a_reload_names_no_policy_outside_the_models_dir_through_an_option(
         tmp_path: Path, spec: str) -> None:
@@ -73,8 +75,9 @@ def test_a_reload_names_no_policy_outside_the_models_dir_through_an_option(
     top = str(models.resolve())
     for part in got.split("?", 1)[1].split("&"):
         key, value = part.split("=", 1)
-        if key in ("rollout", "base", "filters"):
-            assert value in builtin_profiles() or value.split(":")[-1].startswith(top), got
+        if key in ("rollout", "base", "filters", "ensemble", "config"):
+            packaged = value in builtin_profiles() and key not in ("ensemble", "config")
+            assert packaged or value.split(":")[-1].startswith(top), got
 
 
 def test_packaged_names_in_spec_options_pass_as_they_are(tmp_path: Path) -> None:
@@ -119,6 +122,10 @@ def test_gang_members_that_would_be_routed_apart_are_refused(field: str, values)
         check_gangs(pods)
     assert e.value.field == f"pods.{'class' if field == 'pod_class' else field}"
     check_gangs([Pod(id=f"m{i}", **base) for i in range(2)])  # alike: accepted
+    regions = [("region-a", "region-b"), ("region-b", "region-a")]  # one set, any order
+    check_gangs([Pod(id=f"r{i}", **{**base, "origin_site": None, "latency_slo_ms": None,
+                                    "pod_class": "batch", "allowed_regions": r})
+                 for i, r in enumerate(regions)])
 
 
 def test_a_query_parameter_given_twice_or_unknown_is_refused_naming_it() -> None:

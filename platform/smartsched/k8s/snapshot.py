@@ -132,11 +132,16 @@ def _mapping(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
 
 
 def _string_map(obj: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
-    """``obj[key]`` as Kubernetes has labels: non-empty string keys to string values; else
-    a ValueError naming ``where``. (Values were turned into text: a label ``{"k": null}``
-    read as "None", and a pod selecting ``k: "None"`` passed the node.)"""
+    """``obj[key]`` as Kubernetes has labels: non-empty string keys to string values (a
+    whole number or a boolean, as a hand-written YAML list leaves them unquoted, as its
+    text); else a ValueError naming ``where``. (Any value was turned into text: a label
+    ``{"k": null}`` read as "None", and a pod selecting ``k: "None"`` passed the node.)"""
     out = {}
     for k, v in _mapping(obj, key, where).items():
+        if isinstance(v, bool):  # a hand-written YAML list's unquoted ``true``
+            v = "true" if v else "false"
+        elif isinstance(v, int):  # ... or ``8``: the text it stands for
+            v = str(v)
         if not isinstance(k, str) or not k or not isinstance(v, str):
             raise ValueError(f"{where}: each must map a non-empty string to a string")
         out[k] = v
@@ -257,7 +262,7 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
         if not t.get("key") or t.get("effect") not in _EFFECTS:
             raise ValueError(f"spec.taints: each needs a key and an effect ("
                              f"{', '.join(_EFFECTS)}), got {str(dict(t))[:64]}")
-        if not isinstance(t["key"], str) or not isinstance(t.get("value") or "", str):
+        if not isinstance(t["key"], str) or not isinstance(t.get("value", ""), str | None):
             # ``{"key": 1}`` became the taint "1:NoSchedule"
             raise ValueError("spec.taints: a taint's key and value must be strings")
         if t["effect"] != "PreferNoSchedule":  # a preference: scored upstream, not a filter

@@ -287,14 +287,12 @@ def check_teacher(teacher: str) -> Path:
     change what it observes or decides (``weights``, ``base``, ``filters``, ...) are
     refused: the student is exported with the policy's own description, and would then
     be deployed without them. Only ``ensemble`` members may be given."""
-    from urllib.parse import parse_qs
-
-    from smartsched.rl.policy import resolve_policy_dir
+    from smartsched.rl.policy import resolve_policy_dir, rl_options
 
     if not teacher.startswith("rl:") or not teacher[3:].partition("?")[0]:
         raise ValidationError("teacher", "must be a learned policy, rl:PATH[?ensemble=...]")
     path, _, query = teacher[3:].partition("?")
-    other = sorted(set(parse_qs(query, keep_blank_values=True)) - {"ensemble"})
+    other = sorted(set(rl_options(query)) - {"ensemble"})
     if other:
         raise ValidationError("teacher", f"option {other[0][:40]!r} is not distilled (the "
                               "student carries its policy's own description): only "
@@ -331,13 +329,11 @@ def check_init(init: str | Path, lead: Path) -> Path:
 def refuse_overwriting(out: str | Path, teacher: str, init: Path) -> None:
     """The output may not hold the teacher, one of its members or the starting policy:
     replacing it would lose the policy being learnt from."""
-    from urllib.parse import parse_qs
-
-    from smartsched.rl.policy import resolve_policy_dir
+    from smartsched.rl.policy import resolve_policy_dir, rl_options
 
     out = Path(out).resolve()
     path, _, query = teacher[3:].partition("?")
-    members = [path, *parse_qs(query, keep_blank_values=True).get("ensemble", []),
+    members = [path, *rl_options(query).get("ensemble", []),
                str(init)]
     for p in members:
         try:

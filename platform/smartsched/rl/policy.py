@@ -526,18 +526,22 @@ class RLScheduler:
 MAX_ENSEMBLE = 16  # members besides the policy itself (each scores every decision)
 
 
+def rl_options(query: str) -> dict[str, list[str]]:
+    """An ``rl:`` spec's options (what follows '?'), each key's values in order. A '+' is
+    itself (a folder's name may hold one, as the path before '?' may), not the space a
+    form encoding would make of it."""
+    from urllib.parse import parse_qs
+
+    return parse_qs(query.replace("+", "%2B"), keep_blank_values=True) if query else {}
+
+
 def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     """Entry point for the ``rl:`` prefix (see pyproject's smartsched.schedulers):
     ``PATH`` or ``PATH?weights=<scenario>&dynamic=true&defer=false&filters=<profile>``,
     ``&base=<profile>&k=N&classes=C`` (a shortlist), ``&ensemble=PATH2`` (repeatable:
     other training seeds of the same recipe, their log-probabilities summed)."""
-    from urllib.parse import parse_qs
-
     path, _, query = spec.partition("?")
-    # A '+' is itself (a folder's name may hold one, as the path before '?' may), not the
-    # space a form encoding would make of it.
-    query = query.replace("+", "%2B")
-    opts = parse_qs(query, keep_blank_values=True, strict_parsing=False) if query else {}
+    opts = rl_options(query)
     refuse_repeated_options(opts, lists=("classes", "ensemble"))
     known = ("weights", "dynamic", "defer", "filters", "base", "k", "classes", "ensemble")
     unknown = set(opts) - set(known)

@@ -898,21 +898,35 @@ async def put_nodes(body: NodesRequest, request: Request, ing: Any = Depends(_in
     # registering the same name at another site is then refused, not applied at both.
     claimed = ing.node_claims.claim([(n.name, n.site) for n in body.nodes])
 
-    def applied(site: str) -> None:
-        updates, usage = per_site[site]
-        ing.node_claims.settle([name for _, name, _ in updates])
-        ing.trail.node_updates(request.state.principal, site, updates, usage)
-
     def keep_claims(site: str) -> None:  # a site that may have applied keeps its names
         ing.node_claims.settle([name for _, name, _ in per_site[site][0]])
+
+    def applied(site: str) -> None:
+        keep_claims(site)  # before the record: a trail that fails must not unclaim them
+        updates, usage = per_site[site]
+        ing.trail.node_updates(request.state.principal, site, updates, usage)
 
     try:
         if len(per_site) == 1:  # one site applies it whole or not at all
             ((site, (updates, usage)),) = per_site.items()
-            out = [await ing.sites[site].apply_node_updates.remote(updates, usage)]
+            try:
+                out = [await ing.sites[site].apply_node_updates.remote(updates, usage)]
+            except BaseException as e:
+                # Refused by the site: nothing applied. Anything else (the replica died,
+                # the request was cancelled) may have come after the site applied: its
+                # new names stay claimed, as a failed commit's do across sites.
+                if not isinstance(remote_cause(e), SmartSchedError):
+                    keep_claims(site)
+                raise
             applied(site)
         else:
-            out = await _update_sites(ing, per_site, applied, keep_claims)
+            try:
+                out = await _update_sites(ing, per_site, applied, keep_claims)
+            except BaseException as e:  # (a refusal or a lost hold: nothing applied)
+                if not isinstance(remote_cause(e), SmartSchedError):
+                    for site in per_site:  # cancelled or broken mid-commit: may have
+                        keep_claims(site)
+                raise
     finally:
         ing.node_claims.release(claimed)  # names no site applied and nobody else claims
     return {"sites": out}
@@ -1030,6 +1044,9 @@ async def _update_sites(ing: Any, per_site: dict[str, tuple[list, dict]],
             for s, got in zip(sites, done, strict=True):
                 if not isinstance(got, BaseException):
                     committed.add(s)
+                    unsure(s)  # its names are its own now, whatever follows
+            for s in sites:
+                if s in committed:
                     applied(s)
             failed = [(s, got) for s, got in zip(sites, done, strict=True)
                       if isinstance(got, BaseException)]
@@ -1163,7 +1180,7 @@ def check_gangs(pods: list) -> None:
         # A gang is routed whole, by its first member: members that would go elsewhere
         # (another origin, class, latency bound or region list) cannot be placed as one.
         for attr, name in GANG_ALIKE:
-            if len({getattr(m, attr) for m in members}) > 1:
+            if len({_alike(getattr(m, attr)) for m in members}) > 1:
                 raise ValidationError(f"pods.{name}", f"gang {gid!r}: its members disagree "
                                       f"on {name}; a gang is routed and placed as one")
 
@@ -1171,6 +1188,11 @@ def check_gangs(pods: list) -> None:
 # What a gang's members must share (attribute, request field).
 GANG_ALIKE = (("pod_class", "class"), ("origin_site", "origin_site"),
               ("latency_slo_ms", "latency_slo_ms"), ("allowed_regions", "allowed_regions"))
+
+
+def _alike(value: Any) -> Any:
+    """A member's value as the comparison reads it (a region list in any order)."""
+    return frozenset(value) if isinstance(value, tuple | list) else value
 
 
 class Authorizer:

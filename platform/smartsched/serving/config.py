@@ -312,13 +312,15 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
         names = builtin_profiles()
 
         def held(key: str, value: str) -> str:
+            if key in FILE_OPTIONS:  # a path however it reads (``ensemble=fgd``: ./fgd)
+                return str(inside(value))
             if value in names:
                 return value
             # A scheduler spec (``sandboxed:...?rollout=rl:NAME``, ``rl:P?base=...``) is
             # held by these same rules: its path reached the loader unchecked before.
             if key in SPEC_OPTIONS or _names_a_spec(value):
                 return resolve_reload_profile(value, models_dir)
-            if key in FILE_OPTIONS or _names_a_file(value):
+            if _names_a_file(value):
                 return str(inside(value))
             return value
 
@@ -328,7 +330,7 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
 
 # Options whose value is always a path, however it is written (``ensemble=seed2`` names
 # a folder though it has no slash): held to the models_dir like the policy's own path.
-FILE_OPTIONS = frozenset({"ensemble"})
+FILE_OPTIONS = frozenset({"ensemble", "config"})  # config: sandboxed's YAML settings
 # Options whose value is another scheduler spec (a profile name, ``rl:PATH``, ...).
 SPEC_OPTIONS = frozenset({"rollout", "base"})
 

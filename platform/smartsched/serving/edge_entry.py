@@ -174,8 +174,9 @@ class EdgeEntry(Authorizer):
                 log.warning("edge entry of %s did not stop cleanly within %g s", self.site,
                             timeout_s)
         self.trail.close()
-        if self.journal is not None:
-            self.journal.close()
+        journal, self.journal = self.journal, None  # a request still in flight keeps its
+        if journal is not None:                     # answer in memory only: never a 500
+            journal.close()
 
     def serving(self) -> bool:
         """Whether the server task is running (False once it has ended, for any reason)."""
