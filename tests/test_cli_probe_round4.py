@@ -208,3 +208,26 @@ def test_the_rl_bench_names_a_size_too_small_for_its_trace(monkeypatch: pytest.M
     monkeypatch.setenv("SMARTSCHED_DATA_DIR", str(d))
     _refused(["bench", "rl", "--latency-only", "--sizes", "2"], "sizes")
     _refused(["bench", "rl", "--latency-only", "--policy", ""], "--policy")
+
+
+def test_loading_a_policy_logs_no_deprecation_line() -> None:
+    """Every load logged RLModule's own deprecation WARNING, printed before the CLI's
+    one-line errors (each error two lines). Ray's loggers do not propagate to the root:
+    the record is caught on the logger itself."""
+    import logging
+
+    import ray.rllib  # noqa: F401 (its loggers exist once it is imported)
+
+    from smartsched.rl.artifact import read_module
+
+    seen: list[logging.LogRecord] = []
+    catch = logging.Handler()
+    catch.emit = seen.append  # type: ignore[method-assign]
+    for name in ("ray", "ray._common.deprecation"):
+        logging.getLogger(name).addHandler(catch)
+    try:
+        read_module(S0)
+    finally:
+        for name in ("ray", "ray._common.deprecation"):
+            logging.getLogger(name).removeHandler(catch)
+    assert not [r for r in seen if "deprecated" in r.getMessage()]

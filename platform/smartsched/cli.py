@@ -685,9 +685,9 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
                          preemption=preemption, compliance=compliance, audit=trail,
                          gang_reservations=gang_reservations)
     if metrics_port:
-        from prometheus_client import start_http_server
+        from smartsched.prometheus.http import serve_registry
 
-        start_http_server(metrics_port, registry=loop.metrics.registry)
+        serve_registry(loop.metrics.registry, metrics_port, "0.0.0.0")  # as before: scraped
     lock = LeaseLock(coord, scheduler_name, lease_namespace, identity or socket.gethostname())
     try:
         run_scheduler_daemon(loop, lock, interval=interval, once=once, echo=click.echo,

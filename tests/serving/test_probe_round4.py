@@ -239,11 +239,14 @@ def test_our_own_servers_bound_request_heads_and_close_a_silent_connection(monke
         big = await talk(b"GET /ok HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 100_000, 5)
         silent = await talk(b"GET /ok HTTP/1.1\r\n", 5)
         fine = await talk(b"GET /ok HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", 5)
+        coded = await talk(b"POST /ok HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked"
+                           b"\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 5)  # was read as plain
         server.should_exit = True
         await task
-        return big, silent, fine
+        return big, silent, fine, coded
 
-    big, silent, fine = asyncio.run(scenario())
+    big, silent, fine, coded = asyncio.run(scenario())
+    assert coded.startswith(b"HTTP/1.1 400"), coded[:80]
     assert big.startswith(b"HTTP/1.1 400") or big == b"", big[:80]
     assert silent == b"", silent[:80]  # closed by the server, not left open
     assert fine.startswith(b"HTTP/1.1 200") and b'{"ok":true}' in fine

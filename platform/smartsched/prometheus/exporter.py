@@ -263,9 +263,10 @@ class LiveTwin:
 def serve_telemetry(twin: LiveTwin, port: int, addr: str = "127.0.0.1") -> Any:
     """Expose the twin's collector over HTTP (a thread); returns the server -- call its
     ``shutdown()`` and ``server_close()`` to stop it and free the port."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
+
+    from smartsched.prometheus.http import serve_registry
 
     registry = CollectorRegistry()
     registry.register(twin.collector)
-    server, _ = start_http_server(port, addr=addr, registry=registry)
-    return server
+    return serve_registry(registry, port, addr)

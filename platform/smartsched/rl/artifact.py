@@ -18,7 +18,10 @@ finite), and the files the folder's own (a link out of it is refused).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +91,10 @@ def load_module(folder: Path) -> Any:
         obs = gym.spaces.Dict({k: gym.spaces.Box(b["low"], b["high"], tuple(b["shape"]),
                                                  np.dtype(b["dtype"]))
                                for k, b in spec["observation_space"].items()})
-        module = cls(observation_space=obs,
-                     action_space=gym.spaces.Discrete(int(spec["action_space"]["n"])),
-                     inference_only=False, model_config=dict(spec["model_config"]))
+        with _quiet_rllib_deprecation():
+            module = cls(observation_space=obs,
+                         action_space=gym.spaces.Discrete(int(spec["action_space"]["n"])),
+                         inference_only=False, model_config=dict(spec["model_config"]))
         expected = module.state_dict()
         weights = _artifact_file(folder, WEIGHTS_FILE, _max_weights_bytes(expected))
         state = torch.load(weights, weights_only=True, map_location="cpu")
@@ -102,6 +106,20 @@ def load_module(folder: Path) -> Any:
         raise ValidationError("scheduler", f"cannot load the policy module at {folder} "
                               f"({type(e).__name__}): re-export or retrain it") from None
     return module
+
+
+@contextlib.contextmanager
+def _quiet_rllib_deprecation() -> Iterator[None]:
+    """RLModule's constructor logs its own deprecation of ``RLModule(config=...)`` (it
+    builds that config itself, whatever the caller passes): a WARNING line on every
+    load, printed before the CLI's one-line errors. Only that logger, only here."""
+    log = logging.getLogger("ray._common.deprecation")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 # The files of an export are small (the shipped one: 166 KB of weights, 1 KB of spec): a
