@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,19 +199,37 @@ def _model_out(*artifacts: str) -> Callable[[click.Context, click.Parameter, str
     def callback(ctx: click.Context, param: click.Parameter, value: str | None
                  ) -> str | None:
         _out_folder(ctx, param, value)
-        if value and not ctx.params.get("overwrite"):
-            held = [a for a in artifacts if (Path(value) / a).exists()]
-            if held:
-                raise click.BadParameter(
-                    f"the folder {value!r} holds a trained model ({held[0]}): pass "
-                    f"--overwrite to replace it, or give another {param.opts[0]}")
+        _refuse_held(ctx, param, value, artifacts, "a trained model")
         return value
     return callback
+
+
+def _refuse_held(ctx: click.Context, param: click.Parameter, value: str | None,
+                 artifacts: Sequence[str], what: str) -> None:
+    """A folder option holding one of ``artifacts`` is refused, naming ``what`` it holds,
+    unless ``--overwrite`` (eager) was given."""
+    if value and not ctx.params.get("overwrite"):
+        held = [a for a in artifacts if (Path(value) / a).exists()]
+        if held:
+            raise click.BadParameter(
+                f"the folder {value!r} holds {what} ({held[0]}): pass --overwrite to "
+                f"replace it, or give another {param.opts[0]}")
 
 
 _overwrite_option = click.option(
     "--overwrite", is_flag=True, is_eager=True,
     help="Replace the model the --out folder already holds.")
+
+
+def _report_out(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``simulate --out``: a folder already holding a run's report is refused unless
+    ``--overwrite`` (eager) was given: a second run into it replaced the first report
+    unasked, and one without plots left the first run's plots beside the new figures."""
+    from smartsched.bench.report import REPORT_FILES
+
+    _nonempty(ctx, param, value)
+    _refuse_held(ctx, param, value, REPORT_FILES, "an earlier report")
+    return value
 
 
 def _seeds(text: str) -> list[int]:
@@ -263,8 +281,10 @@ def _seeds(text: str) -> list[int]:
               help="replay: simulate this long first and measure only after it.")
 @click.option("--start-hours", type=float, default=None,
               help="replay a trace from this hour (pods running then start at 0).")
-@click.option("--out", type=click.Path(file_okay=False), default=None, callback=_nonempty,
+@click.option("--out", type=click.Path(file_okay=False), default=None, callback=_report_out,
               help="Report folder (report.json, timeseries.parquet, PNG plots).")
+@click.option("--overwrite", is_flag=True, is_eager=True,
+              help="Replace the report the --out folder already holds (all of its files).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file, help="Also write the report as JSON here.")
 @click.option("--plots/--no-plots", default=True, show_default=True)
@@ -281,8 +301,8 @@ def _seeds(text: str) -> list[int]:
 def simulate(
     cluster: str, workload: str, scheduler: str, mode: str, inflate: float, seed: int,
     hours: float | None, warmup_hours: float, start_hours: float | None, out: str | None,
-    json_path: str | None, plots: bool, compliance: str | None, node_mtbf_hours: float | None,
-    repair_hours: float, progress: bool | None,
+    overwrite: bool, json_path: str | None, plots: bool, compliance: str | None,
+    node_mtbf_hours: float | None, repair_hours: float, progress: bool | None,
 ) -> None:
     """Simulate one scheduler on one cluster and workload; print the headline metrics."""
     from smartsched.bench.compare import comparison_table
@@ -611,10 +631,10 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
 
 def _k8s_name(kind: str) -> Any:
     """A callback checking an option as a Kubernetes name of ``kind`` (see
-    ``k8s.daemon.check_name``) as the command line is read."""
+    ``k8s.names.check_name``) as the command line is read."""
 
     def check(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-        from smartsched.k8s.daemon import check_name
+        from smartsched.k8s.names import check_name
         from smartsched.model.errors import ValidationError
 
         if value is None:

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from smartsched.cli import main
-from smartsched.k8s.daemon import api_failure, check_name, kube_clients
+from smartsched.k8s.daemon import api_failure, kube_clients
+from smartsched.k8s.names import check_name
 from smartsched.model.errors import ValidationError
 from tests.k8s.test_scheduler import write_kubeconfig
 

@@ -24,10 +24,21 @@ from smartsched.twin.engine import Engine
 log = logging.getLogger(__name__)
 
 
+# Every file a run's report folder may hold: an earlier report's are removed before a new
+# one is written, so the folder never mixes two runs (a run without plots kept the last
+# run's plots beside its own figures).
+PLOT_FILES = ("gpu_allocation_curve.png", "utilization.png", "queue.png",
+              "start_latency_cdf.png")
+REPORT_FILES = ("report.json", "timeseries.parquet", *PLOT_FILES)
+
+
 def write_report(out: Path, engine: Engine, report: dict[str, Any], plots: bool = True) -> None:
     """Write the run's folder: timeseries.parquet, the plots, then report.json (last, so
-    the caller's report may carry the wall time of everything before it)."""
+    the caller's report may carry the wall time of everything before it). An earlier
+    report's files there are removed first."""
     out.mkdir(parents=True, exist_ok=True)
+    for name in REPORT_FILES:
+        (out / name).unlink(missing_ok=True)
     rows = engine.timeseries
     if rows:
         keys = sorted({k for r in rows for k in r})

@@ -14,9 +14,9 @@ With ``once`` it runs one pass (if leader) and returns (a failure is raised).
 Sleeping and the clock are injected, so tests drive it without real waiting.
 ``kube_clients`` builds the API clients from a kubeconfig or the in-cluster service
 account (a bad one is a ``ValidationError`` naming ``kubeconfig``); ``api_failure``
-words an API server that cannot be reached, or that refuses, as one line;
-``check_name`` checks the names the command puts in API paths (the scheduler's name
-is its Lease's name).
+words an API server that cannot be reached, or that refuses, as one line. The names
+the command puts in API paths (the scheduler's name is its Lease's name) are checked by
+``k8s.names.check_name`` as the command line is read.
 """
 
 from __future__ import annotations
@@ -50,41 +50,6 @@ class DaemonStats:
     not_leader: int = 0  # lease attempts another replica won
     watch_errors: int = 0
     pass_errors: int = 0  # lease attempts or passes that failed (then retried after a backoff)
-
-
-# DNS-1123: a label (a namespace) is at most 63 lowercase alphanumerics or '-', starting and
-# ending alphanumeric; a subdomain (most object names, a Lease's) is dot-separated labels,
-# at most 253 characters.
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*"
-# A Lease's holderIdentity is free text to the API; a hostname (any case) or client-go's
-# ``<hostname>_<uuid>`` must pass, blanks and control characters (and empty: a holder
-# nobody can tell from "no holder") must not.
-_IDENTITY = r"[A-Za-z0-9]([-A-Za-z0-9._:]*[A-Za-z0-9])?"
-NAME_KINDS = {"label": (_DNS1123_LABEL, 63,
-                        "lowercase letters, digits and '-', starting and ending with a "
-                        "letter or digit"),
-              "subdomain": (_DNS1123_SUBDOMAIN, 253,
-                            "lowercase letters, digits, '-' and '.', starting and ending "
-                            "with a letter or digit"),
-              "identity": (_IDENTITY, 253,
-                           "letters, digits, '-', '_', '.' and ':', starting and ending "
-                           "with a letter or digit")}
-
-
-def check_name(field: str, value: str, kind: str) -> str:
-    """``value`` as a Kubernetes name of ``kind`` (``label``: a namespace; ``subdomain``: an
-    object's name; ``identity``: a lease holder), else a ``ValidationError`` naming
-    ``field``. The names go into API paths: an empty scheduler name made the Lease's URL
-    the whole collection's."""
-    pattern, most, rule = NAME_KINDS[kind]
-    if not value:
-        raise ValidationError(field, "must not be empty")
-    if len(value) > most:
-        raise ValidationError(field, f"at most {most} characters, got {len(value)}")
-    if not re.fullmatch(pattern, value):
-        raise ValidationError(field, f"{value!r} is not a Kubernetes name: use {rule}")
-    return value
 
 
 def kube_clients(kubeconfig: str | None = None) -> tuple[Any, Any]:

@@ -222,6 +222,9 @@ class NotJson(SmartSchedError):
 # request for good.
 BODY_IDLE_TIMEOUT_S = 15.0
 BODY_DEADLINE_S = 60.0
+# Bodies up to this size are parsed on the event loop (well under a millisecond); larger
+# ones on a worker thread.
+INLINE_PARSE_BYTES = 256 * 1024
 
 
 def _is_json(ctype: str) -> bool:
@@ -290,13 +293,40 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
+def parse_args_json(raw: bytes) -> Any:
+    """ExtenderArgs from a request body: JSON (RFC 8259: no NaN or Infinity, each key once,
+    no lone surrogates, at most MAX_JSON_DEPTH levels), else ``BadRequest`` saying why."""
+    try:
+        args = json.loads(raw, parse_constant=_not_json_constant,
+                          object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as e:
+        raise BadRequest(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+                         ) from None
+    except UnicodeDecodeError:
+        raise BadRequest("not valid JSON: not UTF-8") from None
+    except RecursionError:
+        raise BadRequest("not valid JSON: nested too deeply") from None
+    except ValueError:  # e.g. an integer of more than 4,300 digits
+        raise BadRequest("not valid JSON: a number too long to read") from None
+    # A lone UTF-16 surrogate (an unpaired \ud800 escape) cannot be written back as
+    # UTF-8: answers echo node names, so refuse it here, not in the response.
+    if b"\\u" in raw and _has_lone_surrogate(args):
+        raise BadRequest("not valid JSON: a string holds a lone UTF-16 surrogate")
+    if _too_deep(raw):
+        raise BadRequest(f"not valid JSON: nested more than {MAX_JSON_DEPTH} levels")
+    return args
+
+
 def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Any:
     """The HTTP server kube-scheduler calls (``urlPrefix`` + ``/filter``, ``/prioritize``).
     Bodies over ``max_body_bytes`` (declared or, chunked, as they arrive) get 413; errors
     never echo the input."""
     # redirect_slashes=False: ``POST /filter/`` was a 307 to a Location built from the Host
     # header; a path that is not a route is a 404.
-    app = FastAPI(title="SmartSched scheduler extender", redirect_slashes=False)
+    # No /docs, /redoc or /openapi.json: kube-scheduler speaks the extender protocol, not
+    # this document, and the pages load scripts from a public CDN.
+    app = FastAPI(title="SmartSched scheduler extender", redirect_slashes=False,
+                  docs_url=None, redoc_url=None, openapi_url=None)
 
     async def body(request: Request) -> Any:
         declared = request.headers.get("content-length", "")
@@ -327,25 +357,11 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
                 raise TooLarge(f"request body over {max_body_bytes} bytes")
             chunks.append(chunk)
         raw = b"".join(chunks)
-        try:
-            args = json.loads(raw, parse_constant=_not_json_constant,
-                              object_pairs_hook=_unique_keys)
-        except json.JSONDecodeError as e:
-            raise BadRequest(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
-                             ) from None
-        except UnicodeDecodeError:
-            raise BadRequest("not valid JSON: not UTF-8") from None
-        except RecursionError:
-            raise BadRequest("not valid JSON: nested too deeply") from None
-        except ValueError:  # e.g. an integer of more than 4,300 digits
-            raise BadRequest("not valid JSON: a number too long to read") from None
-        # A lone UTF-16 surrogate (an unpaired \ud800 escape) cannot be written back as
-        # UTF-8: answers echo node names, so refuse it here, not in the response.
-        if b"\\u" in raw and _has_lone_surrogate(args):
-            raise BadRequest("not valid JSON: a string holds a lone UTF-16 surrogate")
-        if _too_deep(raw):
-            raise BadRequest(f"not valid JSON: nested more than {MAX_JSON_DEPTH} levels")
-        return args
+        if len(raw) <= INLINE_PARSE_BYTES:
+            return parse_args_json(raw)
+        # A large list parses off the event loop, so /healthz and other requests' bodies
+        # keep being answered and read meanwhile (a 4 MB body held them 0.1-0.3 s).
+        return await asyncio.get_running_loop().run_in_executor(None, parse_args_json, raw)
 
     def answer(status: int) -> Any:
         async def handler(_: Request, e: Exception) -> JSONResponse:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+from smartsched.k8s.names import name_problem
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
 from smartsched.model.errors import InfeasibleDecisionError, SmartSchedError
 from smartsched.model.pod import Pod, PodClass
@@ -229,6 +230,10 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
     name = meta.get("name")
     if not name or not isinstance(name, str):
         raise ValueError("metadata.name: missing or not a string")
+    # The API server holds no such node (a hand-made or merged list sent to the
+    # extender): the name could not be bound to, so the node is not a candidate.
+    if (why := name_problem(name, "subdomain")) is not None:
+        raise ValueError(f"metadata.name: {why}")
     labels = _string_map(meta, "labels", "metadata.labels")
     status = _mapping(obj, "status", "status")
     alloc = status.get("allocatable") or status.get("capacity")

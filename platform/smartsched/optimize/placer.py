@@ -358,3 +358,7 @@ def make_window_placer(spec: str, seed: int) -> WindowPlacer:
                               "profile or a split profile (its filters and scores build the "
                               "window's model)")
     return WindowPlacer(base, options, seed, f"anneal:{spec}")
+
+
+make_window_placer.option_names = tuple(  # type: ignore[attr-defined]
+    AnnealOptions.__dataclass_fields__)

@@ -535,6 +535,11 @@ def rl_options(query: str) -> dict[str, list[str]]:
     return parse_qs(query.replace("+", "%2B"), keep_blank_values=True) if query else {}
 
 
+# The options of ``rl:PATH?...`` (a wrapper's spec asks for them: base.split_wrapper_spec).
+RL_OPTION_NAMES = ("weights", "dynamic", "defer", "filters", "base", "k", "classes",
+                   "ensemble")
+
+
 def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     """Entry point for the ``rl:`` prefix (see pyproject's smartsched.schedulers):
     ``PATH`` or ``PATH?weights=<scenario>&dynamic=true&defer=false&filters=<profile>``,
@@ -543,7 +548,7 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
     path, _, query = spec.partition("?")
     opts = rl_options(query)
     refuse_repeated_options(opts, lists=("classes", "ensemble"))
-    known = ("weights", "dynamic", "defer", "filters", "base", "k", "classes", "ensemble")
+    known = RL_OPTION_NAMES
     unknown = set(opts) - set(known)
     if unknown:
         first = sorted(unknown)[0][:64]
@@ -587,3 +592,5 @@ def make_rl_scheduler(spec: str, seed: int) -> RLScheduler:
                        defer=flag("defer", "true") if "defer" in opts else None,
                        filters=filters, base=base, k=k, classes=classes, ensemble=ensemble)
 
+
+make_rl_scheduler.option_names = RL_OPTION_NAMES  # type: ignore[attr-defined]

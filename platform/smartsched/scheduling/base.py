@@ -13,7 +13,7 @@ scheduler reads the twin's state and never mutates it.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -121,6 +121,52 @@ _PREFIXES: dict[str, SchedulerFactory] = {}
 def register_prefix(prefix: str, factory: SchedulerFactory) -> None:
     """Resolve names ``<prefix>:<rest>`` with ``factory(rest, seed)`` (e.g. ``rl:PATH``)."""
     _PREFIXES[prefix] = factory
+
+
+def option_names(spec: str) -> frozenset[str] | None:
+    """The option names the scheduler ``spec`` names takes in its own ``?...`` part: none
+    for a profile, the factory's ``option_names`` for a ``<prefix>:`` scheduler, None when
+    a plugin prefix does not declare them."""
+    prefix, _, rest = spec.partition(":")
+    if not rest:
+        return frozenset()
+    if prefix not in _PREFIXES:
+        _load_prefix_plugins()
+    factory = _PREFIXES.get(prefix)
+    names = getattr(factory, "option_names", None)
+    return None if names is None else frozenset(names)
+
+
+def split_wrapper_spec(wrapper: str, spec: str, own: Collection[str]
+                       ) -> tuple[str, dict[str, list[str]]]:
+    """(base spec, the wrapper's options) of a wrapper's ``<base>[?<base's>][?<its own>]``
+    (``lookahead:``, ``sandboxed:``). The part after the last ``?`` is the wrapper's when
+    every key in it is one of ``own``; otherwise the whole spec is the base's. A lone part
+    whose every key the base takes too (``lookahead:rl:P?k=8``: the shortlist's k or the
+    lookahead's?) is refused naming a key: ``<base>??k=8`` gives it to the wrapper,
+    ``<base>?k=8?`` to the base (an empty last part: the wrapper takes none)."""
+    from urllib.parse import parse_qs
+
+    head, sep, query = spec.rpartition("?")
+    if not sep:
+        return spec, {}
+    if not query:  # "<base>?": the base ends here; no options of the wrapper's
+        return head, {}
+    parsed = parse_qs(query, keep_blank_values=True)
+    if not parsed or not set(parsed) <= set(own):
+        return spec, {}
+    refuse_repeated_options(parsed)
+    if head.endswith("?"):  # "<base>??opts": the base has no options of its own
+        return head[:-1], parsed
+    base_takes = option_names(head) or frozenset()
+    if "?" not in head and set(parsed) <= base_takes:  # either could take the whole part
+        key = sorted(parsed)[0][:64]
+        raise ValidationError(
+            f"scheduler.{key}",
+            f"{key!r} is an option of {wrapper}: and of its base {head.split(':')[0]}: "
+            f"alike; write {wrapper}:{head}??{query} for {wrapper}:'s, or "
+            f"{wrapper}:{head}?{query}? for the base's")
+    return head, parsed
 
 
 def refuse_repeated_options(parsed: Mapping[str, Sequence[str]],

@@ -23,7 +23,9 @@ dominant-share units: the multi-step version of FGD's one-step measure.
 Spec: ``lookahead:<base>`` with options in a final ``?k=4&horizon=8&samples=2
 &rollout=fgd&history=2000&objective=volume`` (the part after the last ``?`` is the lookahead's
 when every key in it is one of those; otherwise it belongs to the base, e.g.
-``lookahead:rl:models/p?weights=green``).
+``lookahead:rl:models/p?weights=green``). A lone part with a key the base takes too is
+refused as ambiguous (``lookahead:rl:P?k=8``): ``lookahead:rl:P??k=8`` is the lookahead's k,
+``lookahead:rl:P?k=8?`` the shortlist's (``base.split_wrapper_spec``).
 """
 
 from __future__ import annotations
@@ -42,12 +44,13 @@ from smartsched.scheduling.base import (
     Scheduler,
     WorkloadAware,
     make_scheduler,
-    refuse_repeated_options,
+    split_wrapper_spec,
 )
 from smartsched.twin.decision import Decision, Migration
 from smartsched.twin.state import ClusterState, InfeasibleDecisionError, PodRequest
 
 OPTIONS = {"k": 4, "horizon": 8, "samples": 2, "history": 2000}
+OPTION_NAMES = frozenset({*OPTIONS, "rollout", "objective"})
 OBJECTIVES = ("volume", "frag")
 RETARGET_EVERY = 500  # decisions between refits of the typical pods (objective=frag)
 MIN_HISTORY = 8  # pods seen before the lookahead starts (the base decides until then)
@@ -196,15 +199,8 @@ class LookaheadScheduler:
 
 def make_lookahead(spec: str, seed: int) -> LookaheadScheduler:
     """Entry point for the ``lookahead:`` prefix (see the module docstring)."""
-    from urllib.parse import parse_qs
-
-    base_spec, opts = spec, {}
-    head, sep, query = spec.rpartition("?")
-    if sep:
-        parsed = parse_qs(query, keep_blank_values=True)
-        if parsed and set(parsed) <= {*OPTIONS, "rollout", "objective"}:
-            refuse_repeated_options(parsed)
-            base_spec, opts = head, {k: v[-1] for k, v in parsed.items()}
+    base_spec, parsed = split_wrapper_spec("lookahead", spec, OPTION_NAMES)
+    opts = {k: v[-1] for k, v in parsed.items()}
     if not base_spec:
         raise ValidationError("scheduler", "lookahead: needs a base, e.g. lookahead:fgd")
     nums: dict[str, int] = {}
@@ -229,3 +225,6 @@ def make_lookahead(spec: str, seed: int) -> LookaheadScheduler:
                               objective=objective,
                               name=f"lookahead:{base_spec}?{q}&rollout={rollout_name}"
                               f"&objective={objective}")
+
+
+make_lookahead.option_names = OPTION_NAMES  # type: ignore[attr-defined]

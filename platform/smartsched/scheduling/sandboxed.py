@@ -39,7 +39,7 @@ from smartsched.scheduling.base import (
     TwinNeeds,
     WorkloadAware,
     make_scheduler,
-    refuse_repeated_options,
+    split_wrapper_spec,
 )
 from smartsched.scheduling.sandbox import Placement, Proposal, Sandbox, validate_config
 from smartsched.twin.decision import Decision, Migration
@@ -171,18 +171,15 @@ def make_sandboxed(spec: str, seed: int) -> SandboxedScheduler:
     """Entry point for the ``sandboxed:`` prefix (see the module docstring)."""
     from urllib.parse import parse_qs
 
-    base_spec, opts = spec, {}
+    known = WRAPPER_OPTIONS | set(SANDBOX_OPTIONS)
+    base_spec, parsed = split_wrapper_spec("sandboxed", spec, known)
+    opts = {k: v[-1] for k, v in parsed.items()}
     head, sep, query = spec.rpartition("?")
-    if sep:
-        parsed = parse_qs(query, keep_blank_values=True)
-        known = WRAPPER_OPTIONS | set(SANDBOX_OPTIONS)
-        if parsed and set(parsed) <= known:
-            refuse_repeated_options(parsed)
-            base_spec, opts = head, {k: v[-1] for k, v in parsed.items()}
-        elif ":" not in head:  # a profile takes no options: these can only be the wrapper's
-            bad = sorted(set(parsed) - known) or [query]
-            raise ValidationError(f"scheduler.{bad[0][:64]}", "unknown sandboxed option; "
-                                  f"known: {', '.join(sorted(known))}")
+    if base_spec == spec and sep and query and ":" not in head:
+        # A profile takes no options: these can only be the wrapper's.
+        bad = sorted(set(parse_qs(query, keep_blank_values=True)) - known) or [query]
+        raise ValidationError(f"scheduler.{bad[0][:64]}", "unknown sandboxed option; "
+                              f"known: {', '.join(sorted(known))}")
     if not base_spec:
         raise ValidationError("scheduler", "sandboxed: needs a base, e.g. sandboxed:fgd")
     doc: dict[str, Any] = {}
@@ -214,3 +211,6 @@ def make_sandboxed(spec: str, seed: int) -> SandboxedScheduler:
     return SandboxedScheduler(base, Sandbox(config, field="scheduler"), kinds=kinds,
                               gang_gpus=ints["gang_gpus"],
                               top=ints["top"], name=f"sandboxed:{base_spec}")
+
+
+make_sandboxed.option_names = WRAPPER_OPTIONS | set(SANDBOX_OPTIONS)  # type: ignore[attr-defined]

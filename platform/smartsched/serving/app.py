@@ -656,6 +656,28 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (503, "a site is restarting or unreachable: retry after Retry-After seconds"))}
 
 
+def _add_docs_pages(app: FastAPI, owner: Callable[[], Any]) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc``, answered only when the owner's config has
+    ``api_docs`` on, else 404 as any path that is not a route."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+
+    def document(request: Request) -> str:
+        ing = owner()
+        if ing is None or not getattr(ing.cfg, "api_docs", False):
+            raise StarletteHTTPException(404, "Not Found")
+        # Under a route prefix (Serve's route_prefix) the document is under it too.
+        root = request.scope.get("root_path", "").rstrip("/")
+        return root + (app.openapi_url or "/openapi.json")
+
+    @app.get("/docs", include_in_schema=False)
+    async def swagger(request: Request) -> Response:
+        return get_swagger_ui_html(openapi_url=document(request), title=f"{app.title} - API")
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc(request: Request) -> Response:
+        return get_redoc_html(openapi_url=document(request), title=f"{app.title} - API")
+
+
 def make_fastapi(owner: Any = None, title: str = API_TITLE,
                  description: str = "Where should this workload run? Placement through "
                                     "cloud, region and MEC edge schedulers.") -> FastAPI:
@@ -671,9 +693,11 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
     # redirect_slashes=False: ``POST /v1/placements/`` was a 307 to a Location built from
     # the request's Host header (an internal address behind a proxy, or whatever a client
     # sent); a path that is not a route is a 404.
+    # docs_url/redoc_url None: the interactive pages are routes of our own below, served
+    # only where the service's config asks for them (``api_docs``).
     app = FastAPI(title=title, version="1", description=description,
                   strict_content_type=False, redirect_slashes=False,
-                  responses=ERROR_RESPONSES)
+                  responses=ERROR_RESPONSES, docs_url=None, redoc_url=None)
     app.router.route_class = UniqueKeysRoute  # every route added later: duplicate keys 400
     # Outermost last: HEAD as GET, auth, then measuring, then the media type (415), then the
     # query string (a parameter twice or unknown), then the body limit, then the routes.
@@ -683,6 +707,8 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
     app.add_middleware(Measure, owner=owner)
     app.add_middleware(AuthFirst, owner=owner)
     app.add_middleware(HeadAsGet)
+
+    _add_docs_pages(app, owner or _current)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, e: StarletteHTTPException) -> JSONResponse:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hmac
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -195,6 +196,11 @@ class ServiceConfig(BaseModel):
     # Serve echo here); one replica's failure then restarts every site (each from its
     # journal), and a site's profile changes by redeploying the ingress or by a reload.
     topology: Literal["distributed", "single_process"] = "distributed"
+    # The interactive API pages (/docs, /redoc): FastAPI's pages load their scripts from a
+    # public CDN into the browser that holds the operator's token, and take no token
+    # themselves; off unless asked for. /openapi.json, the document clients are generated
+    # from, is always served.
+    api_docs: bool = False
 
     def profile_of(self, site: str, tier: str) -> str:
         return self.profiles.get(site, self.region_profile if tier == "region"
@@ -299,33 +305,58 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
 
     # Options after ``?`` (``rl:PATH?filters=FILE``, ``sandboxed:P?config=FILE``) may name
     # files too: each that is not a packaged name is held to the models_dir as the path is.
+    if prefix in WRAPPER_PREFIXES:
+        # A wrapper's base (``sandboxed:fgd``, ``lookahead:rl:PATH?k=8?horizon=4``) is a
+        # profile spec held to the models_dir by these same rules (a packaged name as is),
+        # its own options included; the wrapper's are the last part, as the wrapper reads
+        # them (``scheduling.base.split_wrapper_spec``).
+        from smartsched.scheduling.base import option_names, split_wrapper_spec
+
+        try:
+            base, parsed = split_wrapper_spec(prefix, rest,
+                                              option_names(f"{prefix}:x") or ())
+        except ValidationError as e:
+            raise ValidationError("profile", e.message) from None
+        target = resolve_reload_profile(base, models_dir)
+        if not parsed:  # a base's own last part must not read as the wrapper's
+            return f"{prefix}:{target}?" if "?" in target else f"{prefix}:{target}"
+        ambiguous = "?" not in target and set(parsed) <= (option_names(target) or set())
+        sep = "??" if ambiguous else "?"
+        # parsed came from the last part: held as written there.
+        query = _held_options(rest.rpartition("?")[2], models_dir, inside)
+        return f"{prefix}:{target}{sep}{query}"
     path, sep, query = rest.partition("?") if prefix else (rest, "", "")
-    # A wrapper's base (``sandboxed:fgd``, ``sandboxed:rl:PATH``) is a profile spec held to
-    # the models_dir by these same rules (a packaged name as is); ``rl:``'s is a path.
-    target = (resolve_reload_profile(path, models_dir) if prefix in WRAPPER_PREFIXES
-              else str(inside(path)))
+    target = str(inside(path))  # rl:'s rest is a path
     if sep:
-        from urllib.parse import parse_qsl, quote, urlencode
-
-        # '+' is itself and a space %20, as the rl: loader reads them (a folder's name).
-        opts = parse_qsl(query.replace("+", "%2B"), keep_blank_values=True)
-        names = builtin_profiles()
-
-        def held(key: str, value: str) -> str:
-            if key in FILE_OPTIONS:  # a path however it reads (``ensemble=fgd``: ./fgd)
-                return str(inside(value))
-            if value in names:
-                return value
-            # A scheduler spec (``sandboxed:...?rollout=rl:NAME``, ``rl:P?base=...``) is
-            # held by these same rules: its path reached the loader unchecked before.
-            if key in SPEC_OPTIONS or _names_a_spec(value):
-                return resolve_reload_profile(value, models_dir)
-            if _names_a_file(value):
-                return str(inside(value))
-            return value
-
-        query = urlencode([(k, held(k, v)) for k, v in opts], safe="/:,", quote_via=quote)
+        query = _held_options(query, models_dir, inside)
     return f"{prefix}:{target}{sep}{query}" if prefix else target
+
+
+def _held_options(query: str, models_dir: str, inside: Callable[[str], Path]) -> str:
+    """A spec's ``key=value&...`` with every value naming a file or another scheduler
+    held to the models_dir (``resolve_reload_profile``), re-encoded."""
+    from urllib.parse import parse_qsl, quote, urlencode
+
+    from smartsched.scheduling.registry import builtin_profiles
+
+    # '+' is itself and a space %20, as the rl: loader reads them (a folder's name).
+    opts = parse_qsl(query.replace("+", "%2B"), keep_blank_values=True)
+    names = builtin_profiles()
+
+    def held(key: str, value: str) -> str:
+        if key in FILE_OPTIONS:  # a path however it reads (``ensemble=fgd``: ./fgd)
+            return str(inside(value))
+        if value in names:
+            return value
+        # A scheduler spec (``sandboxed:...?rollout=rl:NAME``, ``rl:P?base=...``) is
+        # held by these same rules: its path reached the loader unchecked before.
+        if key in SPEC_OPTIONS or _names_a_spec(value):
+            return resolve_reload_profile(value, models_dir)
+        if _names_a_file(value):
+            return str(inside(value))
+        return value
+
+    return urlencode([(k, held(k, v)) for k, v in opts], safe="/:,", quote_via=quote)
 
 
 # Options whose value is always a path, however it is written (``ensemble=seed2`` names

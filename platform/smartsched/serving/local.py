@@ -207,7 +207,8 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str | 
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(args), name="placement", route_prefix="/")
     url = f"http://{host}:{port}"
-    echo(f"placement service ready at {url}  (OpenAPI: {url}/docs, metrics: {url}/metrics)")
+    pages = f"{url}/docs" if cfg.api_docs else f"{url}/openapi.json"
+    echo(f"placement service ready at {url}  (OpenAPI: {pages}, metrics: {url}/metrics)")
     for site, site_port in cfg.edge_entry.ports.items():
         echo(f"  {site}'s own entry at http://{cfg.edge_entry.host}:{site_port}")
     if beside is not None:
