@@ -34,6 +34,11 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("ray")
     trainable.DEFAULT_STORAGE_PATH = str(root / "results")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # Serve's proxy guarded as the embedded Ray of `smartsched serve` has it (ray_local).
+    from smartsched.listen import SERVE_PROXY_CALLBACK
+    from smartsched.ray_local import SERVE_PROXY_CALLBACK_ENV
+
+    os.environ.setdefault(SERVE_PROXY_CALLBACK_ENV, SERVE_PROXY_CALLBACK)
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(root / "tmp"),
              log_to_driver=False, ignore_reinit_error=True)
     yield ray

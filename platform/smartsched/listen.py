@@ -5,7 +5,9 @@ serve``) and the service's config file (``http_options.host``) apply to a host: 
 not empty (the socket layer reads ``''`` as every interface, so a service meant for
 loopback was reachable from the network), it resolves, and this machine can bind it.
 Without it uvicorn and Serve exited with the resolver's or the socket's bare errno, the
-extender with status 0.
+extender with status 0. Also what a client may do before its request is answered: the
+guarded uvicorn protocols (a deadline and a size cap for each request head) of our own
+servers and of Ray Serve's proxy.
 """
 
 from __future__ import annotations
@@ -50,36 +52,41 @@ def check_listen_host(value: object, field: str) -> str:
     return value
 
 
-# What one of our own HTTP servers (the MEC edge entry, the scheduler extender) allows a
-# client before it answers: a request head of at most 64 KiB (h11's limit; uvicorn's
-# default httptools parser kept growing one unfinished header line, hundreds of MiB for
-# four clients), the whole head within 15 s of the connection (or of the last answer on
-# it), and 2,048 connections and requests at once, beyond which new ones get a 503.
+# What one of our HTTP servers (the MEC edge entry, the scheduler extender, and Serve's
+# proxy through ``guard_serve_proxy``) allows a client before it answers: a request head
+# of at most 64 KiB (h11's limit; uvicorn's default httptools parser kept growing one
+# unfinished header line, hundreds of MiB for four clients), the whole head within 15 s of
+# the connection (or of the last answer on it, or the keep-alive time if longer), and (our
+# own servers) 2,048 connections and requests at once, beyond which new ones get a 503.
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 15.0
 MAX_CONCURRENCY = 2048
 
 
-def guarded_h11() -> type:
-    """uvicorn's h11 protocol with a deadline for each request's head: a connection that
-    has not sent a whole request head ``HEAD_TIMEOUT_S`` after it opened, or after its last
-    answer, is closed. (uvicorn has no such timeout: a client sending a header a byte at a
-    time -- or nothing -- held its connection for ever, and 1,500 of them held 1,500 open
-    files.) A request whose head arrived is left to the body's own limits."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+def _guarded(base: type) -> type:
+    """``base`` (uvicorn's h11 or httptools protocol) with a deadline and a size cap for
+    each request's head: a connection that has not sent a whole request head
+    ``HEAD_TIMEOUT_S`` after it opened (or, after an answer, the keep-alive time if that is
+    longer) is closed, and so is one whose unfinished head passes ``MAX_HEAD_BYTES``.
+    (uvicorn has no such timeout: a client sending a header a byte at a time -- or
+    nothing -- held its connection for ever, and 1,500 of them held 1,500 open files;
+    its httptools parser kept growing one unfinished header line.) A request whose head
+    arrived is left to the body's own limits."""
 
-    class GuardedH11(H11Protocol):  # type: ignore[misc]
+    class Guarded(base):  # type: ignore[misc, valid-type]
         _head_timer: Any = None
         _head_cycle: Any = None
+        _head_bytes = 0
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._arm()
+            self._arm(HEAD_TIMEOUT_S)
 
-        def _arm(self) -> None:
+        def _arm(self, delay: float) -> None:
             self._disarm()
             self._head_cycle = self.cycle  # a new request head makes a new cycle
-            self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._expired)
+            self._head_bytes = 0
+            self._head_timer = self.loop.call_later(delay, self._expired)
 
         def _disarm(self) -> None:
             if self._head_timer is not None:
@@ -92,20 +99,82 @@ def guarded_h11() -> type:
                 self.transport.close()  # no request head in time
 
         def data_received(self, data: bytes) -> None:
+            if self._head_timer is not None:
+                self._head_bytes += len(data)
             super().data_received(data)
-            if self._head_timer is not None and self.cycle is not self._head_cycle:
+            if self._head_timer is None:
+                return
+            if self.cycle is not self._head_cycle:
                 self._disarm()  # a request's head arrived
+            elif self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                self._disarm()
+                self.transport.close()  # a head larger than any we answer
 
         def on_response_complete(self) -> None:
-            if not self.transport.is_closing():
-                self._arm()  # before a pipelined request may start the next cycle
+            if not self.transport.is_closing():  # before a pipelined request may start
+                keep_alive = float(getattr(self, "timeout_keep_alive", 0) or 0)
+                self._arm(max(HEAD_TIMEOUT_S, keep_alive))
             super().on_response_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
 
-    return GuardedH11
+    Guarded.__name__ = Guarded.__qualname__ = f"Guarded{base.__name__}"
+    return Guarded
+
+
+def guarded_h11() -> type:
+    """uvicorn's h11 protocol with the head deadline and size cap (``_guarded``)."""
+    return _protocol("GuardedH11Protocol")
+
+
+_PROTOCOLS: dict[str, type] = {}
+
+
+def _protocol(name: str) -> type:
+    """The guarded protocol class ``name`` (made once; uvicorn imported only here)."""
+    if name not in _PROTOCOLS:
+        if name == "GuardedH11Protocol":
+            from uvicorn.protocols.http.h11_impl import H11Protocol as base
+        elif name == "GuardedHttpToolsProtocol":
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+        else:
+            raise AttributeError(name)
+        _PROTOCOLS[name] = _guarded(base)
+    return _PROTOCOLS[name]
+
+
+def __getattr__(name: str) -> Any:
+    """The guarded protocols as module attributes, for uvicorn's import strings
+    (``smartsched.listen:GuardedHttpToolsProtocol``, see ``guard_serve_proxy``)."""
+    if name in ("GuardedH11Protocol", "GuardedHttpToolsProtocol"):
+        return _protocol(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# Ray Serve's HTTP proxy runs its own uvicorn, which takes no protocol class: this hook,
+# named by Ray's RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH, is called in the proxy's
+# process before its server starts. The embedded Ray sets it (ray_local); on a cluster of
+# your own, set it in the environment of ``ray start``.
+SERVE_PROXY_CALLBACK = "smartsched.listen:guard_serve_proxy"
+
+
+def guard_serve_proxy() -> list[Any]:
+    """Make every uvicorn server this process starts from here on use the guarded
+    protocols (the head deadline and size cap): Serve's proxy held a connection that never
+    finished its request head for ever. Returns no middlewares (the hook's other use)."""
+    import importlib.util
+
+    import uvicorn.config
+
+    tools = importlib.util.find_spec("httptools") is not None
+    uvicorn.config.HTTP_PROTOCOLS.update({
+        # "auto" is httptools where it is installed, as uvicorn's own auto is.
+        "auto": f"{__name__}:Guarded{'HttpTools' if tools else 'H11'}Protocol",
+        "h11": f"{__name__}:GuardedH11Protocol",
+        "httptools": f"{__name__}:GuardedHttpToolsProtocol"})
+    return []
 
 
 def guarded_server_config(app: Any, **kw: Any) -> Any:

@@ -15,7 +15,10 @@ whatever the HTTP token says. So this start
   every interface, a Serve replica's gRPC server, requires the token;
 - keeps Ray's files (its Unix sockets among them) inside a 0700 directory: Ray
   makes its own temp directory world-writable (0777), so it goes one level
-  below one that only the owner can enter.
+  below one that only the owner can enter;
+- has Serve's HTTP proxy bound request heads in time and size
+  (``listen.guard_serve_proxy``, through Ray's proxy callback variable, unless
+  the operator set that variable).
 
 A cluster reached through an address keeps its own settings.
 """
@@ -32,6 +35,7 @@ LOOPBACK = "127.0.0.1"
 # (about 64 characters after the temp dir) and AF_UNIX paths end at 107 bytes.
 MAX_RAY_TEMP_DIR_CHARS = 40
 RAY_DIR = "smartsched-ray"  # ours (0700); Ray's own temp directory is RAY_DIR/r
+SERVE_PROXY_CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
 
 
 def private_dir(path: Path) -> Path:
@@ -60,6 +64,9 @@ def start_embedded_ray(token_dir: Path, temp_dir: Path | None = None,
     from ray._private.authentication import authentication_token_setup as ray_auth
     from ray._raylet import AuthenticationTokenLoader
 
+    from smartsched.listen import SERVE_PROXY_CALLBACK
+
+    os.environ.setdefault(SERVE_PROXY_CALLBACK_ENV, SERVE_PROXY_CALLBACK)  # (children inherit)
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(secret_file(private_dir(token_dir) / "ray_token"))
     os.environ.pop("RAY_AUTH_TOKEN", None)
     ray_auth._enable_token_auth()  # RAY_AUTH_MODE=token for this process and its children

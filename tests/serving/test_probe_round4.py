@@ -193,22 +193,13 @@ def test_a_body_trickled_within_the_pause_limit_still_ends_in_a_408(monkeypatch)
     assert ing.placed == []
 
 
-def test_our_own_servers_bound_request_heads_and_close_a_silent_connection(monkeypatch
-                                                                           ) -> None:
-    """The edge entry's and the extender's uvicorn (httptools) kept growing an unfinished
-    header line (hundreds of MiB for four clients) and held a connection that never sent
-    its head for ever. Served here with the same settings: a 100 KiB header line is
-    refused, a silent connection is closed once the head deadline passes, and a normal
-    request is answered."""
-    import asyncio
+def ok_app_on_a_socket() -> tuple[Any, Any]:
+    """An app answering ``GET /ok`` and a loopback socket bound for it (port: the
+    kernel's pick)."""
     import socket
 
-    import uvicorn
     from fastapi import FastAPI
 
-    import smartsched.listen as listen
-
-    monkeypatch.setattr(listen, "HEAD_TIMEOUT_S", 0.5)
     app = FastAPI()
 
     @app.get("/ok")
@@ -217,6 +208,24 @@ def test_our_own_servers_bound_request_heads_and_close_a_silent_connection(monke
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    return app, sock
+
+
+def test_our_own_servers_bound_request_heads_and_close_a_silent_connection(monkeypatch
+                                                                           ) -> None:
+    """The edge entry's and the extender's uvicorn (httptools) kept growing an unfinished
+    header line (hundreds of MiB for four clients) and held a connection that never sent
+    its head for ever. Served here with the same settings: a 100 KiB header line is
+    refused, a silent connection is closed once the head deadline passes, and a normal
+    request is answered."""
+    import asyncio
+
+    import uvicorn
+
+    import smartsched.listen as listen
+
+    monkeypatch.setattr(listen, "HEAD_TIMEOUT_S", 0.5)
+    app, sock = ok_app_on_a_socket()
     port = sock.getsockname()[1]
 
     async def scenario() -> tuple[bytes, bytes, bytes]:
