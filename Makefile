@@ -28,7 +28,7 @@ install: $(STAMP)
 install-test: $(TEST_STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/smartsched demo --out $(DEMO_OUT)
+	$(VENV)/bin/smartsched demo --out $(DEMO_OUT) --overwrite
 
 # The telemetry tests run a real Prometheus server (Debian's package). Installed
 # here when missing and we are root; otherwise those tests skip and say how.

@@ -145,7 +145,7 @@ def test_a_report_is_not_written_into_a_trained_policy(tmp_path: Path) -> None:
     shutil.copytree(S0, pol)
     before = (pol / "smartsched_policy.json").read_bytes()
     _refused(["simulate", "--cluster", "nonesuch", "--json",
-              str(pol / "smartsched_policy.json")], "--json", "trained policy")
+              str(pol / "smartsched_policy.json")], "--json", "trained model")
     assert (pol / "smartsched_policy.json").read_bytes() == before
 
 

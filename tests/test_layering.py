@@ -23,7 +23,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     # ray_local: how SmartSched starts Ray itself (imports nothing of SmartSched).
     # listen: where a service may listen (model's errors only).
     # pool: independent jobs across processes (imports nothing of SmartSched).
-    frozenset({"paths", "model", "ray_local", "listen", "pool"}),
+    # outputs: where a command may write a report (imports nothing of SmartSched).
+    frozenset({"paths", "model", "ray_local", "listen", "pool", "outputs"}),
     # Sources of pods, and the load forecaster: a model the twin runs with (the run
     # builder attaches it), importing only model. audit: the tamper-evident decision
     # log, which every driver above writes to. carbon: grid-intensity forecasts and

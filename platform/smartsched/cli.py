@@ -40,8 +40,35 @@ class FiniteRange(click.FloatRange):
         return out
 
 
+class _Command(click.Command):
+    """A command whose output files (``_out_file``, ``_image_out``) may not be any of its
+    input files: checked once every option is read, before the work."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from smartsched.outputs import input_paths, same_file
+
+        outs = ctx.meta.get(OUTPUTS_META, set()) & set(ctx.params)
+        for name in sorted(outs):
+            out = ctx.params[name]
+            if not out:
+                continue
+            for k, v in ctx.params.items():
+                if k != name and any(same_file(out, p) for p in input_paths([v])):
+                    raise click.BadParameter(f"is the file given to {self._opt(k)}: writing "
+                                             "it would replace that input",
+                                             param_hint=f"'{self._opt(name)}'")
+        return super().invoke(ctx)
+
+    def _opt(self, name: str) -> str:
+        return next((p.opts[0] for p in self.params if p.name == name), name)
+
+
 class _Group(click.Group):
-    """Turn SmartSchedError anywhere below into one line on stderr and exit 2."""
+    """Turn SmartSchedError anywhere below into one line on stderr and exit 2. Its
+    commands are ``_Command``s and its groups ``_Group``s."""
+
+    command_class = _Command
+    group_class = type
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -68,9 +95,12 @@ def main() -> None:
 
 
 def _write_json(path: str | None, doc: Any) -> None:
+    """A report as strict JSON (NaN is null: ``outputs.json_text``)."""
     if path:
+        from smartsched.outputs import json_text
+
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+        Path(path).write_text(json_text(doc))
 
 
 MAX_PROOF_BYTES = 16 << 20  # an inclusion proof or one record: a few KiB
@@ -91,10 +121,26 @@ def _seed_list(_ctx: click.Context, _param: click.Parameter, value: str | None
 def _name_list(_ctx: click.Context, _param: click.Parameter, value: str | None
                ) -> str | None:
     """A comma-separated list option that names nothing (``,``) is refused: a benchmark
-    over no variants printed an empty table and exited 0."""
-    if value is not None and not [x for x in value.split(",") if x.strip()]:
+    over no variants printed an empty table and exited 0; so is one naming something
+    twice (``--variants k8s-default,k8s-default`` merged both runs into one row: twice
+    the failures and downtime under a header saying one night)."""
+    if value is None:
+        return value
+    names = [x.strip() for x in value.split(",") if x.strip()]
+    if not names:
         raise click.BadParameter("names nothing (a comma-separated list of names)")
+    _refuse_twice(names)
     return value
+
+
+def _refuse_twice(items: Sequence[Any], param: str | None = None) -> None:
+    """A list option naming an item twice is refused (it would count that item twice)."""
+    seen: set[Any] = set()
+    for x in items:
+        if x in seen:
+            raise click.BadParameter(f"gives {str(x)[:64]!r} twice: give each once",
+                                     param_hint=param)
+        seen.add(x)
 
 
 def _scheduler_names(_ctx: click.Context, param: click.Parameter, value: str | None
@@ -148,20 +194,42 @@ def _host(_ctx: click.Context, _param: click.Parameter, value: str | None) -> st
         raise click.BadParameter(e.message) from None
 
 
-def _out_file(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """An output file option (``--json``, ``--plot``): its folder is made, and must be
-    writable, as the command line is read, so a bad path fails before the work, not
-    after it."""
+def _out_file(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A JSON report's option (``--json``): checked as the command line is read, so a bad
+    path fails before the work, not after it -- its folder is made and must be writable,
+    holds no trained model, and a file already there must be an earlier report
+    (``outputs.report_path_problem``); it may not be one of the command's inputs either
+    (``_Command``)."""
+    from smartsched.outputs import report_path_problem
+
+    _output_path(ctx, param, value)
+    if value and (why := report_path_problem(value)) is not None:
+        raise click.BadParameter(why)
+    return value
+
+
+def _image_out(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A figure's option (``--plot``): as ``_out_file``, and its suffix must name an image
+    format (``outputs.image_path_problem``)."""
+    from smartsched.outputs import image_path_problem
+
+    _output_path(ctx, param, value)
+    if value and (why := image_path_problem(value)) is not None:
+        raise click.BadParameter(why)
+    return value
+
+
+OUTPUTS_META = "smartsched.outputs"  # ctx.meta: the output options read so far
+
+
+def _output_path(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """An output file's folder made and writable; the option noted for ``_Command``."""
     import os
 
-    _nonempty(_ctx, _param, value)
+    _nonempty(ctx, param, value)
     if value:
+        ctx.meta.setdefault(OUTPUTS_META, set()).add(param.name)
         parent = Path(value).parent
-        if (parent / "smartsched_policy.json").is_file():
-            # ``simulate --json models/p/smartsched_policy.json`` replaced the model's own
-            # description (exit 0): a trained model's folder is no place for reports.
-            raise click.BadParameter(f"{str(parent)!r} holds a trained policy: write "
-                                     "the report elsewhere")
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -169,7 +237,6 @@ def _out_file(_ctx: click.Context, _param: click.Parameter, value: str | None) -
                                      f"{e.strerror or e}") from None
         if not os.access(parent, os.W_OK):
             raise click.BadParameter(f"its folder {str(parent)!r} is not writable")
-    return value
 
 
 def _out_folder(_ctx: click.Context, _param: click.Parameter, value: str | None
@@ -336,9 +403,19 @@ def simulate(
     _write_json(json_path, report)
 
 
+def _demo_out(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``demo --out``: a folder holding an earlier demo's comparison is refused unless
+    ``--overwrite`` (eager) was given."""
+    _nonempty(ctx, param, value)
+    _refuse_held(ctx, param, value, ("comparison.txt", "comparison.json"), "an earlier demo")
+    return value
+
+
 @main.command()
 @click.option("--out", type=click.Path(file_okay=False), default="reports/demo", show_default=True,
-              callback=_nonempty)
+              callback=_demo_out)
+@click.option("--overwrite", is_flag=True, is_eager=True,
+              help="Replace the demo the --out folder already holds.")
 @click.option("--cluster", default="small", show_default=True)
 @click.option("--hours", type=float, default=24.0, show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
@@ -346,8 +423,8 @@ def simulate(
 @click.option("--schedulers", callback=_scheduler_names, default=None,
               help="Comma-separated (default: k8s-default, fgd and the shipped policy "
               "rl:models/ppo_mixed_small when present).")
-def demo(out: str, cluster: str, hours: float, seed: int, warmup_hours: float,
-         schedulers: str | None) -> None:
+def demo(out: str, overwrite: bool, cluster: str, hours: float, seed: int,
+         warmup_hours: float, schedulers: str | None) -> None:
     """End-to-end demo: the mixed workload for a simulated day, schedulers side by side."""
     from smartsched.bench.demo import run_demo
 
@@ -461,15 +538,17 @@ def distill(teacher: str, output_dir: str, overwrite: bool, init: str | None,
               help="Override the sweep's number of trials.")
 @click.option("--output-dir", default=None, callback=_nonempty,
               help="Override the sweep's output_dir.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace an earlier sweep's results in the output folder.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
-def tune(sweep_path: str, num_samples: int | None, output_dir: str | None,
+def tune(sweep_path: str, num_samples: int | None, output_dir: str | None, overwrite: bool,
          json_path: str | None) -> None:
     """Search reward weights with Ray Tune; write the Pareto front and recommended weights."""
     from smartsched.tuning.runner import run_sweep
 
     summary = run_sweep(sweep_path, num_samples=num_samples, output_dir=output_dir,
-                        echo=click.echo)
+                        overwrite=overwrite, echo=click.echo)
     _write_json(json_path, summary)
 
 
@@ -622,6 +701,10 @@ def k8s_extender(profile: str, host: str, port: int, nodes_file: str | None,
     if nodes_file:
         snap = ext.set_cache(read_node_list(nodes_file))
         click.echo(f"node cache: {len(snap.spec.nodes)} nodes, {len(snap.skipped)} skipped")
+        for kind, name, why in snap.skipped[:20]:  # the operator's own file: say which, why
+            click.echo(f"  skipped {kind} {name[:64]!r}: {why}")
+        if len(snap.skipped) > 20:
+            click.echo(f"  ... and {len(snap.skipped) - 20} more")
     from smartsched.listen import guarded_server_config
 
     # Bounded request heads, a deadline for them, a cap on connections (listen.py).
@@ -766,7 +849,7 @@ def forecast_train(data: str, out: str, overwrite: bool, epochs: int, seed: int,
 @forecast.command("evaluate")
 @click.option("--model", default=None, help="A trained forecaster folder (omit: baselines only).")
 @click.option("--data", default=DEFAULT_FORECAST_DATA, show_default=True)
-@click.option("--plot", callback=_out_file, default=None, type=click.Path(dir_okay=False),
+@click.option("--plot", callback=_image_out, default=None, type=click.Path(dir_okay=False),
               help="PNG of actual vs predicted for a few test series.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
@@ -992,7 +1075,7 @@ def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, 
               type=FiniteRange(min=0.01, max=366 * 24 * 60))  # 1e308 sent a start of -inf
 @click.option("--step", "step_s", default=5.0, show_default=True,
               type=FiniteRange(min=0.001))
-@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_out_file)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_image_out)
 def telemetry_panel(url: str, dashboard: str, title: str, minutes: float, step_s: float,
                     out: str) -> None:
     """Render one dashboard panel's data from Prometheus to a PNG (no Grafana needed)."""
@@ -1210,7 +1293,7 @@ def _log_options(fn: Any) -> Any:
 
 @audit.command("verify")
 @_log_options
-@click.option("--public-key", required=True,
+@click.option("--public-key", required=True, callback=_nonempty,
               help="The public key: a PEM file, or its 64 hex digits.")
 @click.option("--live", is_flag=True, help="The log is being written: its last block may "
               "be unsigned yet (reported, not trusted).")
@@ -1245,12 +1328,40 @@ def audit_verify(log_dir: str, heads: str, public_key: str, live: bool, log_id: 
 def audit_prove(log_dir: str, heads: str, seq: int, out: str) -> None:
     """Write an inclusion proof for one record (checkable with the public key alone)."""
     from smartsched.audit.verify import prove
+    from smartsched.outputs import same_file
 
+    # Neither file may replace part of the log, its heads, or anything but an earlier
+    # proof (the heads or a segment were replaced, exit 0, and the log failed for good).
+    log_root = Path(log_dir).resolve()
+    for path, is_proof in ((Path(out), True), (Path(out + ".record.json"), False)):
+        if same_file(path, heads) or path.resolve().is_relative_to(log_root):
+            raise click.BadParameter(f"{str(path)[:200]!r} is part of the audit log or "
+                                     "its heads", param_hint="'--out'")
+        if path.exists() and not _earlier_proof(path, is_proof):
+            raise click.BadParameter(f"{str(path)[:200]!r} exists and is not an earlier "
+                                     "proof: give another path", param_hint="'--out'")
     record, proof = prove(log_dir, heads, seq)
     Path(out).write_bytes(proof)
     Path(out + ".record.json").write_text(json.dumps(record, indent=2) + "\n")
     click.echo(f"record {seq} ({record['kind']} by {record['principal']}): proof of "
                f"{len(proof)} bytes in {out}, record in {out}.record.json")
+
+
+def _earlier_proof(path: Path, is_proof: bool) -> bool:
+    """Whether ``path`` holds what ``audit prove`` writes (a proof: its magic bytes; the
+    record beside it: a JSON document), so that a second proof may replace it."""
+    from smartsched.audit.verify import PROOF_MAGIC
+    from smartsched.outputs import report_path_problem
+
+    if not path.is_file():
+        return False
+    if not is_proof:
+        return report_path_problem(path) is None
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(PROOF_MAGIC)) == PROOF_MAGIC
+    except OSError:
+        return False
 
 
 def _prom_duration(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -1345,6 +1456,7 @@ def _int_list(text: str, param: str, low: int, high: int) -> list[int]:
                                  param_hint=param) from None
     if not out or min(out) < low or max(out) > high:
         raise click.BadParameter(f"each must be within {low}..{high}", param_hint=param)
+    _refuse_twice(out, param)
     return out
 
 
@@ -1653,7 +1765,7 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
 @click.option("--jobs", type=click.IntRange(min=1, max=1_000_000), default=2000,
               show_default=True)
 @click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
-@click.option("--plot", callback=_out_file, type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", callback=_image_out, type=click.Path(dir_okay=False), default=None,
               help="PNG: one week of the first series with the shifted work on top.")
 @click.option("--twin", is_flag=True,
               help="Instead: the twin on one region per --series grid (default: DE, GB, "
@@ -1728,10 +1840,10 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
               help="gangs: probability that a run of 2-4 alike GPU pods is a gang.")
 @click.option("--gang-sweeps", type=click.IntRange(min=1), default=20, show_default=True,
               help="gangs: the annealer's sweeps.")
-@click.option("--colocate", type=FiniteRange(min=0, max=1e6), default=0.0,
+@click.option("--colocate", type=FiniteRange(min=0, max=1e6, max_open=True), default=0.0,
               show_default=True, help="gangs: also the gang model with co-location (each "
               "pair of a gang's members on one node worth this fraction of a member).")
-@click.option("--plot", callback=_out_file, type=click.Path(dir_okay=False), default=None,
+@click.option("--plot", callback=_image_out, type=click.Path(dir_okay=False), default=None,
               help="gap: PNG of the time-quality curve.")
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
@@ -1749,6 +1861,7 @@ def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str
     if unknown or not parts:
         raise click.BadParameter(f"unknown part(s) {sorted(unknown)}; use gap, speed, fill, "
                                  "gangs", param_hint="--part")
+    _refuse_options_of_other_parts(click.get_current_context(), set(parts))
     if "fill" in parts:  # a typo failed only after the gap part's minutes
         try:
             _scheduler_names(click.get_current_context(), click.Option(["--fill-spec"]),
@@ -1777,13 +1890,41 @@ def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str
     _write_json(json_path, out)
 
 
+# bench anneal: the parts each option is read by (an option given for a part that does
+# not run was dropped without a word).
+ANNEAL_OPTION_PARTS = {
+    "seeds": {"gap", "gangs"}, "nodes": {"gap", "gangs"}, "pods": {"gap", "gangs"},
+    "limit_s": {"gap", "gangs"}, "sweeps": {"gap"}, "lns": {"gap"}, "plot": {"gap"},
+    "window": {"speed"}, "variants": {"fill"}, "fill_seeds": {"fill"},
+    "fill_spec": {"fill"}, "gang_share": {"gangs"}, "gang_sweeps": {"gangs"},
+    "colocate": {"gangs"}}
+
+
+def _refuse_options_of_other_parts(ctx: click.Context, parts: set[str]) -> None:
+    """An option given on the command line for parts of which none runs is refused."""
+    for p in ctx.command.params:
+        read_by = ANNEAL_OPTION_PARTS.get(p.name or "")
+        if (read_by is not None and not read_by & parts and ctx.get_parameter_source(
+                p.name) is not click.core.ParameterSource.DEFAULT):
+            raise click.BadParameter(f"applies to --part {','.join(sorted(read_by))} only, "
+                                     f"not {','.join(sorted(parts))}",
+                                     param_hint=f"'{p.opts[0]}'")
+
+
+def _references(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--references``: ``none``, or a list naming something (``,`` ran with none)."""
+    return "" if value.strip().lower() == "none" else str(_name_list(ctx, param, value))
+
+
 @bench.command("federation")
 @_federation_options
 @click.option("--out", default=None, callback=_model_out("forecaster.pt", "forecaster.json"),
               help="Also save the federated forecaster here.")
 @_overwrite_option
 @click.option("--references", default="central,local", show_default=True,
-              help="Comma-separated: central (pooled data), local (each site alone).")
+              callback=_references,
+              help="Comma-separated: central (pooled data), local (each site alone); "
+              "none for neither.")
 def bench_federation(data: str, cluster: str, sites: str | None, partition: str, rounds: int,
                      local_epochs: int, mu: float, server_momentum: float, lookback: int,
                      hidden: int, seed: int, json_path: str | None, out: str | None,
@@ -1792,12 +1933,14 @@ def bench_federation(data: str, cluster: str, sites: str | None, partition: str,
     rounds, bytes per round, round time)."""
     _run_federation(data, cluster, sites, partition, rounds, local_epochs, mu, server_momentum,
                     lookback, hidden, seed, json_path, out,
-                    tuple(x for x in references.split(",") if x))
+                    tuple(x.strip() for x in references.split(",") if x.strip()))
+
 
 
 @bench.command("telemetry")
 @click.option("--clusters", callback=_name_list, default="small,medium,large", show_default=True)
-@click.option("--hours", default=2.0, show_default=True, help="Simulated before measuring.")
+@click.option("--hours", default=2.0, show_default=True, help="Simulated before measuring.",
+              type=FiniteRange(min=0, min_open=True))
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_telemetry(clusters: str, hours: float, json_path: str | None) -> None:

@@ -49,15 +49,41 @@ class PlacementError(SmartSchedError):
 RETRY_STATUSES = frozenset({502, 503, 504})
 
 
+def _token(given: str | None, field: str, env: str) -> str | None:
+    """The token given, else the one in ``env``; checked to be one a header can carry."""
+    from smartsched.model.configfile import check_token
+
+    if given is not None:
+        return check_token(given, field) if given else given
+    token = os.environ.get(env)
+    return check_token(token, env, f"${env}") if token else token
+
+
+def shown_url(url: str) -> str:
+    """``url`` with any credentials in it masked (``http://user:pass@host`` was echoed in
+    errors whole)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "(not a URL)"
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
 class PlacementClient:
     def __init__(self, url: str, token: str | None = None, *, operator_token: str | None = None,
                  timeout_s: float = 30.0, retries: int = 3) -> None:
         self.url = url.rstrip("/")
-        self.token = token if token is not None else os.environ.get("SMARTSCHED_API_TOKEN")
-        self.operator_token = (operator_token if operator_token is not None
-                               else os.environ.get("SMARTSCHED_OPERATOR_TOKEN"))
+        self.token = _token(token, "token", "SMARTSCHED_API_TOKEN")
+        self.operator_token = _token(operator_token, "operator_token",
+                                     "SMARTSCHED_OPERATOR_TOKEN")
         self.timeout_s = timeout_s
         self.retries = retries
+        self.shown_url = shown_url(self.url)
         self.session = requests.Session()
 
     def _call(self, method: str, path: str, body: Any = None, *,
@@ -72,11 +98,12 @@ class PlacementClient:
                                          timeout=self.timeout_s)
             except (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
                     requests.exceptions.InvalidSchema) as e:
-                raise ValidationError("url", f"not a service URL: {self.url!r} ({e})") from None
+                raise ValidationError("url", f"not a service URL: {self.shown_url!r} "
+                                      f"({type(e).__name__})") from None
             except (requests.ConnectionError, requests.Timeout) as e:
                 if attempt == self.retries:
                     raise ServiceUnreachable(
-                        f"no answer from the placement service at {self.url} after "
+                        f"no answer from the placement service at {self.shown_url} after "
                         f"{self.retries + 1} tries: {type(e).__name__}") from None
                 time.sleep(0.2 * 2**attempt)
                 continue

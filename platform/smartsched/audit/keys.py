@@ -35,17 +35,32 @@ def generate_key(private_path: str | Path, public_path: str | Path | None = None
     """Write a new key pair (private 0600, never over an existing file); return its id."""
     private_path = Path(private_path)
     public_path = Path(public_path) if public_path else private_path.with_suffix(".pub")
+    if public_path.absolute() == private_path.absolute():  # keygen --out k.pub: the public
+        raise ValidationError("key", f"{private_path} would hold both keys: give the "  # key
+                              "private key a name not ending in .pub")  # over the private
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    # Neither file is written over: a verifier that pinned an earlier public key kept
+    # only that file.
+    for path in (private_path, public_path):
+        if path.exists() or path.is_symlink():
+            raise ValidationError("key", f"{path} exists; not overwriting a key")
     try:
         fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         raise ValidationError("key", f"{private_path} exists; not overwriting a key") from None
     with os.fdopen(fd, "wb") as f:
         f.write(pem)
-    public_path.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    try:
+        fd = os.open(public_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:  # made meanwhile: the new private key has no use then
+        private_path.unlink()
+        raise ValidationError("key", f"{public_path} exists; not overwriting a key") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(public_pem)
     return key_id(key.public_key())
 
 

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from smartsched.model.errors import ValidationError
+
 SWEEPS = (1, 2, 5, 10, 20, 40, 80)
 
 
@@ -126,6 +128,11 @@ def run_gap(seeds: Sequence[int], nodes: int = 100, pods: int = 200,
             "method": "sa", "polish": 2000, "lns": AnnealOptions.lns, **(options or {})}
     jobs = [(s, nodes, pods, tuple(sweeps), limit_s, opts) for s in seeds]
     per = map_jobs(_gap_one, jobs, workers)
+    if not any(p["exact_optimal"] or np.isfinite(p["exact_objective"]) for p in per):
+        # Nothing to compare the annealer with: an empty table (exit 0) said nothing.
+        raise ValidationError("limit_s", f"the exact solver found no answer on any of the "
+                              f"{len(per)} instances within {limit_s:g} s: nothing to "
+                              "compare with (raise --limit-s)")
     table, curve = gap_table(per, sweeps, f"{nodes} nodes x {pods} pods", limit_s)
     echo(table)
     if plot and curve:

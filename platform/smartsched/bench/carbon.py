@@ -72,8 +72,10 @@ def evaluate(y: np.ndarray, table: ForecastTable, jobs: Sequence[Job]) -> dict[s
         "agnostic_kg": kg["agnostic"],
         "forecast_kg": kg["forecast"],
         "oracle_kg": kg["oracle"],
-        "forecast_saving_pct": 100 * saved / kg["agnostic"],
-        "oracle_saving_pct": 100 * saved_bound / kg["agnostic"],
+        # A series of zeros emits nothing to save: the shares are undefined (None).
+        "forecast_saving_pct": 100 * saved / kg["agnostic"] if kg["agnostic"] > 0 else None,
+        "oracle_saving_pct": (100 * saved_bound / kg["agnostic"] if kg["agnostic"] > 0
+                              else None),
         "captured_pct": 100 * saved / saved_bound if saved_bound > 0 else None,
         "deadline_misses": misses,
         "forecast_wait_h": wait["forecast"] / len(jobs),

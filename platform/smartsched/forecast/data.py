@@ -52,7 +52,8 @@ class Series:
 
 def _read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
-        raise ValidationError("data", f"no such file: {path}")
+        raise ValidationError("data", f"{path} is a folder, not a CSV or Parquet file"
+                              if path.is_dir() else f"no such file: {path}")
     if path.suffix == ".parquet":
         try:
             return pd.read_parquet(path)

@@ -21,8 +21,18 @@ def parse_node_list(doc: Any) -> list[dict[str, Any]]:
     """The Node objects of a parsed NodeList document, list of Nodes, or single Node."""
     if doc is None:
         raise ValidationError(FIELD, "empty: expected a NodeList, a list of Nodes or a Node")
-    items = doc.get("items") if isinstance(doc, dict) and "items" in doc else doc
-    nodes = items if isinstance(items, list) else [items]
+    if isinstance(doc, dict) and "items" in doc:
+        items = doc["items"]
+        if not isinstance(items, list):  # ("row 0: got NoneType" named no row there is)
+            raise ValidationError(f"{FIELD}.items", "must be a list of Node objects, got "
+                                  f"{type(items).__name__}")
+        if not items:
+            raise ValidationError(f"{FIELD}.items", "the NodeList has no items")
+        nodes = items
+    else:
+        nodes = doc if isinstance(doc, list) else [doc]
+        if not nodes:
+            raise ValidationError(FIELD, "an empty list: no Node objects")
     for i, node in enumerate(nodes):
         if not isinstance(node, dict):
             raise ValidationError(FIELD, f"expected a Node object, got {type(node).__name__}",

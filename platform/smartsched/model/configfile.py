@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import re
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -79,6 +80,14 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# YAML 1.2 reads ``1e300`` and ``2E-3`` as numbers; PyYAML (YAML 1.1) wants a dot in the
+# mantissa and read them as text, which a numeric field then refused as "must be a number,
+# got '1e300'". This loader reads them as YAML 1.2 does.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
 def read_yaml_text(text: str, field: str, source: str | None = None, *,
                    kind: str = "YAML") -> Any:
     """The parsed YAML document in ``text`` (read from ``source``); errors are named ``field``
@@ -137,6 +146,19 @@ def read_token_file(path: str | Path, field: str) -> str:
                               f"{e.start}") from None
     if not token:
         raise ValidationError(field, f"{path} holds no token")
+    return check_token(token, field, f"{path}")
+
+
+def check_token(token: str, field: str, source: str = "the token") -> str:
+    """``token`` when it can travel in an Authorization header: printable ASCII without
+    blanks (RFC 6750's token characters and more), else a ValidationError naming
+    ``field`` and ``source`` (never the token). A token of other characters was a
+    UnicodeEncodeError traceback in the client, and one of two lines an
+    ``InvalidHeader``."""
+    if "\n" in token or "\r" in token:
+        raise ValidationError(field, f"{source} holds more than one line: a token is one")
+    if not all("!" <= ch <= "~" for ch in token):
+        raise ValidationError(field, f"{source}: a token is printable ASCII without blanks")
     return token
 
 

@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from smartsched.model.configfile import read_token_file, read_yaml, validate
 from smartsched.model.errors import ValidationError
@@ -71,6 +71,14 @@ class LearnConfig(BaseModel):
     fine_tune: FineTune = Field(default_factory=FineTune)
     gate: GateConfig = Field(default_factory=GateConfig)
     keep_rounds: int = Field(3, ge=1, le=1000)
+
+    @field_validator("store", "work_dir")
+    @classmethod
+    def _a_path(cls, v: str) -> str:
+        # An empty path was the working directory ("store: .: no current policy version").
+        if not v.strip():
+            raise ValueError("is empty: give a folder")
+        return v
 
 
 def load_learn_config(path: Path | Any) -> LearnConfig:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from smartsched.model.configfile import deep_merge
+from smartsched.model.errors import ValidationError
 from smartsched.objectives.reward import COMPONENTS
 from smartsched.tuning.sweep import Evaluation, Objective, SweepConfig
 
@@ -169,10 +170,17 @@ def _searcher(sweep: SweepConfig) -> Any:
     return ConcurrencyLimiter(search, max_concurrent=sweep.max_concurrent)
 
 
+# What a sweep writes into its output folder: a folder holding any of them holds an
+# earlier sweep's results, replaced only when asked (``overwrite``).
+SWEEP_FILES = ("summary.json", "baseline.json", "pareto.md", "pareto.csv",
+               "recommended_weights.yaml")
+
+
 def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
-              output_dir: str | None = None,
+              output_dir: str | None = None, overwrite: bool = False,
               echo: Callable[[str], Any] = print) -> dict[str, Any]:
-    """Run the sweep; write the Pareto table, plot and recommended weights; return a summary."""
+    """Run the sweep; write the Pareto table, plot and recommended weights; return a summary.
+    An output folder holding an earlier sweep's results is refused unless ``overwrite``."""
     from smartsched.objectives.scenarios import load_scenarios
     from smartsched.rl.config import load_train_config
     from smartsched.rl.train import _init_ray, require_cpus
@@ -211,6 +219,11 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
                   "runners")
     require_cpus(*trial_cpus, num_cpus=train_cfg.num_cpus, echo=echo)  # before the baseline
     out = Path(output_dir or sweep.output_dir).resolve()
+    held = [f for f in SWEEP_FILES if (out / f).exists()]
+    if held and not overwrite:  # baseline.json was replaced before the first trial ran
+        raise ValidationError("output_dir", f"{out} holds an earlier sweep's results "
+                              f"({held[0]}): pass --overwrite to replace them, or give "
+                              "another --output-dir")
     out.mkdir(parents=True, exist_ok=True)
 
     echo(f"baseline {sweep.evaluation.baseline} on {sweep.evaluation.cluster}, "
