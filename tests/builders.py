@@ -46,3 +46,28 @@ def wait_healthy(url: str, timeout_s: float = 60.0, alive: Any = None) -> bool:
             pass
         time.sleep(0.5)
     return False
+
+
+def asgi_call(app: Any, method: str, path: str) -> tuple[dict, bytes]:
+    """One bodiless request straight through an ASGI ``app`` (no server): the response's
+    start message and its body."""
+    import asyncio
+
+    sent: list[dict] = []
+
+    async def call() -> None:
+        scope = {"type": "http", "method": method, "path": path, "root_path": "",
+                 "headers": [], "query_string": b"", "http_version": "1.1",
+                 "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
+
+        async def receive() -> dict:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(msg: dict) -> None:
+            sent.append(msg)
+
+        await app(scope, receive, send)
+
+    asyncio.run(call())
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    return start, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")

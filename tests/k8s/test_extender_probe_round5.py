@@ -82,3 +82,57 @@ def test_a_large_body_is_parsed_off_the_event_loop(monkeypatch: pytest.MonkeyPat
         assert waited > 1.5
     else:
         assert waited < 1.5, waited
+
+
+def test_a_gpu_product_selector_is_a_label_match_too(server: str) -> None:
+    """HTTP probe 5: ``nvidia.com/gpu.product`` in a nodeSelector became a GPU-model
+    constraint and the label match was dropped: a CPU pod selecting it passed nodes
+    without the label, and a pod selecting an A100 40GB passed an 80GB node."""
+    import copy
+
+    labelled = _node("a100-40", metadata__labels={
+        "kubernetes.io/hostname": "a100-40", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"})
+    other = _node("a100-80", metadata__labels={
+        "kubernetes.io/hostname": "a100-80", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"})
+    plain = _node("plain-1")
+    pod = copy.deepcopy(POD)
+    pod["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"}
+    body = json.dumps({"Pod": pod, "Nodes": {"items": [labelled, other, plain]}})
+    r = _post(server, "filter", body.encode())
+    assert r.status_code == 200, r.text[:200]
+    assert [n["metadata"]["name"] for n in r.json()["Nodes"]["items"]] == ["a100-40"]
+
+
+def test_extender_errors_never_quote_the_input(server: str) -> None:
+    import copy
+
+    pod = copy.deepcopy(POD)
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "SECRETQTY"
+    r = _post(server, "filter", json.dumps({"Pod": pod, "Nodes": {"items": [_node("n1")]}}
+                                           ).encode())
+    assert r.status_code == 400 and "SECRETQTY" not in r.text
+    assert "requests.cpu" in r.json()["Error"]
+    bad = _node("n2", spec__taints=[{"key": "k", "effect": "SECRETEFFECT"}])
+    r = _post(server, "filter", json.dumps({"Pod": POD, "Nodes": {"items": [
+        _node("n1"), bad]}}).encode())
+    assert r.status_code == 200 and "SECRETEFFECT" not in r.text
+
+
+def test_prioritize_scores_each_host_once_and_errors_name_the_pods_fields(server: str
+                                                                         ) -> None:
+    import copy
+
+    from smartsched.k8s.extender import Extender, make_app
+
+    ext = Extender("k8s-default")
+    ext.set_cache([_node("n0"), _node("n1")])
+    with _serving(make_app(ext)) as url:
+        r = _post(url, "prioritize", json.dumps({"Pod": POD, "NodeNames": ["n0", "n0", "n1"]}
+                                                ).encode())
+        assert r.status_code == 200 and [h["Host"] for h in r.json()] == ["n0", "n1"]
+    pod = copy.deepcopy(POD)
+    pod["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1E18"
+    r = _post(server, "filter", json.dumps({"Pod": pod, "Nodes": {"items": [_node("n1")]}}
+                                           ).encode())
+    assert r.status_code == 400
+    assert "requests.memory" in r.json()["Error"] and "memory_mib" not in r.json()["Error"]

@@ -110,7 +110,10 @@ def test_gpu_products_match_whole_names_and_unknown_ones_stay_a_selector() -> No
             "nodeSelector": {"nvidia.com/gpu.product": product}}}
 
     known = pod_model(pod("NVIDIA-A100-SXM4-40GB"))
-    assert known.gpu_models == ("A100",) and known.node_selector == ()
+    # The device constraint and the label match both (probe round 5: the label was
+    # dropped, and a 40GB pod passed an 80GB node).
+    assert known.gpu_models == ("A100",) and known.node_selector == (
+        ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB"),)
     unknown = pod_model(pod("NVIDIA-L40S"))
     assert unknown.gpu_models == () and unknown.node_selector == (
         ("nvidia.com/gpu.product", "NVIDIA-L40S"),)

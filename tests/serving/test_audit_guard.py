@@ -3,7 +3,6 @@ record, unless the operator chose ``on_failure: continue``."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from pathlib import Path
@@ -64,24 +63,9 @@ def test_refused_for_the_service_is_a_503_naming_no_internals() -> None:
     async def boom() -> None:
         raise ServiceUnavailableError("the audit log stopped after a failed write")
 
-    sent: list[dict] = []
+    from tests.builders import asgi_call
 
-    async def call() -> None:
-        scope = {"type": "http", "method": "POST", "path": "/boom", "root_path": "",
-                 "headers": [], "query_string": b"", "http_version": "1.1",
-                 "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
-
-        async def receive() -> dict:
-            return {"type": "http.request", "body": b"", "more_body": False}
-
-        async def send(msg: dict) -> None:
-            sent.append(msg)
-
-        await app(scope, receive, send)
-
-    asyncio.run(call())
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    start, body = asgi_call(app, "POST", "/boom")
     assert start["status"] == 503
     assert (b"retry-after", b"60") in start["headers"]
     assert json.loads(body)["detail"][0]["loc"] == ["service"]

@@ -230,7 +230,8 @@ def test_a_refused_reload_names_profile_and_never_the_models_dir(tmp_path: Path,
                            [_auth(OPERATOR), ("Content-Type", "application/json")])
     assert status in (404, 422), body
     (detail,) = body["detail"]
-    assert detail["loc"] == ["profile"], body
+    # (An RTL override is refused by the body's own schema since probe round 5.)
+    assert detail["loc"] in (["profile"], ["body", "profile"]), body
     if not profile.startswith(str(models)):  # the operator did not name it: not shown
         assert "models-secret-dir" not in json.dumps(body), body
     assert tier.placer.profile == "k8s-default"

@@ -141,3 +141,145 @@ def test_the_services_serve_proxy_closes_a_connection_that_sends_no_whole_head(
     assert took < HEAD_TIMEOUT_S + 10
     ok, _ = _talk(port, b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", 10)
     assert ok.startswith(b"HTTP/1.1 200")
+
+
+def test_a_window_search_stops_at_its_time_limit_with_a_feasible_answer() -> None:
+    """HTTP probe 5: a live reload to ``anneal:fgd?sweeps=100000`` held a region's single
+    writer for 100 s on a 50-pod batch (Serve's health check then restarted it, undoing
+    the reload). The search is anytime: ``time_limit_s`` stops it, the repair still runs."""
+    import time
+
+    from smartsched.optimize.placer import AnnealOptions, place_window
+    from smartsched.scheduling.base import make_scheduler
+    from smartsched.twin.state import ClusterState
+    from tests.optimize.test_placer import _apply, _gpu, _spec
+
+    st = ClusterState(_spec())
+    reqs = [st.compile(_gpu(f"p{i}", 1, 300 + 100 * (i % 5))) for i in range(40)]
+    t0 = time.perf_counter()
+    res = place_window(make_scheduler("first-fit"), st, reqs,
+                       AnnealOptions(sweeps=100_000, polish=10_000_000, lns=1_000_000,
+                                     time_limit_s=0.3))
+    took = time.perf_counter() - t0
+    assert took < 10, took  # unlimited, the 100,000 sweeps alone take minutes
+    assert _apply(st, reqs, res.decisions) >= 1  # feasible on the real state
+
+
+def test_a_live_reload_to_anneal_gets_a_time_limit(tmp_path) -> None:
+    from smartsched.serving.config import RELOAD_ANNEAL_TIME_S, resolve_reload_profile
+
+    models = tmp_path / "m"
+    models.mkdir()
+    got = resolve_reload_profile("anneal:fgd?sweeps=100000", str(models))
+    assert got == f"anneal:fgd?sweeps=100000&time_limit_s={RELOAD_ANNEAL_TIME_S:g}"
+    assert resolve_reload_profile("anneal:fgd?time_limit_s=0.5", str(models)) == \
+        "anneal:fgd?time_limit_s=0.5"
+    for bad in ("anneal:fgd?time_limit_s=30", "anneal:fgd?time_limit_s=0",
+                "anneal:fgd?time_limit_s=x", "sandboxed:anneal:fgd?time_limit_s=9"):
+        with pytest.raises(ValidationError) as e:
+            resolve_reload_profile(bad, str(models))
+        assert e.value.field == "profile"
+    nested = resolve_reload_profile("sandboxed:anneal:fgd?sweeps=3", str(models))
+    assert "time_limit_s=" in nested
+    from smartsched.scheduling.base import make_scheduler
+
+    assert make_scheduler(got).options.time_limit_s == RELOAD_ANNEAL_TIME_S
+
+
+def test_a_live_reload_survives_a_replica_restart(tmp_path) -> None:
+    """HTTP probe 5: a reload answered 200, and after the site's replica restarted (a
+    crash, a failed health check) the site was back on the deployment's profile, saying
+    nothing. The reload is journaled with the reservations; a redeploy with another
+    profile still wins, and a reload that can no longer load leaves the deployment's."""
+    from smartsched.serving.journal import Journal
+    from smartsched.serving.site import SitePlacer
+    from tests.builders import cluster, node, pod
+
+    spec = cluster(*(node(f"n{i}", cpu=16000, mem=65536) for i in range(4)))
+
+    def start(profile: str) -> SitePlacer:
+        return SitePlacer(spec, profile, journal=Journal(tmp_path / "s.jsonl"))
+
+    def serving_after_restart(profile: str) -> str:
+        site = start(profile)
+        site.journal.close()
+        return site.profile
+
+    site = start("k8s-default")
+    site.set_profile("fgd")
+    placed = site.place([pod("a", cpu=1000)], ttl_s=600)
+    assert placed[0].placed
+    site.journal.close()
+    again = start("k8s-default")  # the same deployment, restarted
+    assert again.profile == "fgd" and placed[0].reservation_id in again.reservations
+    again.journal.close()
+    again = start("k8s-default")  # and once more: the rewritten journal keeps it
+    assert again.profile == "fgd"
+    again.set_profile("k8s-default")  # back by hand
+    again.journal.close()
+    assert serving_after_restart("k8s-default") == "k8s-default"
+    # A redeploy with another profile is the operator's newer word.
+    site = start("k8s-default")
+    site.set_profile("fgd")
+    site.journal.close()
+    assert serving_after_restart("bestfit") == "bestfit"
+    # A reload whose policy is gone since: the deployment's profile, and no error.
+    models = tmp_path / "gone"
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(Path(__file__).resolve().parents[2] / "models" / "ppo_mixed_small", models)
+    site = start("k8s-default")
+    site.set_profile(f"rl:{models}", label="rl:gone")
+    assert site.profile == "rl:gone"
+    site.journal.close()
+    assert serving_after_restart("k8s-default") == "rl:gone"
+    shutil.rmtree(models)
+    assert serving_after_restart("k8s-default") == "k8s-default"
+
+
+def test_error_answers_never_quote_the_clients_input() -> None:
+    """HTTP probe 5: unknown regions, sites, reservation ids, request ids, gang ids, GPU
+    models and option names came back quoted in 404s, 409s and 422s."""
+
+    from smartsched.model.errors import UnknownReferenceError, unechoed
+    from smartsched.serving.app import make_fastapi
+
+    assert unechoed("unknown region 'SECRET'") == "unknown region '...'"
+    assert unechoed('unknown region "a\'b"') == "unknown region '...'"
+    assert unechoed("the site's journal isn't here") == "the site's journal isn't here"
+    app = make_fastapi(owner=lambda: None)
+
+    @app.get("/boom/{what}")
+    async def boom(what: str) -> None:
+        raise UnknownReferenceError("region", f"unknown region {what!r}")
+
+    from tests.builders import asgi_call
+
+    _, body = asgi_call(app, "GET", "/boom/SECRETREGION")
+    assert b"SECRETREGION" not in body and json.loads(body)["detail"][0]["loc"] == ["region"]
+
+
+@pytest.mark.parametrize(("body", "loc", "needle"), [
+    ({"pod": {"tolerations": ["::::=:"]}}, ["pod", "tolerations", 0], "malformed toleration"),
+    ({"pod": {"tolerations": ["key=val:BadEffect"]}}, ["pod", "tolerations", 0],
+     "malformed toleration"),
+    ({"pod": {"id": "a\u202eb"}}, ["pod", "id"], "bidirectional"),
+    ({"request_id": ""}, ["request_id"], "at least 1 character"),
+])
+def test_lax_fields_are_held_to_their_rules(body: dict, loc: list, needle: str) -> None:
+    """HTTP probe 5: malformed tolerations were placed (200); an RTL override passed as a
+    name; an empty request_id was said to need "at least 1 item"."""
+    from smartsched.serving.schemas import PlacementRequest
+
+    doc = {"pod": {"id": "a", "cpu_milli": 100, "memory_mib": 100}}
+    doc = {**doc, **{k: v for k, v in body.items() if k != "pod"}}
+    doc["pod"].update(body.get("pod", {}))
+    with pytest.raises(Exception) as e:
+        PlacementRequest.model_validate(doc)
+    err = e.value.errors()[0]
+    assert [x for x in err["loc"]] == loc and needle in err["msg"]
+    ok = {"pod": {"id": "a", "cpu_milli": 100, "memory_mib": 100, "tolerations": [
+        "*", "k", "k=v", "k=v:NoSchedule", "nvidia.com/gpu=present:NoSchedule",
+        "k:NoExecute"]}}
+    PlacementRequest.model_validate(ok)

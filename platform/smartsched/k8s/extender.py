@@ -37,7 +37,7 @@ from smartsched.k8s.snapshot import (
     object_name,
     pod_model,
 )
-from smartsched.model.errors import SmartSchedError
+from smartsched.model.errors import SmartSchedError, unechoed
 from smartsched.scheduling.base import WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import ProfileScheduler
 from smartsched.scheduling.status import Code
@@ -123,11 +123,11 @@ class Extender:
                 snap = build_snapshot(items)
             except NoUsableNode as e:  # every node unreadable: each fails, as one alone does
                 return pod, None, [], False, {
-                    name: f"node not understood: {why}" for _, name, why in e.skipped}
+                    name: f"node not understood: {unechoed(why)}" for _, name, why in e.skipped}
             except SmartSchedError as e:
                 raise BadRequest(f"ExtenderArgs.Nodes: {e}") from None
             for _, name, reason in snap.skipped:
-                unresolvable[name] = f"node not understood: {reason}"
+                unresolvable[name] = f"node not understood: {unechoed(reason)}"
             names = [n.name for n in snap.spec.nodes]
             return pod, snap, names, False, unresolvable
         if args.get("NodeNames") is not None:
@@ -193,7 +193,7 @@ class Extender:
         vals = total[ok]
         lo, hi = (float(vals.min()), float(vals.max())) if vals.size else (0.0, 0.0)
         out = []
-        for n in names:
+        for n in dict.fromkeys(names):  # one score per host, as /filter keeps one of each
             i = st.index[n]
             if not ok[i]:
                 score = 0
@@ -365,7 +365,9 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
 
     def answer(status: int) -> Any:
         async def handler(_: Request, e: Exception) -> JSONResponse:
-            return JSONResponse({"Error": str(e)}, status_code=status)
+            # The field and the rule, never the input (a quantity, a class, an annotation
+            # was quoted back: probe round 5).
+            return JSONResponse({"Error": unechoed(str(e))}, status_code=status)
         return handler
 
     for cls, status in ((BadRequest, 400), (TooLarge, 413), (Stalled, 408), (NotJson, 415)):

@@ -39,7 +39,7 @@ from typing import Any
 
 from smartsched.k8s.names import name_problem
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
-from smartsched.model.errors import InfeasibleDecisionError, SmartSchedError
+from smartsched.model.errors import InfeasibleDecisionError, SmartSchedError, ValidationError
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.resources import (
     GPU_MODEL_NAMES,
@@ -266,7 +266,7 @@ def _node_spec(obj: Mapping[str, Any]) -> tuple[NodeSpec, str]:
     for t in _list_of_mappings(spec, "taints", "spec.taints"):
         if not t.get("key") or t.get("effect") not in _EFFECTS:
             raise ValueError(f"spec.taints: each needs a key and an effect ("
-                             f"{', '.join(_EFFECTS)}), got {str(dict(t))[:64]}")
+                             f"{', '.join(_EFFECTS)})")
         if not isinstance(t["key"], str) or not isinstance(t.get("value", ""), str | None):
             # ``{"key": 1}`` became the taint "1:NoSchedule"
             raise ValueError("spec.taints: a taint's key and value must be strings")
@@ -569,11 +569,12 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     for key in GPU_MODEL_LABELS:
         if key in selector:
             m = gpu_model(selector[key])
-            if m:  # one the twin models: a device constraint instead of a label match
-                selector.pop(key)
+            if m:  # one the twin models: a device constraint as well as the label match
                 models = (m,)
-            # else the raw label stays a selector: only nodes labelled so can match (a
-            # product the catalogue lacks must not let the pod land on any GPU node)
+            # The label match stays either way, as kube-scheduler's NodeAffinity keeps it:
+            # dropped, a CPU pod selecting the label passed nodes without it, and one
+            # selecting an A100 40GB passed an 80GB node (probe round 5). A product the
+            # catalogue lacks must not let the pod land on any GPU node either.
     regions = tuple(v for k, v in selector.items() if k in REGION_LABELS)
     for k in REGION_LABELS:
         selector.pop(k, None)
@@ -605,13 +606,27 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
         pod_class = PodClass(cls)
     except ValueError:
         raise ValueError(f"metadata.labels.{CLASS_LABEL}: unknown class {cls!r}") from None
-    return Pod(id=f"{ns}/{name}", cpu_milli=cpu, memory_mib=mem, num_gpu=num_gpu,
-               gpu_milli=gpu_milli, pod_class=pod_class, tenant=ns,
-               priority=_priority(spec.get("priority")), gpu_models=models,
-               node_selector=tuple(sorted(selector.items())), tolerations=tolerations,
-               allowed_regions=regions, arrival=arrival,
-               gang_id=f"{ns}/{group}" if group else None,  # a PodGroup is namespaced
-               gang_size=gang_size, app=labels.get("app"), duration=duration)
+    try:
+        return Pod(id=f"{ns}/{name}", cpu_milli=cpu, memory_mib=mem, num_gpu=num_gpu,
+                   gpu_milli=gpu_milli, pod_class=pod_class, tenant=ns,
+                   priority=_priority(spec.get("priority")), gpu_models=models,
+                   node_selector=tuple(sorted(selector.items())), tolerations=tolerations,
+                   allowed_regions=regions, arrival=arrival,
+                   gang_id=f"{ns}/{group}" if group else None,  # a PodGroup is namespaced
+                   gang_size=gang_size, app=labels.get("app"), duration=duration)
+    except ValidationError as e:  # named as the Pod object has it, not as the twin's model
+        where = _POD_FIELD.get(e.field)
+        if where is None:
+            raise
+        raise ValueError(f"{where}: {e.message}") from None
+
+
+# The twin's pod fields as a Pod object writes them (an error named ``memory_mib`` meant
+# nothing to whoever sent the Pod).
+_POD_FIELD = {"cpu_milli": "spec.containers.resources.requests.cpu",
+              "memory_mib": "spec.containers.resources.requests.memory",
+              "num_gpu": "spec.containers.resources.limits.nvidia.com/gpu",
+              "gpu_milli": "spec.containers.resources.limits (GPU share)"}
 
 
 def _epoch(stamp: Any) -> float | None:

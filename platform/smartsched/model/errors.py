@@ -7,6 +7,8 @@ trace) instead of a traceback. Must not import anything heavier than stdlib.
 
 from __future__ import annotations
 
+import re
+
 
 class SmartSchedError(Exception):
     """Base of every error SmartSched raises on purpose (bad input, bad config)."""
@@ -68,3 +70,16 @@ class InfeasibleDecisionError(SmartSchedError):
 class ServiceUnavailableError(SmartSchedError):
     """The service cannot take decisions now for a reason of its own (not the request's):
     the audit log it must record them in stopped, say. Answered 503."""
+
+
+# A quoted value in a message: what the client sent (an unknown region, reservation id,
+# request id, gang id, GPU model or option name), which an error answer never repeats; a
+# quote inside a word (an apostrophe) is not one.
+_QUOTED = re.compile(r"""(?<![\w])(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")(?![\w])""")
+
+
+def unechoed(msg: str) -> str:
+    """``msg`` with every quoted value in it replaced by ``'...'``: the answer names the
+    field (``loc``) and the rule, never the client's input (probe round 5 found unknown
+    names, ids and option names quoted back in 404s, 409s and 422s)."""
+    return _QUOTED.sub("'...'", msg)

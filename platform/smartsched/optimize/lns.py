@@ -16,6 +16,8 @@ seed gives the same answer. The answer is never worse than the input.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from smartsched.model.errors import ValidationError
@@ -91,11 +93,13 @@ def _place(problem: WindowProblem, unit: np.ndarray, a: np.ndarray, load: np.nda
 
 
 def ruin_recreate(problem: WindowProblem, assign: np.ndarray, rounds: int = 300,
-                  seed: int = 0, ruin: int = 3) -> tuple[np.ndarray, int]:
+                  seed: int = 0, ruin: int = 3, deadline: float | None = None
+                  ) -> tuple[np.ndarray, int]:
     """At most ``rounds`` ruin-and-recreate rounds on a feasible ``assign``, each taking
     the window's pods off 1..``ruin`` related nodes; returns the assignment and the
     rounds kept. Stops early when no pod is left out (nothing left to gain in value),
-    unless gangs are co-located (moving a placed gang onto one node may pay)."""
+    unless gangs are co-located (moving a placed gang onto one node may pay), and after
+    ``deadline`` (``time.perf_counter()``) when one is given."""
     pr = problem
     pr.check_assignment(assign)
     a = assign.copy()
@@ -115,6 +119,8 @@ def ruin_recreate(problem: WindowProblem, assign: np.ndarray, rounds: int = 300,
     # With co-location, moving placed gangs can pay even when no pod is left out.
     members = np.flatnonzero(pr.group >= 0) if pr.colocate else np.zeros(0, np.int64)
     for _ in range(rounds):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         left = np.flatnonzero((a == 0) & (pr.nslots > 1))
         if left.size == 0 and members.size == 0:
             break  # nothing left out: no value to gain

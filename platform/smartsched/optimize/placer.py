@@ -88,6 +88,10 @@ class AnnealOptions:
     lns: int = 300
     gangs: str = "model"
     colocate: float = 0.0
+    # Wall seconds one window's search may take (annealing, polish, ruin and recreate;
+    # the repair that makes the answer feasible always runs); 0: no limit, and the search
+    # is deterministic. A service site answers nobody while it searches.
+    time_limit_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("window", "k", "d", "sweeps", "replicas", "batch", "polish", "lns"):
@@ -109,6 +113,10 @@ class AnnealOptions:
             raise ValidationError("gangs", f"must be one of {', '.join(GANGS)}")
         if not (isinstance(self.colocate, int | float) and 0.0 <= self.colocate < 1e6):
             raise ValidationError("colocate", "must be a number in [0, 1e6)")
+        if not (isinstance(self.time_limit_s, int | float)
+                and 0.0 <= self.time_limit_s <= 3600.0):
+            raise ValidationError("time_limit_s", "must be a number of seconds in [0, 3600] "
+                                  "(0: no limit)")
 
 
 @dataclass
@@ -154,14 +162,18 @@ def place_window(
                                    colocate=options.colocate if options.gangs == "model"
                                    else 0.0)
         t1 = time.perf_counter()
+        limit = options.time_limit_s or None
+        deadline = None if limit is None else t0 + limit
         result = anneal(problem, sweeps=options.sweeps, replicas=options.replicas,
-                        method=options.method, seed=seed, batch=options.batch)
+                        method=options.method, seed=seed, batch=options.batch,
+                        time_limit_s=None if deadline is None else max(deadline - t1, 0.0))
         t2 = time.perf_counter()
         assign, moved = repair(problem, result.assign)
         if options.polish:
-            assign, moved["chains"] = polish(problem, assign, options.polish)
+            assign, moved["chains"] = polish(problem, assign, options.polish, deadline)
         if options.lns:
-            assign, moved["rounds_kept"] = ruin_recreate(problem, assign, options.lns, seed=seed)
+            assign, moved["rounds_kept"] = ruin_recreate(problem, assign, options.lns,
+                                                         seed=seed, deadline=deadline)
         t3 = time.perf_counter()
         stats.update(build_s=t1 - t0, anneal_s=t2 - t1, repair_s=t3 - t2,
                      model_objective=problem.objective(assign),

@@ -10,6 +10,8 @@ objective than the feasible part of its input.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from smartsched.optimize.problem import EPS, WindowProblem
@@ -108,13 +110,14 @@ def fill(problem: WindowProblem, a: np.ndarray, load: np.ndarray) -> int:
     return added
 
 
-def polish(problem: WindowProblem, assign: np.ndarray, max_tries: int = 4000
-           ) -> tuple[np.ndarray, int]:
+def polish(problem: WindowProblem, assign: np.ndarray, max_tries: int = 4000,
+           deadline: float | None = None) -> tuple[np.ndarray, int]:
     """Ejection chains on a feasible assignment: a pod left out takes one of its slots by
     taking out the least valuable pods in its way, which then try their other slots; the
     chain is kept when the objective rises. Pods left out go most valuable first, each
     slot best first, for at most ``max_tries`` (pod, slot) attempts over at most three
-    passes; returns the assignment and the chains kept. Deterministic."""
+    passes, and no attempt after ``deadline`` (``time.perf_counter()``); returns the
+    assignment and the chains kept. Deterministic without a deadline."""
     pr = problem
     pr.check_assignment(assign)
     a = assign.copy()
@@ -135,7 +138,8 @@ def polish(problem: WindowProblem, assign: np.ndarray, max_tries: int = 4000
             if a[u] != 0:
                 continue
             for c in range(1, int(pr.nslots[u])):
-                if tries >= max_tries:
+                if tries >= max_tries or (deadline is not None and tries % 64 == 0
+                                          and time.perf_counter() > deadline):
                     return a, kept
                 tries += 1
                 b, w = pr.bins[u, c], pr.amount[u, c]

@@ -42,6 +42,7 @@ from smartsched.model.errors import (
     UnknownReferenceError,
     ValidationError,
     remote_cause,
+    unechoed,
 )
 from smartsched.serving.audit_trail import (
     ANONYMOUS,
@@ -318,7 +319,9 @@ def _named_for(request: Request, field: str) -> str:
 
 def _error(status: int, field: str, msg: str) -> JSONResponse:
     return JSONResponse({"detail": [{"loc": [_printable(x) for x in field.split(".")],
-                                     "msg": _printable(msg)}]}, status_code=status)
+                                     "msg": _printable(unechoed(msg))}]}, status_code=status)
+
+
 
 
 # The longest a request's body may pause between two of its parts (a client that declared
@@ -717,7 +720,8 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
         if e.status_code == 400 and e.detail == "There was an error parsing the body":
             return _error(400, "body", "not parseable as JSON (malformed, not UTF-8, nested "
                                        "too deeply or a number too long)")
-        return JSONResponse({"detail": e.detail}, status_code=e.status_code,
+        detail = unechoed(e.detail) if isinstance(e.detail, str) else e.detail
+        return JSONResponse({"detail": detail}, status_code=e.status_code,
                             headers=getattr(e, "headers", None))
 
     @app.exception_handler(RequestValidationError)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from smartsched.model.configfile import read_token_file, validate
+from smartsched.model.configfile import check_token, read_token_file, validate
 from smartsched.model.errors import ValidationError
 from smartsched.scheduling.sandbox import SandboxConfig
 
@@ -231,7 +231,9 @@ class Credentials:
 def _read_token(env: str, file: str | None, field: str) -> str:
     if file:
         return read_token_file(file, f"service.auth.{field}")
-    return os.environ.get(env, "").strip()
+    token = os.environ.get(env, "").strip()
+    return check_token(token, f"service.auth.{field.removesuffix('_file')}_env",
+                       f"${env}") if token else token
 
 
 def load_credentials(auth: Auth) -> Credentials | None:
@@ -318,6 +320,9 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
         except ValidationError as e:
             raise ValidationError("profile", e.message) from None
         target = resolve_reload_profile(base, models_dir)
+        if prefix == "anneal":
+            parsed = _anneal_time_limit(parsed)
+            rest = f"{base}?" + "&".join(f"{k}={v[-1]}" for k, v in parsed.items())
         if not parsed:  # a base's own last part must not read as the wrapper's
             return f"{prefix}:{target}?" if "?" in target else f"{prefix}:{target}"
         ambiguous = "?" not in target and set(parsed) <= (option_names(target) or set())
@@ -330,6 +335,29 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
     if sep:
         query = _held_options(query, models_dir, inside)
     return f"{prefix}:{target}{sep}{query}" if prefix else target
+
+
+# A live reload's ``anneal:`` profile searches at most this long per window: the site
+# answers nobody while it searches (``sweeps=100000`` held a region for 100 s, past
+# Serve's health check, which then restarted it).
+RELOAD_ANNEAL_TIME_S = 2.0
+
+
+def _anneal_time_limit(parsed: dict[str, list[str]]) -> dict[str, list[str]]:
+    """An ``anneal:`` reload's options with ``time_limit_s`` set (default, and at most,
+    RELOAD_ANNEAL_TIME_S), or a ValidationError naming ``profile``."""
+    given = parsed.get("time_limit_s", [None])[-1]
+    if given is None:
+        return {**parsed, "time_limit_s": [f"{RELOAD_ANNEAL_TIME_S:g}"]}
+    try:
+        limit = float(given)
+    except ValueError:
+        limit = float("nan")
+    if not 0 < limit <= RELOAD_ANNEAL_TIME_S:
+        raise ValidationError("profile", "anneal: time_limit_s must be in (0, "
+                              f"{RELOAD_ANNEAL_TIME_S:g}] seconds in a live reload (a site "
+                              "answers nobody while it searches)")
+    return parsed
 
 
 def _held_options(query: str, models_dir: str, inside: Callable[[str], Path]) -> str:

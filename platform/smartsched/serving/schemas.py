@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StringConstraints
 
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.resources import (
@@ -27,18 +27,41 @@ MAX_BATCH = 1000
 # used to be placed, and gone at once).
 MIN_TTL_S = 0.001
 
-# Control characters (NUL, newlines, escapes) and lone surrogates have no place in a name,
-# label or path, and break what they reach (file paths, logs, JSON answers, Kubernetes).
-_NOT_TEXT = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+# Control characters (NUL, newlines, escapes), lone surrogates and the bidirectional
+# controls (an RTL override makes a name read as another in a log or a terminal) have no
+# place in a name, label or path, and break what they reach (file paths, logs, JSON
+# answers, Kubernetes).
+_NOT_TEXT = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e"
+                       r"\u2066-\u2069]")
 
 
 def _text(v: str) -> str:
     if _NOT_TEXT.search(v):
-        raise ValueError("must not contain control characters or lone surrogates")
+        raise ValueError("must not contain control characters, bidirectional controls or "
+                         "lone surrogates")
     return v
 
 
 Text = Annotated[str, AfterValidator(_text)]
+# A request's idempotency key (its empty form said "at least 1 item", as for a list).
+RequestId = Annotated[str, StringConstraints(min_length=1, max_length=128),
+                      AfterValidator(_text)]
+
+
+def _toleration(v: str) -> str:
+    """A pod's toleration as the twin matches it: ``*`` (every taint), ``key``,
+    ``key=value`` or a whole taint ``key[=value]:Effect`` (a malformed one was accepted and
+    matched nothing)."""
+    from smartsched.model.cluster import TAINT_RE
+
+    if v != "*" and (len(v) > 317 or not TAINT_RE.fullmatch(v)):
+        raise ValueError("malformed toleration: expected *, key, key=value or "
+                         "key[=value]:Effect, Effect one of NoSchedule, PreferNoSchedule, "
+                         "NoExecute")
+    return v
+
+
+Toleration = Annotated[str, AfterValidator(_text), AfterValidator(_toleration)]
 
 # Kubernetes' own rules for what the node API registers: a node name is a DNS-1123
 # subdomain (lowercase alphanumerics, '-' and '.'); a label key an optional DNS
@@ -96,7 +119,7 @@ class PodSpec(BaseModel):
     priority: Int = Field(0, ge=-(2**31), le=2**31 - 1)
     gpu_models: list[Text] = Field(default_factory=list, max_length=32)
     node_selector: dict[Text, Text] = Field(default_factory=dict, max_length=64)
-    tolerations: list[Text] = Field(default_factory=list, max_length=64)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
     allowed_regions: list[Text] = Field(default_factory=list, max_length=64)
     origin_site: Text | None = None
     # allow_inf_nan=False: NaN was refused as "less than or equal to 1000000" (it is not
@@ -131,8 +154,8 @@ class PodSpec(BaseModel):
 
 class PlacementRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    request_id: Text | None = Field(None, min_length=1, max_length=128,
-                                   description="Idempotency key: a retry returns the same answer")
+    request_id: RequestId | None = Field(
+        None, description="Idempotency key: a retry returns the same answer")
     pod: PodSpec
     ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400, allow_inf_nan=False,
                        description="Reservation lifetime")
@@ -143,7 +166,7 @@ class PlacementRequest(BaseModel):
 
 class BatchPlacementRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    request_id: Text | None = Field(None, min_length=1, max_length=128)
+    request_id: RequestId | None = None
     pods: list[PodSpec] = Field(min_length=1, max_length=MAX_BATCH)
     ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400, allow_inf_nan=False)
     validate_: Flag = Field(False, alias="validate", description=(

@@ -16,6 +16,7 @@ survive a restart.
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 import uuid
 from collections import OrderedDict, deque
@@ -41,6 +42,8 @@ from smartsched.scheduling.sandbox import Placement, Proposal, Sandbox, SandboxC
 from smartsched.serving.journal import Journal, pod_from_dict, pod_to_dict
 from smartsched.twin.reservations import Reservation as TwinReservation
 from smartsched.twin.state import ClusterState, PodRequest
+
+log = logging.getLogger(__name__)
 
 IDEMPOTENCY_KEEP = 10_000  # answers remembered per site for retries
 # Pods answered, over all the answers remembered: one answer may hold a thousand pods (and
@@ -214,6 +217,8 @@ class SitePlacer:
         self.clock = clock
         self.t0 = clock()
         self.profile = profile
+        self.configured = profile  # the deployment's own; a live reload may replace it
+        self._profile_event: dict[str, Any] | None = None  # the last live reload, journaled
         self.scheduler = make_scheduler(profile, seed)
         self.reservations: dict[str, Reservation] = {}
         self._expiry: list[tuple[float, str]] = []  # heap of (expires_at, reservation id)
@@ -253,7 +258,18 @@ class SitePlacer:
         the operator gave it rather than where the server keeps it: an error then names
         what the operator gave, never the server's paths, and any failure to load (a name
         too long for the file system, an unreadable file) is a ValidationError of
-        ``profile``."""
+        ``profile``.
+
+        The swap is journaled: a replica restarted after a crash (or a failed health
+        check) comes back on it, not on the deployment's profile, as long as the
+        deployment's profile is still the one it replaced (a redeploy with another
+        profile is the operator's newer word)."""
+        self._swap_profile(profile, seed, label)
+        self._profile_event = {"op": "profile", "profile": profile, "label": label,
+                               "seed": seed, "configured": self.configured}
+        self._log(self._profile_event)
+
+    def _swap_profile(self, profile: str, seed: int, label: str | None) -> None:
         try:
             sched = make_scheduler(profile, seed)  # fails before anything changes
         except Exception as e:
@@ -774,7 +790,8 @@ class SitePlacer:
     def _snapshot_events(self) -> list[dict[str, Any]]:
         nodes = ([{"op": "nodes", "nodes": [_node_dict(n) for n in self.registered.values()]}]
                  if self.registered else [])
-        return (nodes + [self._reserve_event(r) for r in self.reservations.values()]
+        profile = [self._profile_event] if self._profile_event is not None else []
+        return (profile + nodes + [self._reserve_event(r) for r in self.reservations.values()]
                 + list(self.escalations.values()))
 
     # ------------------------------------------------------------ escalation queue
@@ -806,9 +823,12 @@ class SitePlacer:
         """Rebuild reservations from the journal; drop those expired meanwhile."""
         live: dict[str, dict[str, Any]] = {}
         nodes: dict[str, NodeSpec] = {}
+        reloaded: dict[str, Any] | None = None
         for e in journal.replay():
             op, rid = e.get("op"), e.get("rid")
-            if op == "nodes":
+            if op == "profile":
+                reloaded = e
+            elif op == "nodes":
                 nodes.update({d["name"]: _node_from_dict(d) for d in e["nodes"]})
             elif op == "reserve":
                 live[rid] = e
@@ -844,6 +864,15 @@ class SitePlacer:
                     zone=zone_names[int(self.state.zone_id[b.node])], devices=b.devices,
                     reservation_id=rid, expires_at=r.expires_at) for b in bookings)
         self.answers.recount()
+        if reloaded is not None and reloaded.get("configured") == self.configured:
+            try:  # the live reload this replica had before it restarted
+                self._swap_profile(str(reloaded["profile"]), int(reloaded.get("seed") or 0),
+                                   reloaded.get("label"))
+                self._profile_event = reloaded
+            except Exception as e:  # e.g. its policy was removed since: the deployment's
+                log.warning("the live reload to %s could not be restored (%s); serving %s",
+                            reloaded.get("label") or reloaded.get("profile"),
+                            type(e).__name__, self.configured)
         # Start the file afresh with the live state only.
         journal.rewrite(self._snapshot_events())
 
