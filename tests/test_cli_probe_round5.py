@@ -263,6 +263,9 @@ def test_a_token_a_header_cannot_carry_is_named(tmp_path: Path,
     with pytest.raises(ServiceUnreachable) as e2:
         c.release("r1")
     assert "secret" not in str(e2.value) and "***@127.0.0.1:9" in str(e2.value)
+    from smartsched.client import shown_url
+
+    assert shown_url("user:secret@host:8000") == "***@host:8000"  # no scheme (review)
 
 
 def test_messages_name_what_is_wrong(tmp_path: Path) -> None:

@@ -61,17 +61,10 @@ def _token(given: str | None, field: str, env: str) -> str | None:
 
 def shown_url(url: str) -> str:
     """``url`` with any credentials in it masked (``http://user:pass@host`` was echoed in
-    errors whole)."""
-    from urllib.parse import urlsplit, urlunsplit
+    errors whole; so was ``user:pass@host``, which has no scheme)."""
+    import re
 
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "(not a URL)"
-    if "@" not in parts.netloc:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+    return re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/?#]*@", r"\1***@", url)
 
 
 class PlacementClient:

@@ -95,7 +95,11 @@ def _guarded(base: type) -> type:
 
         def _expired(self) -> None:
             self._head_timer = None
-            if self.cycle is self._head_cycle and not self.transport.is_closing():
+            # Not once the connection was upgraded (a WebSocket's protocol owns the
+            # transport now, and no new cycle ever comes).
+            owner = getattr(self.transport, "get_protocol", lambda: self)()
+            if (self.cycle is self._head_cycle and owner is self
+                    and not self.transport.is_closing()):
                 self.transport.close()  # no request head in time
 
         def data_received(self, data: bytes) -> None:
@@ -111,7 +115,11 @@ def _guarded(base: type) -> type:
                 self.transport.close()  # a head larger than any we answer
 
         def on_response_complete(self) -> None:
-            if not self.transport.is_closing():  # before a pipelined request may start
+            # Armed for the next head only when no request is in flight: httptools may
+            # have read a pipelined request's head already, and its cycle -- being
+            # answered -- must not count as one still waiting for its head.
+            waiting = self.cycle is None or getattr(self.cycle, "response_complete", True)
+            if waiting and not self.transport.is_closing():  # before a pipelined start
                 keep_alive = float(getattr(self, "timeout_keep_alive", 0) or 0)
                 self._arm(max(HEAD_TIMEOUT_S, keep_alive))
             super().on_response_complete()

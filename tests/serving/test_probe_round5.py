@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -175,7 +176,8 @@ def test_a_live_reload_to_anneal_gets_a_time_limit(tmp_path) -> None:
     assert resolve_reload_profile("anneal:fgd?time_limit_s=0.5", str(models)) == \
         "anneal:fgd?time_limit_s=0.5"
     for bad in ("anneal:fgd?time_limit_s=30", "anneal:fgd?time_limit_s=0",
-                "anneal:fgd?time_limit_s=x", "sandboxed:anneal:fgd?time_limit_s=9"):
+                "anneal:fgd?time_limit_s=x", "sandboxed:anneal:fgd?time_limit_s=9",
+                "anneal:fgd?replicas=1024", "anneal:fgd?k=64&d=16"):
         with pytest.raises(ValidationError) as e:
             resolve_reload_profile(bad, str(models))
         assert e.value.field == "profile"
@@ -283,3 +285,99 @@ def test_lax_fields_are_held_to_their_rules(body: dict, loc: list, needle: str) 
         "*", "k", "k=v", "k=v:NoSchedule", "nvidia.com/gpu=present:NoSchedule",
         "k:NoExecute"]}}
     PlacementRequest.model_validate(ok)
+
+
+def test_a_live_reload_survives_a_restart_that_reapplies_the_user_config(tmp_path) -> None:
+    """Review of round 5: in the distributed topology a site's replica starts on the
+    default profile and Serve then applies the deployment's user_config (reconfigure) at
+    every start, which undid the journaled reload again. ``configure`` keeps a reload made
+    on top of the same deployment profile, and a redeploy to another profile wins."""
+    from smartsched.serving.journal import Journal
+    from smartsched.serving.site import SitePlacer
+    from tests.builders import cluster, node
+
+    spec = cluster(*(node(f"n{i}", cpu=16000, mem=65536) for i in range(4)))
+
+    def replica_start(user_config_profile: str) -> SitePlacer:
+        site = SitePlacer(spec, "k8s-default", journal=Journal(tmp_path / "s.jsonl"))
+        site.configure(user_config_profile)  # Serve's reconfigure(user_config)
+        return site
+
+    site = replica_start("fgd")
+    assert site.profile == "fgd"
+    site.set_profile("bestfit")  # the operator's live reload
+    site.journal.close()
+    site = replica_start("fgd")  # a crash: the same user_config comes back
+    assert site.profile == "bestfit"
+    site.journal.close()
+    site = replica_start("first-fit")  # a redeploy with another profile
+    assert site.profile == "first-fit"
+    site.journal.close()
+    site = replica_start("first-fit")  # and it stands across restarts
+    assert site.profile == "first-fit"
+    site.journal.close()
+
+
+def test_the_guarded_protocols_leave_pipelined_requests_and_websockets_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review of round 5: with httptools, a pipelined request's cycle already existed when
+    the first answer completed, was taken for one waiting for its head, and its connection
+    was closed mid-answer; and an upgraded connection (a WebSocket) was closed at the head
+    deadline."""
+    import asyncio
+    import copy
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+    import uvicorn.config
+    from fastapi import FastAPI
+
+    import smartsched.listen as listen
+
+    monkeypatch.setattr(uvicorn.config, "HTTP_PROTOCOLS",
+                        copy.copy(uvicorn.config.HTTP_PROTOCOLS))
+    monkeypatch.setattr(listen, "HEAD_TIMEOUT_S", 0.5)
+    listen.guard_serve_proxy()
+    app = FastAPI()
+
+    @app.get("/slow")
+    async def slow() -> dict:
+        await asyncio.sleep(1.5)
+        return {"ok": True}
+
+    async def ws(sock: Any) -> None:  # a Starlette route: no annotation to resolve
+        await sock.accept()
+        while True:
+            await sock.send_text(await sock.receive_text())
+
+    app.router.add_websocket_route("/ws", ws)
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=1))
+    loop = asyncio.new_event_loop()
+    t = threading.Thread(target=lambda: loop.run_until_complete(server.serve([sock])),
+                         daemon=True)
+    t.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        one = b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n"
+        got, _ = _talk(port, one + one[:-2] + b"Connection: close\r\n\r\n", 10)
+        assert got.count(b"HTTP/1.1 200") == 2, got[-200:]
+
+        async def echo_after_a_pause() -> str:
+            import websockets
+
+            async with websockets.connect(f"ws://127.0.0.1:{port}/ws") as c:
+                await asyncio.sleep(1.5)  # past the head deadline
+                await c.send("still here")
+                return await asyncio.wait_for(c.recv(), 5)
+
+        assert asyncio.run(echo_after_a_pause()) == "still here"
+    finally:
+        server.should_exit = True
+        t.join(10)

@@ -9,11 +9,12 @@ folder per scheduler under ``out`` -- and writing the comparison as
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from smartsched.outputs import json_text
 
 SHIPPED_POLICY = "models/ppo_mixed_small"  # relative to the working directory
 DEMO_WORKLOAD = "mixed"
@@ -53,5 +54,5 @@ def run_demo(out: str | Path, *, cluster: str = "small", hours: float = 24.0, se
     table = comparison_table(reports)
     out.mkdir(parents=True, exist_ok=True)
     (out / "comparison.txt").write_text(table + "\n")
-    (out / "comparison.json").write_text(json.dumps(reports, indent=2) + "\n")
+    (out / "comparison.json").write_text(json_text(reports))  # strict JSON: NaN is null
     return DemoResult(reports, table)

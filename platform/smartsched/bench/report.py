@@ -9,7 +9,6 @@ curve). Reads the engine; computes no metric itself.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -51,15 +50,9 @@ def write_report(out: Path, engine: Engine, report: dict[str, Any], plots: bool 
 
 
 def write_report_json(out: Path, report: dict[str, Any]) -> None:
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default) + "\n")
+    from smartsched.outputs import json_text  # strict JSON: NaN is null
 
-
-def _json_default(o: object) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+    (out / "report.json").write_text(json_text(report))
 
 
 def write_plots(out: Path, engine: Engine, metrics: dict[str, Any]) -> None:

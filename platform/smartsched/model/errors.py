@@ -74,8 +74,10 @@ class ServiceUnavailableError(SmartSchedError):
 
 # A quoted value in a message: what the client sent (an unknown region, reservation id,
 # request id, gang id, GPU model or option name), which an error answer never repeats; a
-# quote inside a word (an apostrophe) is not one.
-_QUOTED = re.compile(r"""(?<![\w])(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")(?![\w])""")
+# quote inside a word (an apostrophe) is not one, nor is one quoted character (the JSON
+# parser's "Expecting ',' delimiter").
+_QUOTED = re.compile(
+    r"""(?<![\w])(?:'(?:[^'\\]|\\.){2,}'|"(?:[^"\\]|\\.){2,}"|''|"")(?![\w])""")
 
 
 def unechoed(msg: str) -> str:

@@ -163,9 +163,9 @@ def split_wrapper_spec(wrapper: str, spec: str, own: Collection[str]
         key = sorted(parsed)[0][:64]
         raise ValidationError(
             f"scheduler.{key}",
-            f"{key!r} is an option of {wrapper}: and of its base {head.split(':')[0]}: "
-            f"alike; write {wrapper}:{head}??{query} for {wrapper}:'s, or "
-            f"{wrapper}:{head}?{query}? for the base's")
+            f"an option of {wrapper}: and of its base {head.split(':')[0][:32]}: alike; "
+            f"write {wrapper}:<base>??<options> for {wrapper}:'s, or "
+            f"{wrapper}:<base>?<options>? for the base's")
     return head, parsed
 
 

@@ -233,8 +233,8 @@ class SiteDeployment:
         """Live policy reload: ``{profile: <name|rl:PATH>}`` swaps the profile in place
         (on the replica's event loop, between requests: the site keeps one writer)."""
         profile = (user_config or {}).get("profile")
-        if profile:
-            self.tier.set_profile(str(profile))
+        if profile:  # the deployment's profile (Serve calls this at every replica start)
+            self.tier.configure(str(profile))
 
     async def place(self, pods: list, ttl_s: float, rid: str | None,
                     validate: bool = False) -> list[dict[str, Any]]:

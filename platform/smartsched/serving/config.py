@@ -341,11 +341,20 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
 # answers nobody while it searches (``sweeps=100000`` held a region for 100 s, past
 # Serve's health check, which then restarted it).
 RELOAD_ANNEAL_TIME_S = 2.0
+# ... and the options that size what one window builds and holds before any deadline is
+# looked at (the problem's candidates, the replicas the annealer keeps and repairs).
+RELOAD_ANNEAL_MAX = {"window": 5000, "k": 32, "d": 8, "replicas": 32, "batch": 1024}
 
 
 def _anneal_time_limit(parsed: dict[str, list[str]]) -> dict[str, list[str]]:
     """An ``anneal:`` reload's options with ``time_limit_s`` set (default, and at most,
-    RELOAD_ANNEAL_TIME_S), or a ValidationError naming ``profile``."""
+    RELOAD_ANNEAL_TIME_S) and its size options within RELOAD_ANNEAL_MAX, or a
+    ValidationError naming ``profile``."""
+    for key, most in RELOAD_ANNEAL_MAX.items():
+        raw = parsed.get(key, [None])[-1]
+        if raw is not None and not (raw.isdigit() and int(raw) <= most):
+            raise ValidationError("profile", f"anneal: {key} must be a whole number of at "
+                                  f"most {most:,} in a live reload")
     given = parsed.get("time_limit_s", [None])[-1]
     if given is None:
         return {**parsed, "time_limit_s": [f"{RELOAD_ANNEAL_TIME_S:g}"]}

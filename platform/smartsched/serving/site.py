@@ -265,6 +265,32 @@ class SitePlacer:
         deployment's profile is still the one it replaced (a redeploy with another
         profile is the operator's newer word)."""
         self._swap_profile(profile, seed, label)
+        self._record_profile(profile, label, seed)
+
+    def configure(self, profile: str, seed: int = 0) -> None:
+        """The deployment's own profile (Serve's user_config, applied at every replica
+        start and at a redeploy). When the journal holds a live reload made on top of this
+        same deployment profile -- a replica restarted after a reload -- the reload stays;
+        otherwise the deployment's profile is served (a redeploy is the operator's newer
+        word)."""
+        self.configured = profile
+        ev = self._profile_event
+        if ev is not None and ev.get("configured") == profile:
+            if self.profile != (ev.get("label") or ev["profile"]):
+                try:
+                    self._swap_profile(str(ev["profile"]), int(ev.get("seed") or 0),
+                                       ev.get("label"))
+                    return
+                except Exception as e:  # its policy was removed since, say
+                    log.warning("the live reload to %s could not be restored (%s); "
+                                "serving %s", ev.get("label") or ev["profile"],
+                                type(e).__name__, profile)
+            else:
+                return
+        self._swap_profile(profile, seed, None)
+        self._record_profile(profile, None, seed)
+
+    def _record_profile(self, profile: str, label: str | None, seed: int) -> None:
         self._profile_event = {"op": "profile", "profile": profile, "label": label,
                                "seed": seed, "configured": self.configured}
         self._log(self._profile_event)
@@ -864,11 +890,13 @@ class SitePlacer:
                     zone=zone_names[int(self.state.zone_id[b.node])], devices=b.devices,
                     reservation_id=rid, expires_at=r.expires_at) for b in bookings)
         self.answers.recount()
+        # Kept (and rewritten with the live state) until ``configure`` says which
+        # deployment profile this replica has: Serve applies the user_config after init.
+        self._profile_event = reloaded
         if reloaded is not None and reloaded.get("configured") == self.configured:
             try:  # the live reload this replica had before it restarted
                 self._swap_profile(str(reloaded["profile"]), int(reloaded.get("seed") or 0),
                                    reloaded.get("label"))
-                self._profile_event = reloaded
             except Exception as e:  # e.g. its policy was removed since: the deployment's
                 log.warning("the live reload to %s could not be restored (%s); serving %s",
                             reloaded.get("label") or reloaded.get("profile"),

@@ -514,6 +514,11 @@ class SiteTier:
         self.placer.set_profile(profile, label=label)
         return self.placer.profile
 
+    def configure(self, profile: str) -> str:
+        """The deployment's profile (its user_config): see ``SitePlacer.configure``."""
+        self.placer.configure(profile)
+        return self.placer.profile
+
 
 class CloudTier:
     """The global tier: region choice, spill-over, edge-first for latency-bound pods."""

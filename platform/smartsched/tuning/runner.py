@@ -24,7 +24,6 @@ Layout of ``output_dir``::
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 from smartsched.model.configfile import deep_merge
 from smartsched.model.errors import ValidationError
 from smartsched.objectives.reward import COMPONENTS
+from smartsched.outputs import json_text
 from smartsched.tuning.sweep import Evaluation, Objective, SweepConfig
 
 
@@ -229,7 +229,7 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
     echo(f"baseline {sweep.evaluation.baseline} on {sweep.evaluation.cluster}, "
          f"seeds {sweep.evaluation.seeds} ...")
     base = evaluate(sweep.evaluation.baseline, sweep.evaluation, sweep.objectives)
-    (out / "baseline.json").write_text(json.dumps(base, indent=2) + "\n")
+    (out / "baseline.json").write_text(json_text(base))  # strict JSON: NaN is null
 
     _init_ray(out, train_cfg.num_cpus)
     require_cpus(*trial_cpus, echo=echo)
@@ -300,7 +300,7 @@ def run_sweep(sweep_path: str | Path, *, num_samples: int | None = None,
                "trials": rows,
                "recommended": {k: {"trial": v["trial"], "score": v["score"],
                                    "weights": v["row"]["weights"]} for k, v in recs.items()}}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.json").write_text(json_text(summary))
     echo(table)
     echo("recommended per scenario: " + ", ".join(f"{k} -> {v['trial']}"
                                                   for k, v in recs.items()))
