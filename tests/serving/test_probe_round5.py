@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -72,6 +74,40 @@ def _talk(port: int, data: bytes, wait: float) -> tuple[bytes, float]:
             got += chunk
 
 
+@contextlib.contextmanager
+def _guarded_server(monkeypatch: pytest.MonkeyPatch, app: Any, sock: Any,
+                    keep_alive_s: float) -> Iterator[int]:
+    """``app`` served by uvicorn, with Serve's defaults, on ``sock`` in a thread, after the
+    proxy hook (``listen.guard_serve_proxy``) with a 0.5 s head deadline; its port."""
+    import asyncio
+    import copy
+    import threading
+    import time
+
+    import uvicorn
+    import uvicorn.config
+
+    import smartsched.listen as listen
+
+    monkeypatch.setattr(uvicorn.config, "HTTP_PROTOCOLS",
+                        copy.copy(uvicorn.config.HTTP_PROTOCOLS))
+    monkeypatch.setattr(listen, "HEAD_TIMEOUT_S", 0.5)
+    assert listen.guard_serve_proxy() == []
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning",
+                                           timeout_keep_alive=keep_alive_s))
+    loop = asyncio.new_event_loop()
+    t = threading.Thread(target=lambda: loop.run_until_complete(server.serve([sock])),
+                         daemon=True)
+    t.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        yield sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        t.join(10)
+
+
 def test_a_uvicorn_server_after_the_proxy_hook_bounds_request_heads(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Serve's proxy runs its own uvicorn (httptools, no protocol option): the hook Ray
@@ -80,31 +116,15 @@ def test_a_uvicorn_server_after_the_proxy_hook_bounds_request_heads(
     Serve's proxy uses: a silent connection is closed at the head deadline, a 100 KiB
     header line is cut off, a normal request is answered, and a kept-alive connection
     idle past the head deadline (within keep-alive) still serves its next request."""
-    import asyncio
-    import copy
     import socket
     import threading
 
-    import uvicorn
     import uvicorn.config
 
-    import smartsched.listen as listen
     from tests.serving.test_probe_round4 import ok_app_on_a_socket
 
-    monkeypatch.setattr(uvicorn.config, "HTTP_PROTOCOLS",
-                        copy.copy(uvicorn.config.HTTP_PROTOCOLS))
-    monkeypatch.setattr(listen, "HEAD_TIMEOUT_S", 0.5)
-    assert listen.guard_serve_proxy() == []
     app, sock = ok_app_on_a_socket()
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=5))
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=lambda: loop.run_until_complete(server.serve([sock])),
-                         daemon=True)
-    t.start()
-    try:
-        while not server.started:
-            threading.Event().wait(0.01)
+    with _guarded_server(monkeypatch, app, sock, keep_alive_s=5) as port:
         silent, took = _talk(port, b"GET /ok HTTP/1.1\r\n", 5)
         assert silent == b"" and took < 3, (silent[:80], took)
         big, _ = _talk(port, b"GET /ok HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 100_000, 5)
@@ -123,9 +143,6 @@ def test_a_uvicorn_server_after_the_proxy_hook_bounds_request_heads(
                 threading.Event().wait(1.0)
         protocol = uvicorn.config.HTTP_PROTOCOLS["auto"]
         assert protocol.endswith(":GuardedHttpToolsProtocol"), protocol
-    finally:
-        server.should_exit = True
-        t.join(10)
 
 
 @pytest.mark.slow
@@ -325,21 +342,10 @@ def test_the_guarded_protocols_leave_pipelined_requests_and_websockets_alone(
     was closed mid-answer; and an upgraded connection (a WebSocket) was closed at the head
     deadline."""
     import asyncio
-    import copy
     import socket
-    import threading
-    import time
 
-    import uvicorn
-    import uvicorn.config
     from fastapi import FastAPI
 
-    import smartsched.listen as listen
-
-    monkeypatch.setattr(uvicorn.config, "HTTP_PROTOCOLS",
-                        copy.copy(uvicorn.config.HTTP_PROTOCOLS))
-    monkeypatch.setattr(listen, "HEAD_TIMEOUT_S", 0.5)
-    listen.guard_serve_proxy()
     app = FastAPI()
 
     @app.get("/slow")
@@ -353,18 +359,9 @@ def test_the_guarded_protocols_leave_pipelined_requests_and_websockets_alone(
             await sock.send_text(await sock.receive_text())
 
     app.router.add_websocket_route("/ws", ws)
-
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=1))
-    loop = asyncio.new_event_loop()
-    t = threading.Thread(target=lambda: loop.run_until_complete(server.serve([sock])),
-                         daemon=True)
-    t.start()
-    try:
-        while not server.started:
-            time.sleep(0.01)
+    with _guarded_server(monkeypatch, app, sock, keep_alive_s=1) as port:
         one = b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n"
         got, _ = _talk(port, one + one[:-2] + b"Connection: close\r\n\r\n", 10)
         assert got.count(b"HTTP/1.1 200") == 2, got[-200:]
@@ -378,6 +375,3 @@ def test_the_guarded_protocols_leave_pipelined_requests_and_websockets_alone(
                 return await asyncio.wait_for(c.recv(), 5)
 
         assert asyncio.run(echo_after_a_pause()) == "still here"
-    finally:
-        server.should_exit = True
-        t.join(10)
