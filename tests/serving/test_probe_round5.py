@@ -375,3 +375,21 @@ def test_the_guarded_protocols_leave_pipelined_requests_and_websockets_alone(
                 return await asyncio.wait_for(c.recv(), 5)
 
         assert asyncio.run(echo_after_a_pause()) == "still here"
+
+
+def test_query_integers_are_digits_as_body_integers_are() -> None:
+    """HTTP probe 5: ``?limit=1.0`` and ``?limit=+1`` were read as 1, where the body
+    refuses ``100.0`` for an integer."""
+    from tests.serving.test_probe_http_surface import OPERATOR, FakeIngress, call_raw
+
+    op = [("Authorization", f"Bearer {OPERATOR}")]
+    for raw in ("1.0", "%2B1", "1e2", "%EF%BC%91", "-0"):
+        status, _, body = call_raw(FakeIngress(), "GET", f"/v1/admin/experience?limit={raw}",
+                                   headers=op)
+        assert status == 422, (raw, body)
+        assert json.loads(body)["detail"][0]["loc"] == ["query", "limit"]
+    assert call_raw(FakeIngress(), "GET", "/v1/admin/experience?limit=5", headers=op)[0] == 200
+    _, _, doc = call_raw(FakeIngress(), "GET", "/openapi.json")
+    params = json.loads(doc)["paths"]["/v1/admin/experience"]["get"]["parameters"]
+    schema = next(p["schema"] for p in params if p["name"] == "limit")
+    assert schema["type"] == "integer" and schema["maximum"] == 100_000

@@ -25,13 +25,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, Response, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
+from pydantic import BeforeValidator
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -1091,8 +1092,20 @@ async def _update_sites(ing: Any, per_site: dict[str, tuple[list, dict]],
                                  return_exceptions=True)
 
 
+def _whole_number(v: Any) -> Any:
+    """A query integer written as digits only, as the body's integers must be (``1.0`` and
+    ``+1`` were read as 1)."""
+    if isinstance(v, str) and not (v.isascii() and v.isdigit()):
+        raise ValueError("must be a whole number written as digits")
+    return v
+
+
+DIGITS = BeforeValidator(_whole_number)
+
+
 @app_api.get("/v1/admin/experience", dependencies=OPERATOR_AUTH)
-async def experience(request: Request, limit: int = Query(2000, ge=0, le=100_000),
+async def experience(request: Request,
+                     limit: Annotated[int, Query(ge=0, le=100_000), DIGITS] = 2000,
                      ing: Any = Depends(_ingress)) -> Any:
     """The pods the sites were recently asked to place (each site's last ``limit``), oldest
     first per site: what continuous learning replays on the twin (operator credential)."""
@@ -1106,7 +1119,8 @@ async def experience(request: Request, limit: int = Query(2000, ge=0, le=100_000
 
 
 @app_api.get("/v1/admin/sites/{site}/escalations", dependencies=OPERATOR_AUTH)
-async def escalations(site: str, request: Request, limit: int = Query(100, ge=0, le=10_000),
+async def escalations(site: str, request: Request,
+                      limit: Annotated[int, Query(ge=0, le=10_000), DIGITS] = 100,
                       ing: Any = Depends(_ingress)) -> Any:
     """An MEC site's autonomy state: whether it reaches its region, the escalations it
     queued while it did not, and the region's answers to the ones reconciled since
