@@ -393,3 +393,33 @@ def test_query_integers_are_digits_as_body_integers_are() -> None:
     params = json.loads(doc)["paths"]["/v1/admin/experience"]["get"]["parameters"]
     schema = next(p["schema"] for p in params if p["name"] == "limit")
     assert schema["type"] == "integer" and schema["maximum"] == 100_000
+
+
+def test_a_stale_reload_is_not_revived_by_a_redeploy_back(tmp_path) -> None:
+    """Single-process topology (the ingress builds each site with its profile and then
+    configures it, as ``in_process_sites`` does): a reload made on top of k8s-default, a
+    redeploy to bestfit, then a redeploy back to k8s-default serves k8s-default, not the
+    old reload."""
+    from smartsched.serving.journal import Journal
+    from smartsched.serving.site import SitePlacer
+    from tests.builders import cluster, node
+
+    spec = cluster(*(node(f"n{i}", cpu=16000, mem=65536) for i in range(4)))
+
+    def built(profile: str) -> SitePlacer:
+        site = SitePlacer(spec, profile, journal=Journal(tmp_path / "s.jsonl"))
+        site.configure(site.configured)
+        return site
+
+    site = built("k8s-default")
+    site.set_profile("fgd")
+    site.journal.close()
+    site = built("k8s-default")  # a restart
+    assert site.profile == "fgd"
+    site.journal.close()
+    site = built("bestfit")  # a redeploy
+    assert site.profile == "bestfit"
+    site.journal.close()
+    site = built("k8s-default")  # and back
+    assert site.profile == "k8s-default"
+    site.journal.close()

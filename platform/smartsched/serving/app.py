@@ -177,8 +177,17 @@ def in_process_sites(args: dict[str, Any], h: Any) -> tuple[dict[str, Any], dict
     """Every region and MEC site built in this process (regions first: an edge site's
     escalations go to its region's object), as handles the cloud tier calls."""
     plain = SiteDeployment.func_or_class
-    regions = {r: InProcessSite(plain(args, r)) for r in h.regions}
-    edges = {e: InProcessSite(plain(args, e, regions[h.parent[e]])) for e in h.edges}
+
+    def built(*a: Any) -> InProcessSite:
+        site = plain(args, *a)
+        # As Serve's reconfigure does for a replica of its own: the deployment's profile,
+        # keeping a journaled live reload made on top of it (and superseding one made on
+        # top of another, which a redeploy back to that profile would have revived).
+        site.tier.configure(site.tier.placer.configured)
+        return InProcessSite(site)
+
+    regions = {r: built(r) for r in h.regions}
+    edges = {e: built(e, regions[h.parent[e]]) for e in h.edges}
     return regions, edges
 
 
