@@ -1936,7 +1936,6 @@ def bench_federation(data: str, cluster: str, sites: str | None, partition: str,
                     tuple(x.strip() for x in references.split(",") if x.strip()))
 
 
-
 @bench.command("telemetry")
 @click.option("--clusters", callback=_name_list, default="small,medium,large", show_default=True)
 @click.option("--hours", default=2.0, show_default=True, help="Simulated before measuring.",

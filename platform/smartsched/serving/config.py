@@ -320,16 +320,16 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
         except ValidationError as e:
             raise ValidationError("profile", e.message) from None
         target = resolve_reload_profile(base, models_dir)
+        # parsed came from the last part: held as written there.
+        query = rest.rpartition("?")[2] if parsed else ""
         if prefix == "anneal":
-            parsed = _anneal_time_limit(parsed)
-            rest = f"{base}?" + "&".join(f"{k}={v[-1]}" for k, v in parsed.items())
+            parsed = _anneal_reload_options(parsed)
+            query = "&".join(f"{k}={v[-1]}" for k, v in parsed.items())
         if not parsed:  # a base's own last part must not read as the wrapper's
             return f"{prefix}:{target}?" if "?" in target else f"{prefix}:{target}"
         ambiguous = "?" not in target and set(parsed) <= (option_names(target) or set())
         sep = "??" if ambiguous else "?"
-        # parsed came from the last part: held as written there.
-        query = _held_options(rest.rpartition("?")[2], models_dir, inside)
-        return f"{prefix}:{target}{sep}{query}"
+        return f"{prefix}:{target}{sep}{_held_options(query, models_dir, inside)}"
     path, sep, query = rest.partition("?") if prefix else (rest, "", "")
     target = str(inside(path))  # rl:'s rest is a path
     if sep:
@@ -346,7 +346,7 @@ RELOAD_ANNEAL_TIME_S = 2.0
 RELOAD_ANNEAL_MAX = {"window": 5000, "k": 32, "d": 8, "replicas": 32, "batch": 1024}
 
 
-def _anneal_time_limit(parsed: dict[str, list[str]]) -> dict[str, list[str]]:
+def _anneal_reload_options(parsed: dict[str, list[str]]) -> dict[str, list[str]]:
     """An ``anneal:`` reload's options with ``time_limit_s`` set (default, and at most,
     RELOAD_ANNEAL_TIME_S) and its size options within RELOAD_ANNEAL_MAX, or a
     ValidationError naming ``profile``."""

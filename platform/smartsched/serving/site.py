@@ -275,20 +275,23 @@ class SitePlacer:
         word)."""
         self.configured = profile
         ev = self._profile_event
-        if ev is not None and ev.get("configured") == profile:
-            if self.profile != (ev.get("label") or ev["profile"]):
-                try:
-                    self._swap_profile(str(ev["profile"]), int(ev.get("seed") or 0),
-                                       ev.get("label"))
-                    return
-                except Exception as e:  # its policy was removed since, say
-                    log.warning("the live reload to %s could not be restored (%s); "
-                                "serving %s", ev.get("label") or ev["profile"],
-                                type(e).__name__, profile)
-            else:
-                return
+        if ev is not None and ev.get("configured") == profile and (
+                self.profile == (ev.get("label") or ev["profile"]) or self._restore(ev)):
+            return
         self._swap_profile(profile, seed, None)
         self._record_profile(profile, None, seed)
+
+    def _restore(self, ev: dict[str, Any]) -> bool:
+        """Serve the journaled live reload ``ev`` again; False (logged) when it no longer
+        loads (its policy was removed since, say)."""
+        try:
+            self._swap_profile(str(ev["profile"]), int(ev.get("seed") or 0), ev.get("label"))
+            return True
+        except Exception as e:
+            log.warning("the live reload to %s could not be restored (%s); serving %s",
+                        ev.get("label") or ev.get("profile"), type(e).__name__,
+                        self.configured)
+            return False
 
     def _record_profile(self, profile: str, label: str | None, seed: int) -> None:
         self._profile_event = {"op": "profile", "profile": profile, "label": label,
@@ -894,13 +897,7 @@ class SitePlacer:
         # deployment profile this replica has: Serve applies the user_config after init.
         self._profile_event = reloaded
         if reloaded is not None and reloaded.get("configured") == self.configured:
-            try:  # the live reload this replica had before it restarted
-                self._swap_profile(str(reloaded["profile"]), int(reloaded.get("seed") or 0),
-                                   reloaded.get("label"))
-            except Exception as e:  # e.g. its policy was removed since: the deployment's
-                log.warning("the live reload to %s could not be restored (%s); serving %s",
-                            reloaded.get("label") or reloaded.get("profile"),
-                            type(e).__name__, self.configured)
+            self._restore(reloaded)  # the live reload this replica had before it restarted
         # Start the file afresh with the live state only.
         journal.rewrite(self._snapshot_events())
 
