@@ -48,16 +48,17 @@ def wait_healthy(url: str, timeout_s: float = 60.0, alive: Any = None) -> bool:
     return False
 
 
-def asgi_call(app: Any, method: str, path: str) -> tuple[dict, bytes]:
-    """One bodiless request straight through an ASGI ``app`` (no server): the response's
-    start message and its body."""
+def asgi_call(app: Any, method: str, path: str,
+              headers: list[tuple[bytes, bytes]] | None = None) -> tuple[dict, bytes]:
+    """One bodiless request (with ``headers``) straight through an ASGI ``app`` (no
+    server): the response's start message and its body."""
     import asyncio
 
     sent: list[dict] = []
 
     async def call() -> None:
         scope = {"type": "http", "method": method, "path": path, "root_path": "",
-                 "headers": [], "query_string": b"", "http_version": "1.1",
+                 "headers": list(headers or []), "query_string": b"", "http_version": "1.1",
                  "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
 
         async def receive() -> dict:

@@ -13,6 +13,10 @@ import pytest
 
 from smartsched.paths import data_dir as _data_dir
 
+# The body limit of the service the tests deploy (tests/serving/conftest.py), which the
+# session's Serve proxy enforces too (listen.DeclaredBodyLimit).
+SERVICE_MAX_BODY_BYTES = 256 * 1024
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
@@ -35,10 +39,12 @@ def ray_session(tmp_path_factory: pytest.TempPathFactory):
     trainable.DEFAULT_STORAGE_PATH = str(root / "results")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     # Serve's proxy guarded as the embedded Ray of `smartsched serve` has it (ray_local).
-    from smartsched.listen import SERVE_PROXY_CALLBACK
+    from smartsched.listen import PROXY_BODY_LIMIT_ENV, SERVE_PROXY_CALLBACK
     from smartsched.ray_local import SERVE_PROXY_CALLBACK_ENV
 
     os.environ.setdefault(SERVE_PROXY_CALLBACK_ENV, SERVE_PROXY_CALLBACK)
+    # ... with the test service's body limit, as `smartsched serve` passes its config's.
+    os.environ.setdefault(PROXY_BODY_LIMIT_ENV, str(SERVICE_MAX_BODY_BYTES))
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(root / "tmp"),
              log_to_driver=False, ignore_reinit_error=True)
     yield ray

@@ -12,6 +12,8 @@ servers and of Ray Serve's proxy.
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 from typing import Any
 
@@ -168,10 +170,50 @@ def __getattr__(name: str) -> Any:
 SERVE_PROXY_CALLBACK = "smartsched.listen:guard_serve_proxy"
 
 
+# The service's body limit, for Serve's proxy (set by ``smartsched serve`` before it starts
+# the embedded Ray, whose processes inherit it; on a cluster of your own, set it in the
+# environment of ``ray start`` beside the callback variable).
+PROXY_BODY_LIMIT_ENV = "SMARTSCHED_PROXY_MAX_BODY_BYTES"
+
+
+class DeclaredBodyLimit:
+    """ASGI middleware for Serve's proxy: a request whose Content-Length is over ``limit``
+    gets the service's 413 at once, its body unread. The service checks the same limit, but
+    in its replica, after the proxy has begun to stream the body there -- and uvicorn
+    answers a client's ``Expect: 100-continue`` as soon as the body is read, so such a
+    client was told to go on and sent the whole body before its 413."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+            if declared.isdigit() and int(declared) > self.limit:
+                body = json.dumps({"detail": [{"loc": ["body"], "msg": (
+                    f"body of {int(declared)} bytes exceeds {self.limit}")}]}).encode()
+                await send({"type": "http.response.start", "status": 413, "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def proxy_body_limit() -> int | None:
+    """The limit ``PROXY_BODY_LIMIT_ENV`` sets (None: unset, or not a whole number >= 1)."""
+    raw = os.environ.get(PROXY_BODY_LIMIT_ENV, "")
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) >= 1 else None
+
+
 def guard_serve_proxy() -> list[Any]:
     """Make every uvicorn server this process starts from here on use the guarded
     protocols (the head deadline and size cap): Serve's proxy held a connection that never
-    finished its request head for ever. Returns no middlewares (the hook's other use)."""
+    finished its request head for ever. Returns the proxy's middlewares (the hook's other
+    use): ``DeclaredBodyLimit`` where ``PROXY_BODY_LIMIT_ENV`` gives the limit, else
+    none."""
     import importlib.util
 
     import uvicorn.config
@@ -182,7 +224,12 @@ def guard_serve_proxy() -> list[Any]:
         "auto": f"{__name__}:Guarded{'HttpTools' if tools else 'H11'}Protocol",
         "h11": f"{__name__}:GuardedH11Protocol",
         "httptools": f"{__name__}:GuardedHttpToolsProtocol"})
-    return []
+    limit = proxy_body_limit()
+    if limit is None:
+        return []
+    from starlette.middleware import Middleware
+
+    return [Middleware(DeclaredBodyLimit, limit=limit)]
 
 
 def guarded_server_config(app: Any, **kw: Any) -> Any:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.builders import free_port, wait_healthy
+from tests.conftest import SERVICE_MAX_BODY_BYTES
 
 TOKEN = "test-token-0123456789abcdef"
 OPERATOR_TOKEN = "test-operator-0123456789abcdef"
@@ -34,7 +35,7 @@ def serve_args(tmp_path_factory: pytest.TempPathFactory) -> dict:
     (root / "compliance.yaml").write_text(
         "compliance:\n  tenants: [bank, retail]\n  residency: {bank: [region-a]}\n"
         "  isolation:\n    - between: [tenant:bank, tenant:retail]\n")
-    return {"cluster": "medium", "max_body_bytes": 256 * 1024,
+    return {"cluster": "medium", "max_body_bytes": SERVICE_MAX_BODY_BYTES,
             "auth": {"token_file": str(token_file), "operator_token_file": str(operator_file),
                      "tenants": tenants},
             "journal_dir": str(Path(root) / "journal"), "models_dir": str(models),

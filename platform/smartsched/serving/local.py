@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from smartsched.listen import PROXY_BODY_LIMIT_ENV
 from smartsched.model.configfile import read_yaml
 from smartsched.model.errors import ValidationError
 from smartsched.ray_local import private_dir, secret_file, start_embedded_ray
@@ -203,6 +204,8 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str | 
     if ray_address is not None:
         ray.init(address=ray_address, log_to_driver=False)
     elif not ray.is_initialized():
+        # Serve's proxy answers an over-long declared body itself (listen.DeclaredBodyLimit).
+        os.environ[PROXY_BODY_LIMIT_ENV] = str(cfg.max_body_bytes)
         start_embedded_ray(state)
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(args), name="placement", route_prefix="/")
