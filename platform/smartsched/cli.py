@@ -1780,19 +1780,24 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
               help="--twin: batch placement variants (also: green, time+green -- "
               "GreenScore instead of GridCarbon; green-run, time+green-run -- GreenScore "
               "on the renewable share expected over the pod's run).")
+@click.option("--exact-hours", default=None,
+              help="Also what the same rule captures were the forecast exact for the first "
+              "k hours ahead, for each k (comma-separated, 1-168): a what-if that reads the "
+              "future, to size what a better forecast could buy.")
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
 def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str | None,
-                 twin: bool, days: str, hours: float, variants: str, workers: int | None,
-                 json_path: str | None) -> None:
+                 twin: bool, days: str, hours: float, variants: str, exact_hours: str | None,
+                 workers: int | None, json_path: str | None) -> None:
     """Issue 20: temporal shifting by forecast against the perfect-knowledge bound (or,
     with --twin, temporal and spatial shifting in the twin)."""
     from smartsched.bench.carbon import run_carbon, run_twin_carbon
 
     # An option of the other experiment was ignored without a word (--days -1 ran).
     ctx = click.get_current_context()
-    other = ("jobs", "seed", "plot") if twin else ("days", "hours", "variants", "workers")
+    other = (("jobs", "seed", "plot", "exact_hours") if twin
+             else ("days", "hours", "variants", "workers"))
     for name in other:
         if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
             raise click.BadParameter("applies only " + ("without" if twin else "with")
@@ -1807,7 +1812,11 @@ def bench_carbon(series: str, slack_hours: str, jobs: int, seed: int, plot: str 
         _write_json(json_path, res)
         return
     names = [s for s in series.split(",") if s]
-    res = run_carbon(names, slacks, jobs=jobs, seed=seed, plot=plot, echo=click.echo)
+    # Past the longest deadline no forecast is read: k is then the same as that deadline.
+    exact = (_int_list(exact_hours, "--exact-hours", 1, max(slacks))
+             if exact_hours is not None else [])
+    res = run_carbon(names, slacks, jobs=jobs, seed=seed, plot=plot, echo=click.echo,
+                     exact_hours=exact)
     _write_json(json_path, res)
 
 

@@ -108,3 +108,42 @@ def test_the_command_takes_a_file_and_names_a_bad_one(own_file: Path) -> None:
     bad = CliRunner().invoke(main, ["bench", "carbon", "--series", "nope.csv"])
     assert bad.exit_code != 0 and "unknown series 'nope.csv'" in bad.output
     assert "Traceback" not in bad.output
+
+
+def test_the_exact_forecast_what_if_reads_the_true_values_and_captures_all_when_long(
+        own_file: Path, data_dir: Path) -> None:
+    """``--exact-hours``: the forecast's first k horizons replaced by the truth. Exact over
+    the whole deadline, the rank rule takes the bound's hours (captures 100 %); the
+    forecaster's own row is unchanged beside it."""
+    from smartsched.bench.carbon import exact_ahead, run_carbon
+    from smartsched.carbon.forecast import ForecastTable
+
+    y = np.arange(10.0)
+    table = ForecastTable(np.full((10, 4), -1.0), "f")
+    rows = exact_ahead(y, table, 2).rows
+    assert rows[3].tolist() == [4.0, 5.0, -1.0, -1.0]  # hours 4, 5 exact; the rest kept
+    assert np.isnan(rows[9, :2]).all() and np.isnan(rows[8, 1])  # past the series' end
+    assert (table.rows == -1.0).all()  # the forecaster's table is not changed
+    lines: list[str] = []
+    plain = run_carbon([str(own_file)], [24], jobs=30, seed=3, data_dir=data_dir,
+                       echo=lines.append)
+    res = run_carbon([str(own_file)], [24], jobs=30, seed=3, data_dir=data_dir,
+                     echo=lines.append, exact_hours=[6, 24])
+    for r, p in zip(res["rows"], plain["rows"], strict=True):
+        assert r["captured_pct"] == p["captured_pct"]
+        if r["interruptible"]:
+            assert r["captured_if_exact_pct"][24] == pytest.approx(100.0)
+    assert "exact 6 h | exact 24 h" in lines[-1]
+
+
+def test_the_exact_forecast_option_is_bounded_by_the_deadlines(own_file: Path) -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    for bad in ("0", "25", "6,6", "x", ""):
+        r = CliRunner().invoke(main, ["bench", "carbon", "--series", str(own_file), "--jobs",
+                                      "5", "--slack-hours", "24", "--exact-hours", bad])
+        assert r.exit_code == 2 and "--exact-hours" in r.output, (bad, r.output)
+    r = CliRunner().invoke(main, ["bench", "carbon", "--twin", "--exact-hours", "6"])
+    assert r.exit_code == 2 and "only without --twin" in r.output

@@ -83,10 +83,26 @@ def evaluate(y: np.ndarray, table: ForecastTable, jobs: Sequence[Job]) -> dict[s
     }
 
 
+def exact_ahead(y: np.ndarray, table: ForecastTable, hours: int) -> ForecastTable:
+    """``table`` with its first ``hours`` horizons replaced by the true values: a what-if
+    (how much a forecast exact that far ahead would capture), never a policy -- it reads
+    the future."""
+    rows = table.rows.copy()
+    n = y.size
+    for h in range(1, min(hours, table.horizon) + 1):
+        rows[: n - h, h - 1] = y[h:]
+        rows[n - h:, h - 1] = np.nan
+    return ForecastTable(rows, f"exact for {hours} h")
+
+
 def run_carbon(series: Sequence[str] = SERIES, slacks: Sequence[int] = (24, 48),
                jobs: int = 2000, seed: int = 0, plot: str | Path | None = None,
-               data_dir: Path | None = None, echo: Callable[[str], Any] = print
-               ) -> dict[str, Any]:
+               data_dir: Path | None = None, echo: Callable[[str], Any] = print,
+               exact_hours: Sequence[int] = ()) -> dict[str, Any]:
+    """The forecast-driven policy against the bound for each series, deadline and
+    pausability. ``exact_hours``: also what the same rule captures when the forecast is
+    exact for the first k hours ahead (the forecaster's after), for each k -- how much a
+    better forecast could buy, which no forecaster from the series' past reaches."""
     from smartsched.model.carbon import load_series
     from smartsched.paths import data_dir as default_data_dir
 
@@ -109,8 +125,13 @@ def run_carbon(series: Sequence[str] = SERIES, slacks: Sequence[int] = (24, 48),
         for slack in slacks:
             for pausable in (True, False):
                 js = random_jobs(y.size, jobs, slack, seed, pausable)
-                rows.append({"series": name, "slack_h": slack, "interruptible": pausable,
-                             **evaluate(y, table, js)})
+                row = {"series": name, "slack_h": slack, "interruptible": pausable,
+                       **evaluate(y, table, js)}
+                if exact_hours:
+                    row["captured_if_exact_pct"] = {
+                        k: evaluate(y, exact_ahead(y, table, k), js)["captured_pct"]
+                        for k in exact_hours}
+                rows.append(row)
         if plot is not None and spec == series[0]:
             plot_week(y, table, Path(plot), name, max(slacks), seed)
     echo(format_tables(rows, forecast_errors))
@@ -131,6 +152,18 @@ def format_tables(rows: list[dict[str, Any]], errs: dict[str, Any]) -> str:
             str(r["deadline_misses"]),
             f"{r['forecast_wait_h']:.1f} / {r['oracle_wait_h']:.1f}",
         ]))
+    if any("captured_if_exact_pct" in r for r in rows):
+        ks = list(rows[0]["captured_if_exact_pct"])
+        lines.append("")
+        lines.append("captured % if the forecast were exact for the first k hours ahead "
+                     "(a what-if that reads the future)")
+        lines.append("series | slack h | pause | forecaster | " + " | ".join(
+            f"exact {k} h" for k in ks))
+        for r in rows:
+            lines.append(" | ".join([
+                r["series"], str(r["slack_h"]), "yes" if r["interruptible"] else "no",
+                f(r["captured_pct"], "{:.1f}"),
+                *(f(r["captured_if_exact_pct"][k], "{:.1f}") for k in ks)]))
     lines.append("")
     lines.append("forecast error, MAPE % (MAE g/kWh) by horizon hours")
     for name, res in errs.items():
