@@ -64,6 +64,6 @@ def test_a_series_file_shorter_than_the_warm_up_is_named(tmp_path: Path) -> None
     f = tmp_path / "grid.csv"
     f.write_text("Time,ci\n" + "".join(f"2020-01-{1 + h // 24:02d} {h % 24:02d}:00,{100 + h}\n"
                                         for h in range(200)))
-    with pytest.raises(ValidationError, match="holds 199 h") as e:
+    with pytest.raises(ValidationError, match="holds 200 h") as e:
         run_carbon([str(f)], [24], jobs=10, echo=lambda _: None)
     assert e.value.field == "series"

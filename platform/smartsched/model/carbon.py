@@ -227,7 +227,8 @@ def load_carbon_csv(
         raise ValidationError(value_column, f"a gap of {np.diff(secs_all[rows])[gaps[0]] / HOUR:g}"
                               f" h before this row (at most {max_gap_s / HOUR:g} h)", row=at,
                               source=str(path))
-    grid = _resample(secs_all[keep], vals[keep].to_numpy(dtype=np.float64), step_s)
+    grid = _resample(secs_all[keep], vals[keep].to_numpy(dtype=np.float64), step_s,
+                     own_step=_own_step(secs_all))
     return CarbonSeries(grid, step_s, path.stem)
 
 
@@ -269,22 +270,42 @@ def _timestamps(df: pd.DataFrame, column: str, path: Path) -> pd.Series:
     return ts
 
 
-def _resample(secs: np.ndarray, v: np.ndarray, step_s: float, n: int | None = None
-              ) -> np.ndarray:
-    """Mean of ``v`` per ``step_s`` bin from the first reading, the last value held across
-    empty bins (vectorized forward fill); ``n`` bins (default: up to the last reading)."""
-    bins = (secs // step_s).astype(np.int64)
-    n = int(bins.max()) + 1 if n is None else n
-    inside = bins < n
-    bins, v = bins[inside], v[inside]
-    sums = np.bincount(bins, weights=v, minlength=n)
-    counts = np.bincount(bins, minlength=n)
-    grid = np.full(n, np.nan)
-    has = counts > 0
-    grid[has] = sums[has] / counts[has]
-    idx = np.where(has, np.arange(n), 0)
-    np.maximum.accumulate(idx, out=idx)
-    return grid[idx]
+def _own_step(secs_all: np.ndarray) -> float | None:
+    """A file's own time between readings: the median over every row (rows with empty
+    values are readings missed, not a longer step); None for a single row."""
+    return float(np.median(np.diff(secs_all))) if secs_all.size > 1 else None
+
+
+def _resample(secs: np.ndarray, v: np.ndarray, step_s: float, n: int | None = None,
+              own_step: float | None = None) -> np.ndarray:
+    """Time-weighted mean of the readings ``v`` (at ``secs`` from the first timestamp) per
+    ``step_s`` bin: each reading holds until the next (a gap holds the reading before it),
+    the last one for the series' own step (the median time between readings), so a
+    series spans its readings times its step whatever the grid -- an hourly year is 8,760
+    hours, and the same values at any resolution give the same grid. (Each bin's readings
+    were averaged by count and the last reading held for one bin: an hourly day spanned
+    23.25 h and drifted when it repeated, and readings every 10 minutes weighed 1/8 or 1/4
+    of their hour by where they fell.) ``own_step``: the file's step (``_own_step`` of all
+    its rows; default: from ``secs``). ``n`` bins (default: up to the last reading's end);
+    past the readings the last value holds."""
+    secs = np.asarray(secs, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    if own_step is None:
+        own_step = _own_step(secs) or step_s
+    end = float(secs[-1]) + own_step
+    if n is None:
+        n = max(1, math.ceil(end / step_s - 1e-9))
+    end = max(end, n * step_s)  # the last reading holds to the grid's end
+    held = np.append(np.diff(secs), end - secs[-1])  # how long each reading is in force
+    before = np.concatenate([[0.0], np.cumsum(v * held)])  # integral up to each reading
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        i = np.clip(np.searchsorted(secs, x, side="right") - 1, 0, secs.size - 1)
+        return before[i] + v[i] * (x - secs[i])
+
+    edges = np.arange(n + 1, dtype=np.float64) * step_s
+    at = integral(edges)
+    return np.diff(at) / step_s
 
 
 def load_generation_share(path: str | Path, time_column: str, share_of: Sequence[str],
@@ -320,8 +341,9 @@ def load_generation_share(path: str | Path, time_column: str, share_of: Sequence
         raise ValidationError(total_of[0], "no generation in this row",
                               row=int(np.flatnonzero(~missing)[empty[0]]), source=str(path))
     share = sum(gen[c] for c in share_of) / total
-    secs = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()[~missing]
-    return np.clip(_resample(secs, share, step_s, n), 0.0, 1.0)
+    secs_all = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
+    return np.clip(_resample(secs_all[~missing], share, step_s, n,
+                             own_step=_own_step(secs_all)), 0.0, 1.0)
 
 
 def load_public_series(name: str, data_dir: Path) -> CarbonSeries:
