@@ -13,6 +13,7 @@ servers and of Ray Serve's proxy.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from typing import Any
@@ -202,6 +203,45 @@ class DeclaredBodyLimit:
         await self.app(scope, receive, send)
 
 
+class AnswerWhenSilent:
+    """ASGI middleware for Serve's proxy: a request the proxy leaves unanswered gets a 503
+    with Retry-After. When the replica it called dies mid-request (a crash, a kill, a node
+    lost), Serve's proxy sends nothing -- it answers only its own 408, 429 and 503 -- and
+    uvicorn then sent a bare 500, which clients do not retry: a release sent at that
+    moment was reported lost although it may have been applied. Answers already begun are
+    left alone, and so is anything but HTTP."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def watched(message: dict) -> None:
+            nonlocal started
+            if message.get("type") == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception:
+            if started:
+                raise
+            logging.getLogger(__name__).warning("Serve's proxy failed before it answered",
+                                                exc_info=True)
+        if not started:
+            body = json.dumps({"detail": [{"loc": ["service"], "msg": (
+                "the service stopped before it answered: retry (a request without a "
+                "request_id may or may not have been applied)")}]}).encode()
+            await send({"type": "http.response.start", "status": 503, "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()), (b"retry-after", b"5")]})
+            await send({"type": "http.response.body", "body": body})
+
+
 def proxy_body_limit() -> int | None:
     """The limit ``PROXY_BODY_LIMIT_ENV`` sets (None: unset, or not a whole number >= 1)."""
     raw = os.environ.get(PROXY_BODY_LIMIT_ENV, "")
@@ -212,8 +252,8 @@ def guard_serve_proxy() -> list[Any]:
     """Make every uvicorn server this process starts from here on use the guarded
     protocols (the head deadline and size cap): Serve's proxy held a connection that never
     finished its request head for ever. Returns the proxy's middlewares (the hook's other
-    use): ``DeclaredBodyLimit`` where ``PROXY_BODY_LIMIT_ENV`` gives the limit, else
-    none."""
+    use): ``AnswerWhenSilent``, and ``DeclaredBodyLimit`` where ``PROXY_BODY_LIMIT_ENV``
+    gives the limit."""
     import importlib.util
 
     import uvicorn.config
@@ -224,12 +264,11 @@ def guard_serve_proxy() -> list[Any]:
         "auto": f"{__name__}:Guarded{'HttpTools' if tools else 'H11'}Protocol",
         "h11": f"{__name__}:GuardedH11Protocol",
         "httptools": f"{__name__}:GuardedHttpToolsProtocol"})
-    limit = proxy_body_limit()
-    if limit is None:
-        return []
     from starlette.middleware import Middleware
 
-    return [Middleware(DeclaredBodyLimit, limit=limit)]
+    limit = proxy_body_limit()
+    return [Middleware(AnswerWhenSilent)] + (
+        [] if limit is None else [Middleware(DeclaredBodyLimit, limit=limit)])
 
 
 def guarded_server_config(app: Any, **kw: Any) -> Any:

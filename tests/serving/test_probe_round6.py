@@ -39,7 +39,7 @@ def test_the_proxy_middleware_answers_a_declared_body_over_the_limit() -> None:
         assert (start["status"], body) == (200, b"ok"), length
 
 
-def test_the_proxy_hook_returns_the_middleware_only_with_a_limit(
+def test_the_proxy_hook_returns_the_body_limit_only_with_a_limit(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import copy
 
@@ -49,14 +49,48 @@ def test_the_proxy_hook_returns_the_middleware_only_with_a_limit(
 
     monkeypatch.setattr(uvicorn.config, "HTTP_PROTOCOLS",
                         copy.copy(uvicorn.config.HTTP_PROTOCOLS))
+
+    def classes() -> list[type]:
+        return [m.cls for m in listen.guard_serve_proxy()]
+
     monkeypatch.delenv(listen.PROXY_BODY_LIMIT_ENV, raising=False)
-    assert listen.guard_serve_proxy() == []
+    assert classes() == [listen.AnswerWhenSilent]
     for bad in ("", "0", "-1", "4MB", "1.5", "\u0661\u0662"):  # not a whole number >= 1
         monkeypatch.setenv(listen.PROXY_BODY_LIMIT_ENV, bad)
-        assert listen.guard_serve_proxy() == [], bad
+        assert classes() == [listen.AnswerWhenSilent], bad
     monkeypatch.setenv(listen.PROXY_BODY_LIMIT_ENV, "2048")
-    (mw,) = listen.guard_serve_proxy()
-    assert mw.cls is listen.DeclaredBodyLimit and mw.kwargs == {"limit": 2048}
+    silent, limit = listen.guard_serve_proxy()
+    assert silent.cls is listen.AnswerWhenSilent
+    assert limit.cls is listen.DeclaredBodyLimit and limit.kwargs == {"limit": 2048}
+
+
+async def _silent_app(scope: dict, receive, send) -> None:
+    """Serve's proxy when the replica it called died: no answer at all."""
+
+
+async def _failing_app(scope: dict, receive, send) -> None:
+    raise RuntimeError("the actor died unexpectedly")
+
+
+async def _fails_late_app(scope: dict, receive, send) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    raise RuntimeError("mid-body")
+
+
+def test_a_request_the_proxy_leaves_unanswered_gets_a_503_to_retry() -> None:
+    """A replica that died mid-request: Serve's proxy sent nothing, and uvicorn a bare 500
+    that clients do not retry (the probe: 8 of 120 batches when the ingress was killed)."""
+    from smartsched.listen import AnswerWhenSilent
+
+    for app in (_silent_app, _failing_app):
+        start, body = asgi_call(AnswerWhenSilent(app), "DELETE", "/v1/reservations/r1")
+        assert start["status"] == 503, app
+        assert (b"retry-after", b"5") in start["headers"]
+        assert json.loads(body)["detail"][0]["loc"] == ["service"]
+    start, body = asgi_call(AnswerWhenSilent(_ok_app), "GET", "/healthz")
+    assert (start["status"], body) == (200, b"ok")
+    with pytest.raises(RuntimeError, match="mid-body"):  # an answer begun is not replaced
+        asgi_call(AnswerWhenSilent(_fails_late_app), "GET", "/x")
 
 
 def _head_answer(port: int, head: bytes) -> bytes:
@@ -84,3 +118,86 @@ def test_expect_100_continue_over_the_limit_gets_413_not_100(service: str,
     assert b"exceeds" in over
     within = _head_answer(port, head % 100)
     assert within.startswith(b"HTTP/1.1 100"), within[:200]
+
+
+@pytest.mark.parametrize(("pod", "field"), [
+    # looks like tenant "bank" in a log, an audit record, a compliance decision
+    ({"id": "p", "tenant": "ba\u200bnk"}, "tenant"),
+    ({"id": "p", "tenant": "Bank"}, "tenant"),
+    ({"id": "p", "tenant": "b\u0430nk"}, "tenant"),  # a Cyrillic a
+    ({"id": "p", "tenant": "bank "}, "tenant"),
+    ({"id": "a\u00a0b"}, "id"),  # a no-break space
+    ({"id": "a\ufeffb"}, "id"),
+    ({"id": "p", "app": "shop\u2060"}, "app"),
+    # selectors hold to the labels' rules (values at most 63 characters)
+    ({"id": "p", "node_selector": {"k0": "v" * 15000}}, "node_selector"),
+    ({"id": "p", "node_selector": {"k" * 64: "v"}}, "node_selector"),
+    ({"id": "p", "gpu_models": ["A" * 254]}, "gpu_models"),
+    ({"id": "p", "allowed_regions": ["r" * 254]}, "allowed_regions"),
+    ({"id": "p", "origin_site": "m" * 254}, "origin_site"),
+])
+def test_pod_fields_refuse_lookalikes_and_unbounded_text(pod: dict, field: str) -> None:
+    from tests.serving.test_probe_http_surface import FakeIngress, _auth, call
+
+    ing = FakeIngress()
+    status, _, body = call(ing, "POST", "/v1/placements", json.dumps({"pod": pod}).encode(),
+                           [_auth(), ("Content-Type", "application/json")])
+    assert status == 422, body
+    assert body["detail"][0]["loc"][:3] == ["body", "pod", field], body
+    assert not ing.placed
+
+
+def test_what_stays_allowed_in_pod_text() -> None:
+    from smartsched.serving.schemas import PodSpec
+
+    ok = PodSpec.model_validate({"id": "café-1 a", "tenant": "bank-2.eu_x", "app": "Ω shop",
+                                 "node_selector": {"example.com/zone": "a-1",
+                                                   "gpu": ""}})
+    assert (ok.id, ok.tenant) == ("café-1 a", "bank-2.eu_x")
+
+
+def test_a_sites_recent_pods_answer_is_bounded_in_bytes() -> None:
+    """Each site kept its last 2,000 pods and sent them whole: with long selectors the
+    answer passed the 4 MiB Serve allows between replicas, and the operator's experience
+    feed was a bare 500. The newest pods that fit are sent, oldest first."""
+    from types import SimpleNamespace
+
+    from smartsched.model.pod import Pod
+    from smartsched.serving.tiers import SiteTier
+
+    pods = [Pod(id=f"p{i}", cpu_milli=100, memory_mib=64,
+                node_selector=tuple((f"k{j}", "v" * 63) for j in range(64)))
+            for i in range(2000)]
+    tier = SiteTier.__new__(SiteTier)
+    tier.placer = SimpleNamespace(recent_pods=lambda n: pods[-n:])
+    got = tier.recent(2000)
+    assert 0 < len(got) < 2000
+    assert len(json.dumps(got)) <= 2 * 1024 * 1024
+    assert [d["id"] for d in got] == [p.id for p in pods[-len(got):]]  # the newest, in order
+    assert [d["id"] for d in tier.recent(3)] == ["p1997", "p1998", "p1999"]
+    assert tier.recent(2000, max_bytes=10) == []
+
+
+def test_a_hop_too_large_for_grpc_is_a_413_and_an_unreachable_one_a_503() -> None:
+    import grpc
+
+    from tests.serving.test_probe_http_surface import OPERATOR, FakeIngress, Handle, call
+
+    def failing(code: grpc.StatusCode):
+        def recent(limit: int) -> list:
+            raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                       details="Received message larger than max")
+        return SimpleSite(recent)
+
+    class SimpleSite:
+        def __init__(self, fn) -> None:
+            self.recent = Handle(fn)
+
+    auth = [("Authorization", f"Bearer {OPERATOR}")]
+    status, _, body = call(FakeIngress(site=failing(grpc.StatusCode.RESOURCE_EXHAUSTED)),
+                           "GET", "/v1/admin/experience", headers=auth)
+    assert status == 413 and body["detail"][0]["loc"] == ["body"], body
+    assert "larger than max" not in json.dumps(body)
+    status, headers, body = call(FakeIngress(site=failing(grpc.StatusCode.UNAVAILABLE)),
+                                 "GET", "/v1/admin/experience", headers=auth)
+    assert status == 503 and headers["retry-after"] == "5", body

@@ -791,6 +791,21 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
                  BackPressureError):
         app.add_exception_handler(down, _site_down)
 
+    # A call between replicas by value is a gRPC message, which Serve caps at 4 MiB
+    # (RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH): a request whose share for one site is
+    # larger was a bare 500. Too large is the request's size (413); any other gRPC failure
+    # is a site that cannot be reached now (503, as above).
+    import grpc
+
+    async def _hop_failed(request: Request, e: Exception) -> JSONResponse:
+        code = getattr(e, "code", lambda: None)()
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return _error(413, "body", "too large to pass between the service's sites "
+                          "(at most 4 MiB a site): send fewer pods at once")
+        return await _site_down(request, e)
+
+    app.add_exception_handler(grpc.aio.AioRpcError, _hop_failed)
+
     @app.exception_handler(SmartSchedError)
     async def _other(request: Request, e: SmartSchedError) -> JSONResponse:
         c = remote_cause(e)  # a conflict names its field when it has one
@@ -1116,8 +1131,9 @@ DIGITS = BeforeValidator(_whole_number)
 async def experience(request: Request,
                      limit: Annotated[int, Query(ge=0, le=100_000), DIGITS] = 2000,
                      ing: Any = Depends(_ingress)) -> Any:
-    """The pods the sites were recently asked to place (each site's last ``limit``), oldest
-    first per site: what continuous learning replays on the twin (operator credential)."""
+    """The pods the sites were recently asked to place (each site's last ``limit``, at most
+    2 MiB of them a site: the newest that fit), oldest first per site: what continuous
+    learning replays on the twin (operator credential)."""
     if (denied := ing.authorize(request, OPERATOR)) is not None:
         return denied
     if not 0 <= limit <= 100_000:

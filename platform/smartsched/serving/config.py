@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hmac
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from smartsched.model.configfile import check_token, read_token_file, validate
 from smartsched.model.errors import ValidationError
 from smartsched.scheduling.sandbox import SandboxConfig
+from smartsched.serving.schemas import TENANT_NAME
 
 SandboxMode = Literal["off", "request", "risky", "all"]
 
@@ -216,7 +216,7 @@ def parse_service_config(args: dict[str, Any] | None) -> ServiceConfig:
 
 
 MIN_TOKEN_CHARS = 16
-_TENANT = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+_TENANT = TENANT_NAME  # a pod's tenant field holds to the same rule
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ gets a 422 naming the field. Bounds here are the model's bounds.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StringConstraints
@@ -35,14 +36,42 @@ _NOT_TEXT = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff\u061c\u200e\u200f\u202a-\u2
                        r"\u2066-\u2069]")
 
 
+# Beyond ASCII, also every invisible format character (zero-width spaces and joiners, the
+# byte-order mark, soft hyphens: Unicode's Cf) and every space or separator but the
+# ASCII space: "ba\u200bnk" or "a\u00a0b" read as "bank" and "a b" in a log, an audit
+# record or a dashboard while naming something else.
+_INVISIBLE = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp", "Zs"))
+
+
 def _text(v: str) -> str:
     if _NOT_TEXT.search(v):
         raise ValueError("must not contain control characters, bidirectional controls or "
                          "lone surrogates")
+    if not v.isascii() and any(unicodedata.category(c) in _INVISIBLE and c != " "
+                               for c in v):
+        raise ValueError("must not contain invisible characters (zero-width, format "
+                         "characters) or spaces other than the ASCII space")
     return v
 
 
 Text = Annotated[str, AfterValidator(_text)]
+# A name the service matches exactly (a region, a site, a GPU model): at most 253
+# characters, a DNS name's longest.
+Name = Annotated[str, StringConstraints(max_length=253), AfterValidator(_text)]
+# Tenants as the service's configuration names them (``config._TENANT``): a tenant that
+# merely looks like "bank" (another script's letters, upper case) is not bank.
+# Tenant names, configured (serving.config) or on a pod.
+TENANT_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+
+
+def _tenant(v: str) -> str:
+    if not TENANT_NAME.fullmatch(v):
+        raise ValueError("must be 1-63 lowercase letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit (as configured tenants are)")
+    return v
+
+
+TenantName = Annotated[str, AfterValidator(_tenant)]
 # A request's idempotency key (its empty form said "at least 1 item", as for a list).
 RequestId = Annotated[str, StringConstraints(min_length=1, max_length=128),
                       AfterValidator(_text)]
@@ -115,13 +144,18 @@ class PodSpec(BaseModel):
     gpu_milli: Int = Field(0, ge=0, le=MILLI_PER_DEVICE)
     num_fpga: Int = Field(0, ge=0, le=MAX_DEVICES_PER_NODE)
     pod_class: PodClass = Field(PodClass.BATCH, alias="class")
-    tenant: Text = Field("default", min_length=1, max_length=253)
+    tenant: TenantName = Field("default", description=(
+        "1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit"))
     priority: Int = Field(0, ge=-(2**31), le=2**31 - 1)
-    gpu_models: list[Text] = Field(default_factory=list, max_length=32)
-    node_selector: dict[Text, Text] = Field(default_factory=dict, max_length=64)
+    gpu_models: list[Name] = Field(default_factory=list, max_length=32)
+    # Label rules as the nodes' labels have them (a selector matches labels): a selector of
+    # 64 values of 15,000 characters each was kept, with every pod a site was asked to
+    # place, for the learner's experience -- ~1 MB a request in each region's memory.
+    node_selector: Annotated[dict[Text, Text], AfterValidator(_labels)] = Field(
+        default_factory=dict, max_length=64)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
-    allowed_regions: list[Text] = Field(default_factory=list, max_length=64)
-    origin_site: Text | None = None
+    allowed_regions: list[Name] = Field(default_factory=list, max_length=64)
+    origin_site: Name | None = None
     # allow_inf_nan=False: NaN was refused as "less than or equal to 1000000" (it is not
     # greater either); now "a finite number", as node usage is.
     latency_slo_ms: Num | None = Field(None, gt=0, le=1e6, allow_inf_nan=False)

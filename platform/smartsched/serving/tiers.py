@@ -59,6 +59,9 @@ RID_SEP = "~"  # reservation id = "<site>~<hex>": the ingress routes by it
 # round trip from the ingress, milliseconds): past it, an ingress gone meanwhile does not
 # keep the site's placements waiting.
 NODE_UPDATE_HOLD_S = 10.0
+# The most JSON a site's ``recent`` answer holds: under the 4 MiB Serve allows a message
+# between replicas, with room for its framing.
+RECENT_MAX_BYTES = 2 * 1024 * 1024
 
 
 
@@ -499,12 +502,24 @@ class SiteTier:
     def free(self) -> dict[str, float]:
         return self.placer.free_fraction()
 
-    def recent(self, limit: int) -> list[dict[str, Any]]:
+    def recent(self, limit: int, max_bytes: int = RECENT_MAX_BYTES) -> list[dict[str, Any]]:
         """The last ``limit`` pods this site was asked to place (the learner's experience),
-        oldest first, as the journal writes pods."""
+        oldest first, as the journal writes pods: the newest of them whose JSON fits in
+        ``max_bytes``. (The answer crosses a by-value hop whose messages Serve caps at 4 MiB:
+        2,000 pods with long selectors made the endpoint a bare 500.)"""
+        import json
+
         from smartsched.serving.journal import pod_to_dict
 
-        return [pod_to_dict(p) for p in self.placer.recent_pods(limit)]
+        out: list[dict[str, Any]] = []
+        used = 0
+        for p in reversed(self.placer.recent_pods(limit)):
+            d = pod_to_dict(p)
+            used += len(json.dumps(d))
+            if used > max_bytes:
+                break
+            out.append(d)
+        return out[::-1]
 
     def drop_gang_hold(self, gang: str) -> bool:
         """Let go of the room held here for ``gang`` (placed elsewhere); whether one was."""
