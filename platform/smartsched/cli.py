@@ -397,6 +397,8 @@ def simulate(
         engine_overrides=None if node_mtbf_hours is None else {
             "node_mtbf_hours": node_mtbf_hours, "repair_s": repair_hours * 3600.0},
     )
+    for why in report.get("compliance_unbound") or ():
+        click.echo(f"warning: {why}", err=True)
     click.echo(comparison_table([report]))
     click.echo(f"\n{report['decisions']} decisions in {report['wall_seconds']:.2f} s wall"
                + (f"; report in {out}" if out else ""))

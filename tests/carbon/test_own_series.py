@@ -147,3 +147,28 @@ def test_the_exact_forecast_option_is_bounded_by_the_deadlines(own_file: Path) -
         assert r.exit_code == 2 and "--exact-hours" in r.output, (bad, r.output)
     r = CliRunner().invoke(main, ["bench", "carbon", "--twin", "--exact-hours", "6"])
     assert r.exit_code == 2 and "only without --twin" in r.output
+
+
+def test_a_cluster_files_series_is_read_beside_it_and_a_bad_one_names_the_site(
+        own_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative series path in a cluster file was read from the working directory (a
+    same-named file there used silently) and an unknown one named only ``carbon``."""
+    from smartsched.model.presets import load_cluster
+
+    folder = tmp_path / "conf"
+    (folder / "grids").mkdir(parents=True)
+    (folder / "grids" / "mine.csv").write_bytes(own_file.read_bytes())
+    doc = ("name: c\nsites: [{name: s1, kind: cloud, carbon: grids/mine.csv}]\n"
+           "zones: [{name: z, site: s1}]\n"
+           "nodes: [{name: n, zone: z, cpu_milli: 1000, memory_mib: 1024}]\n")
+    (folder / "c.yaml").write_text(doc)
+    decoy = tmp_path / "grids"
+    decoy.mkdir()
+    (decoy / "mine.csv").write_text("Time,ci\n2020-01-01 00:00,1\n2020-01-01 01:00,1\n")
+    monkeypatch.chdir(tmp_path)  # the decoy is what the working directory would give
+    spec = load_cluster(str(folder / "c.yaml"))
+    assert spec.sites[0].carbon.values.size > 1000  # two months, not the decoy's 2 hours
+    (folder / "bad.yaml").write_text(doc.replace("grids/mine.csv", "grids/nope.csv"))
+    with pytest.raises(ValidationError, match="unknown series") as e:
+        load_cluster(str(folder / "bad.yaml"))
+    assert (e.value.field, e.value.source) == ("sites.s1.carbon", str(folder / "bad.yaml"))

@@ -113,3 +113,36 @@ def test_a_damaged_parquet_series_file_is_named(tmp_path) -> None:
     bad.write_bytes(b"PAR1 not really")
     with pytest.raises(ValidationError, match="not a readable Parquet file"):
         load_long(bad)
+
+
+def _long(path: Path, step_s: float, unit: float = 1.0) -> Path:
+    """30 machines of a daily sine plus a slope of 0.01 a step, readings ``step_s`` apart
+    (timestamps in ``unit`` of a second: 1000 writes milliseconds)."""
+    rows = []
+    for m in range(30):
+        for t in range(24 * 3600 // int(step_s) * 12):
+            day = t * step_s / 86_400.0
+            rows.append((f"m{m}", (1_600_000_000 + t * step_s) * unit,
+                         50 + 5 * np.sin(2 * np.pi * day) + 0.01 * t))
+    pd.DataFrame(rows, columns=["series_id", "timestamp", "cpu"]).to_csv(path, index=False)
+    return path
+
+
+def test_seasonal_naive_reads_a_day_back_at_the_datas_own_step(tmp_path: Path) -> None:
+    """It took 288 steps (a day of 5-minute readings) whatever the data: on hourly data it
+    read twelve days back (error 2.88 where a day back is 0.24) and every MASE was divided
+    by that (probe round 6). Milliseconds read as seconds are refused, not scored."""
+    from smartsched.forecast.baselines import day_steps
+    from smartsched.forecast.run import evaluate_forecaster
+
+    res = evaluate_forecaster(None, _long(tmp_path / "hourly.csv", 3600.0))
+    naive = res["models"]["seasonal naive"]["cpu"]
+    assert naive["machine"]["MAE"] == pytest.approx(0.24, abs=1e-6), naive
+    with pytest.raises(ValidationError, match="milliseconds") as e:
+        evaluate_forecaster(None, _long(tmp_path / "ms.csv", 3600.0, unit=1000.0))
+    assert e.value.field == "data"
+    from types import SimpleNamespace as S
+
+    assert day_steps([S(step_s=300.0)]) == 288 and day_steps([S(step_s=900.0)]) == 96
+    with pytest.raises(ValidationError, match="different steps"):
+        day_steps([S(step_s=300.0), S(step_s=60.0)])

@@ -267,8 +267,48 @@ def test_a_simulated_day_keeps_the_policy(tmp_path: Path) -> None:
     run.drive()
     assert seen == [] and count[0] > 50, (seen[:3], count)
     assert run.settings["compliance"] == "given"
+    assert run.settings["compliance_unbound"] == []
     tenants = {p.tenant for p in run.engine.source_pods}
     assert {"finance", "iot", "shop"} <= tenants
+
+
+def test_a_rule_naming_no_pod_is_a_slip_refused_or_a_gap_reported() -> None:
+    """A policy for ``Finance`` on a workload of ``finance`` pods bound nothing, and the
+    run was the run without a policy, silently (probe round 6): a name that differs from
+    a pod's only by case or spaces is refused naming the rule; one no pod has at all (an
+    app, a tenant absent from this window) is reported in the run's settings."""
+    from smartsched.scheduling.run import build_run
+
+    slip = {"tenants": ["Finance"], "residency": {"Finance": ["region-a"]}}
+    with pytest.raises(ValidationError, match="have 'finance'") as e:
+        build_run("small", "mixed", "bestfit", hours=1, compliance=slip)
+    assert e.value.field == "compliance.residency.Finance"
+    with pytest.raises(ValidationError, match="spaces around it"):
+        load_policy({"tenants": ["finance "], "residency": {"finance ": ["region-a"]}})
+    with pytest.raises(ValidationError, match="a selector is"):
+        load_policy({"isolation": [{"between": ["app: shop", "class:batch"]}]})
+    gap = {"tenants": ["finance", "bank"], "residency": {"bank": ["region-a"]},
+           "isolation": [{"between": ["app:nonexistent", "class:batch"]}]}
+    run = build_run("small", "mixed", "bestfit", hours=1, compliance=gap)
+    assert run.settings["compliance_unbound"] == [
+        "compliance.residency.bank: no pod of the workload has tenant 'bank': the rule "
+        "binds nothing in this run",
+        "compliance.isolation[0].between[0]: no pod of the workload has app "
+        "'nonexistent': the rule binds nothing in this run"]
+
+
+def test_simulate_warns_of_a_rule_that_binds_nothing(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    f = tmp_path / "policy.yaml"
+    f.write_text("compliance:\n  isolation:\n    - between: [app:nonexistent, class:batch]\n")
+    r = CliRunner().invoke(main, ["simulate", "--cluster", "small", "--workload", "mixed",
+                                  "--hours", "1", "--no-plots", "--compliance", str(f)])
+    assert r.exit_code == 0, r.output
+    assert "warning: compliance.isolation[0].between[0]: no pod of the workload has app " \
+        "'nonexistent'" in r.output
 
 
 

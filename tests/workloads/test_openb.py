@@ -207,3 +207,27 @@ def test_a_missing_shared_file_says_where_it_was_looked_for(
     with pytest.raises(ValidationError) as e:
         load_cluster("openb-gpu")
     assert "SMARTSCHED_DATA_DIR" in str(e.value) and "nowhere" in str(e.value)
+
+
+def test_a_column_of_ones_own_leaves_either_form_as_it_is(data_dir: Path,
+                                                          tmp_path: Path) -> None:
+    """The timed form is told by its columns: a 5-column list with a note column was asked
+    for gpu_spec (probe round 6); the unread pod_phase and scheduled_time may be absent."""
+    import pandas as pd
+
+    five = pd.read_csv(data_dir / OPENB / "openb_pod_list_multigpu30.csv").head(50)
+    five["note"] = "mine"
+    f = tmp_path / "five.csv"
+    five.to_csv(f, index=False)
+    pods = load_openb_pods(f)
+    assert len(pods) == 50 and all(p.arrival == 0 and p.duration is None for p in pods)
+    timed = pd.read_csv(data_dir / OPENB / "openb_pod_list_default.csv").head(50)
+    want = load_openb_pods(data_dir / OPENB / "openb_pod_list_default.csv")[:50]
+    t = tmp_path / "timed.csv"
+    timed.drop(columns=["pod_phase", "scheduled_time"]).assign(note="x").to_csv(t, index=False)
+    assert load_openb_pods(t) == want
+    half = tmp_path / "half.csv"
+    five.assign(creation_time=0).to_csv(half, index=False)  # timed, without the rest
+    with pytest.raises(ValidationError, match="missing column") as e:
+        load_openb_pods(half)
+    assert e.value.field in ("gpu_spec", "qos", "deletion_time")

@@ -16,11 +16,37 @@ origin, ``h`` = 1..H):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from smartsched.forecast.windows import Windows
 
 DAY_STEPS_5MIN = 288
+DAY_S = 86_400.0
+
+
+def day_steps(series: Sequence[Any]) -> int:
+    """Steps in a day of ``series`` (each with ``step_s``): seasonal naive's season. The
+    baselines took 288 (a day of 5-minute readings) whatever the data: on hourly data
+    "seasonal naive" read twelve days back and every MASE was divided by that. Refused,
+    naming ``data``: series of different steps, and readings more than 6 hours apart
+    (fewer than four a day: no daily season to speak of; timestamps in milliseconds read
+    as seconds give such steps)."""
+    from smartsched.model.errors import ValidationError
+
+    steps = sorted({float(s.step_s) for s in series})
+    if not steps:
+        raise ValidationError("data", "no series")
+    if len(steps) > 1:
+        raise ValidationError("data", f"series of different steps ({steps[0]:g} s and "
+                              f"{steps[-1]:g} s): give one step")
+    per_day = DAY_S / steps[0]
+    if not per_day >= 4:
+        raise ValidationError("data", f"readings {steps[0]:g} s apart, fewer than four a "
+                              "day (timestamps in milliseconds? they must be seconds)")
+    return round(per_day)
 
 
 class LastValue:
@@ -108,6 +134,6 @@ class LinearAR:
         return out
 
 
-def baselines() -> list:
-    """The baselines every evaluation reports."""
-    return [LastValue(), SeasonalNaive(), MovingAverage(6), EWMA(0.5), LinearAR(12)]
+def baselines(season: int = DAY_STEPS_5MIN) -> list:
+    """The baselines every evaluation reports (``season``: steps in a day of the data)."""
+    return [LastValue(), SeasonalNaive(season), MovingAverage(6), EWMA(0.5), LinearAR(12)]

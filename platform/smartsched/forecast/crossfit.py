@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from smartsched.forecast.baselines import DAY_STEPS_5MIN, baselines
+from smartsched.forecast.baselines import baselines, day_steps
 from smartsched.forecast.data import Series
 from smartsched.forecast.windows import Windows, make_windows
 
@@ -99,8 +99,9 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
     torch.set_num_threads(max(1, torch.get_num_threads()))
     # Seasonal naive needs a day of past, the LSTM its own lookback (a shorter window was
     # a shape error, after every fold's training).
-    eval_lookback = max(DAY_STEPS_5MIN + horizon, lookback)
-    names = [b.name for b in baselines()]
+    season = day_steps(series)
+    eval_lookback = max(season + horizon, lookback)
+    names = [b.name for b in baselines(season)]
     held = {n: HeldOut(n) for n in names}
     held["LSTM"] = HeldOutInterval("LSTM")
     tests: list[Windows] = []
@@ -109,7 +110,7 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
         rest = [s for s in series if fold_of(s, folds, seed) != k]
         train_s, val_s = _train_val(rest, seed) if rest else ([], [])
         test = make_windows(test_s, eval_lookback, horizon) if test_s else None
-        if test_s and test is not None and len(test) == 0 and lookback > DAY_STEPS_5MIN:
+        if test_s and test is not None and len(test) == 0 and lookback > season:
             raise ValidationError("lookback", f"no held-out series of fold {k} is "
                                   f"{eval_lookback + horizon} steps long (lower --lookback)")
         if test is None or len(test) == 0 or not train_s:
@@ -118,7 +119,7 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
         echo(f"fold {k + 1}/{folds}: {len(train_s)} / {len(val_s)} series train / val,"
              f" {len(test_s)} held out ({len(test):,} windows)")
         train_w = make_windows(train_s, eval_lookback, horizon, stride=3)
-        for b in baselines():
+        for b in baselines(season):
             b.fit(train_w)
             held[b.name].add(b.predict(test), None)
         fc = LSTMForecaster(LSTMSettings(lookback=lookback, horizon=horizon, hidden=hidden,
@@ -129,7 +130,7 @@ def crossfit(series: Sequence[Series], *, folds: int = 3, seed: int = 0, lookbac
         held["LSTM"].add(fc.predict(test), fc.interval(test))
         tests.append(test)
     all_test = _concat(tests)
-    res = evaluate(list(held.values()), all_test)
+    res = evaluate(list(held.values()), all_test, season=season)
     res["folds"] = folds
     compare_to_best_baseline(res, names)
     return res

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from smartsched.forecast.baselines import DAY_STEPS_5MIN, baselines
+from smartsched.forecast.baselines import baselines, day_steps
 from smartsched.forecast.data import Series, Split, load_google2011, load_long, split_by_series
 from smartsched.forecast.windows import make_windows
 from smartsched.model.errors import ValidationError
@@ -82,13 +82,14 @@ def evaluate_forecaster(model: str | Path | None, data: str | Path, *, split_see
         lstm = LSTMForecaster.load(model)
         horizon = lstm.s.horizon
         series = _for_model(series, lstm.s.targets, lstm.s.step_s, model, data)
+    season = day_steps(series)
     sp = _split(data, split_seed, series)
     # Windows long enough for seasonal naive and for the model's own lookback: one that
     # looks back further than the windows sliced the past short and built time features
     # for its whole lookback per window (a model of lookback 10,000 took 24 GB, then died).
-    lookback = max(DAY_STEPS_5MIN + horizon, lstm.s.lookback if model is not None else 0)
+    lookback = max(season + horizon, lstm.s.lookback if model is not None else 0)
     train_w = make_windows(sp.train, lookback, horizon, stride=3)
-    for b in baselines():
+    for b in baselines(season):
         b.fit(train_w)
         fcs.append(b)
     if model is not None:
@@ -98,7 +99,7 @@ def evaluate_forecaster(model: str | Path | None, data: str | Path, *, split_see
         from smartsched.model.errors import ValidationError
 
         raise ValidationError("data", f"no test series is {lookback + horizon} steps long")
-    res = evaluate(fcs, test)
+    res = evaluate(fcs, test, season=season)
     res["split"] = {"train": len(sp.train), "val": len(sp.val), "test": len(sp.test)}
     compare_to_best_baseline(res, [b.name for b in fcs if b.name != "LSTM"])
     if plot is not None and model is not None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from smartsched.model.carbon import MAX_G_PER_KWH, CarbonSeries, load_series
+from smartsched.model.carbon import MAX_G_PER_KWH, PUBLIC_SERIES, CarbonSeries, load_series
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.paths import data_dir
@@ -257,17 +257,20 @@ def cluster_from_yaml(path: Path) -> ClusterSpec:
     doc = read_yaml(path, "cluster")
     if not isinstance(doc, dict):
         raise ValidationError("cluster", "top level must be a mapping", source=str(path))
-    return cluster_from_dict(doc, source=str(path))
+    return cluster_from_dict(doc, source=str(path), base=path.parent)
 
 
-def cluster_from_dict(doc: dict[str, Any], source: str = "cluster") -> ClusterSpec:
-    """Build a ``ClusterSpec`` from plain data (the YAML schema of :func:`cluster_from_yaml`)."""
+def cluster_from_dict(doc: dict[str, Any], source: str = "cluster",
+                      base: Path | None = None) -> ClusterSpec:
+    """Build a ``ClusterSpec`` from plain data (the YAML schema of :func:`cluster_from_yaml`).
+    ``base``: the folder a site's relative series file is read from (a cluster file's
+    own; None: the working directory)."""
     unknown = sorted(map(str, set(doc) - _CLUSTER_KEYS))
     if unknown:  # a typo (``sitez:``) was dropped without a word
         raise ValidationError(unknown[0][:64], "unknown field (a cluster has: "
                               f"{', '.join(sorted(_CLUSTER_KEYS))})", source=source)
     try:
-        sites = [_site(s) for s in _list(doc, "sites", source)]
+        sites = [_site(s, base, source) for s in _list(doc, "sites", source)]
         zones = [Zone(_name(z, "name", f"zones[{i}]"), _name(z, "site", f"zones[{i}]"))
                  for i, z in enumerate(_list(doc, "zones", source))]
         entries = _list(doc, "nodes", source)
@@ -339,14 +342,25 @@ def _site_number(s: dict[str, Any], key: str, default: float, where: str) -> flo
     return float(v)
 
 
-def _site(s: dict[str, Any]) -> Site:
+def _site(s: dict[str, Any], base: Path | None = None, source: str | None = None) -> Site:
     where = f"sites.{s.get('name')}"
     unknown = set(s) - _SITE_KEYS
     if unknown:
         raise ValidationError(f"{where}.{sorted(map(str, unknown))[0]}", "unknown field")
     carbon = s.get("carbon", 400.0)
     if isinstance(carbon, str):  # a public series' name, or a CSV file of one's own
-        series = load_series(carbon, data_dir())
+        # A relative file is the cluster file's neighbour, as any file a file names (it
+        # was read from the working directory: another file of the same name there was
+        # used without a word).
+        spec = carbon
+        if base is not None and carbon not in PUBLIC_SERIES and not Path(carbon).is_absolute():
+            spec = str(base / carbon)
+        try:
+            series = load_series(spec, data_dir())
+        except ValidationError as e:
+            if e.field != "carbon":
+                raise  # the file's own problem, naming its column and row
+            raise ValidationError(f"{where}.carbon", e.message, source=source) from None
     else:
         series = CarbonSeries.constant(_site_number(s, "carbon", 400.0, where))
     if "fossil_g_per_kwh" in s:

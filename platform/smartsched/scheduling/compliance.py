@@ -24,6 +24,7 @@ node that fails either.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ class Isolation(BaseModel):
     def _selectors(cls, v: tuple[str, str]) -> tuple[str, str]:
         for s in v:
             kind, sep, name = s.partition(":")
-            if not sep or kind not in _KINDS or not name:
+            if not sep or kind not in _KINDS or not name or name != name.strip():
                 raise ValueError(f"{s!r}: a selector is tenant:<name>, class:<pod class> or "
                                  "app:<name>")
             if kind == "class" and name not in POD_CLASS_IDS:
@@ -85,6 +86,8 @@ class CompliancePolicy(BaseModel):
         for t in v:
             if not t.strip():
                 raise ValueError("a tenant name is empty")
+            if t != t.strip():  # "finance " matched no pod's tenant, silently
+                raise ValueError(f"tenant {t!r} has spaces around it")
         twice = sorted({t for t in v if v.count(t) > 1})
         if twice:
             raise ValueError(f"tenant {twice[0]!r} is listed twice")
@@ -309,6 +312,37 @@ def violations(state: ClusterState, policy: CompliancePolicy,
             in_b = [i for i, p in enumerate(pods) if _matches(p, b_)]
             if in_a and in_b and (len(in_a) > 1 or len(in_b) > 1 or in_a != in_b):
                 out.append(f"{name}: {a} beside {b_}")
+    return out
+
+
+def unmatched(policy: CompliancePolicy, pods: Iterable[Any]) -> list[ValidationError]:
+    """The rules' names no pod of ``pods`` carries: a tenant of ``residency``,
+    ``dedicated`` or an isolation rule, an isolation rule's app. A name that differs from
+    one the pods carry only by case or spaces is a slip (a policy for ``Finance`` bound no
+    ``finance`` pod, the run was the run without a policy, and nothing said so): it is
+    raised. The others are returned, for the run to report: a workload may simply have
+    none of that tenant's pods in its window."""
+    tenants = {str(p.tenant) for p in pods if getattr(p, "tenant", None) is not None}
+    apps = {str(p.app) for p in pods if getattr(p, "app", None) is not None}
+    named: list[tuple[str, str, str]] = []  # (field, kind, name)
+    for field, names in (("residency", policy.residency), ("dedicated", policy.dedicated)):
+        named.extend((f"compliance.{field}.{t}", "tenant", t) for t in names)
+    for i, rule in enumerate(policy.isolation):
+        for j, sel in enumerate(rule.between):
+            kind, _, name = sel.partition(":")
+            if kind in ("tenant", "app"):
+                named.append((f"compliance.isolation[{i}].between[{j}]", kind, name))
+    out: list[ValidationError] = []
+    for field, kind, name in named:
+        have = tenants if kind == "tenant" else apps
+        if name in have:
+            continue
+        near = sorted(h for h in have if h.strip().casefold() == name.strip().casefold())
+        if near:
+            raise ValidationError(field, f"no pod has {kind} {name!r}; the workload's pods "
+                                  f"have {near[0]!r} (names must match exactly)")
+        out.append(ValidationError(field, f"no pod of the workload has {kind} {name!r}: "
+                                   "the rule binds nothing in this run"))
     return out
 
 

@@ -176,11 +176,13 @@ def build_run(
     config = EngineConfig(mode=mode, seed=seed, inflate=inflate, horizon_s=horizon,
                           warmup_s=warm * 3600.0, **overrides)
     engine = Engine(spec, pods, config)
+    unbound: list[str] = []
     if compliance is not None:
-        from smartsched.scheduling.compliance import Compliance, attach, load_policy
+        from smartsched.scheduling.compliance import Compliance, attach, load_policy, unmatched
 
-        attach(engine.state, compliance if isinstance(compliance, Compliance)
-               else load_policy(compliance))
+        policy = compliance if isinstance(compliance, Compliance) else load_policy(compliance)
+        unbound = [str(e) for e in unmatched(policy.policy, pods)]  # near misses raise
+        attach(engine.state, policy)
     sched = make_scheduler(scheduler, seed) if isinstance(scheduler, str) else scheduler
     wanted = sched.twin_needs() if isinstance(sched, NeedsTwin) else TwinNeeds()
     attach_hooks(engine, wanted.merge(needs or TwinNeeds(), "needs"))
@@ -211,6 +213,7 @@ def build_run(
     if compliance is not None:  # the report says which rules bound the run
         settings["compliance"] = str(compliance) if isinstance(compliance, str | Path) \
             else "given"
+        settings["compliance_unbound"] = unbound  # rules naming no pod of the workload
     return Run(spec, engine, sched, settings)
 
 

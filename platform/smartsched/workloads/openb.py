@@ -36,6 +36,7 @@ FULL_COLUMNS = (
     "deletion_time",
     "scheduled_time",
 )
+TIMED_COLUMNS = (*REQUEST_COLUMNS, "gpu_spec", "qos", "creation_time", "deletion_time")
 OPENB_DIR = "alibaba-openb-gpu-2023"
 # The trace's QoS classes (its README): LS is latency-sensitive (online here), the rest
 # batch; an empty cell is read as batch too.
@@ -60,9 +61,12 @@ def load_openb_pods(path: str | Path) -> list[Pod]:
     src = str(path)
     df = read_frame(path)
     require_columns(df, REQUEST_COLUMNS, src)
-    has_times = len(df.columns) > len(REQUEST_COLUMNS)
+    # The timed form is told by its columns, not by their number: a 5-column list with a
+    # column of one's own (a note) was asked for gpu_spec. Of the timed form's columns,
+    # those read are required (pod_phase and scheduled_time are not read).
+    has_times = any(c in df.columns for c in FULL_COLUMNS[len(REQUEST_COLUMNS):])
     if has_times:
-        require_columns(df, FULL_COLUMNS, src)
+        require_columns(df, TIMED_COLUMNS, src)
     n = len(df)
     names = text_column(df, "name", src)
     empty = names == ""
