@@ -242,6 +242,59 @@ class AnswerWhenSilent:
             await send({"type": "http.response.body", "body": body})
 
 
+def utf16_or_32(body: bytes) -> bool:
+    """Whether ``body`` is JSON in UTF-16 or UTF-32 (a byte-order mark, or a NUL among its
+    first four bytes, which UTF-8 JSON never has): Python's JSON reader takes them, but
+    JSON between systems is UTF-8 (RFC 8259 8.1), and a proxy, an audit tap or a WAF in
+    front would read another body than the service did."""
+    head = body[:4]
+    return head.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in head
+
+
+class StrictFraming:
+    """ASGI middleware for our own servers (the service's app, the MEC edge entry, the
+    scheduler extender): a request whose framing two readers could read differently is
+    refused before any of its body is read. Transfer-Encoding together with Content-Length
+    (uvicorn's h11 read the body as chunked and kept the connection: a request-smuggling
+    vector behind a proxy that trusts Content-Length; RFC 9112 6.1) and a transfer coding
+    other than chunked (``gzip, chunked`` was read as plain bytes) are a 400 that closes
+    the connection; an expectation other than ``100-continue`` is a 417 (RFC 9110 10.1.1).
+    ``extender``: answers in the extender protocol's shape (``{"Error": ...}``), else the
+    service's (``{"detail": [{"loc", "msg"}]}``)."""
+
+    def __init__(self, app: Any, extender: bool = False) -> None:
+        self.app = app
+        self.extender = extender
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            raw = scope.get("headers") or []
+            codings = [c.strip().lower() for k, v in raw if k == b"transfer-encoding"
+                       for c in v.split(b",")]
+            expects = [v.strip().lower() for k, v in raw if k == b"expect"]
+            problem = None
+            if codings and any(k == b"content-length" for k, _ in raw):
+                problem = (400, "headers.transfer-encoding", "Transfer-Encoding and "
+                           "Content-Length together: send one of them")
+            elif codings and codings != [b"chunked"]:
+                problem = (400, "headers.transfer-encoding", "only the chunked transfer "
+                           "coding is read: send the body chunked or with Content-Length")
+            elif any(e != b"100-continue" for e in expects):
+                problem = (417, "headers.expect", "only Expect: 100-continue is met")
+            if problem is not None:
+                status, field, msg = problem
+                doc: Any = ({"Error": f"{field}: {msg}"} if self.extender else
+                            {"detail": [{"loc": field.split("."), "msg": msg}]})
+                body = json.dumps(doc).encode()
+                await send({"type": "http.response.start", "status": status, "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
 def proxy_body_limit() -> int | None:
     """The limit ``PROXY_BODY_LIMIT_ENV`` sets (None: unset, or not a whole number >= 1)."""
     raw = os.environ.get(PROXY_BODY_LIMIT_ENV, "")

@@ -63,7 +63,8 @@ class FakeIngress(Authorizer):
         self.creds = Credentials(CLIENT, OPERATOR)
         self.trail = Trail(None)
         self.metrics = ServiceMetrics()
-        self.cfg = SimpleNamespace(max_body_bytes=1 << 20, models_dir=models_dir)
+        self.cfg = SimpleNamespace(max_body_bytes=1 << 20, models_dir=models_dir,
+                                   default_ttl_s=60.0)
         self.sites = {} if site is None else {"region-a": site}
         self.placed: list[Any] = []
 
@@ -79,7 +80,9 @@ def call_raw(ing: Any, method: str, path: str, body: bytes = b"",
     """(status, headers, raw body) of one request through the app's whole stack.
     ``receive_body``: an ASGI receive of the client's own making (a body that trickles),
     instead of ``body`` in one message."""
-    raw = [(b"host", host.encode()), (b"content-length", str(len(body)).encode())]
+    raw = [(b"host", host.encode())]
+    if not any(k.lower() == "transfer-encoding" for k, _ in headers):  # (a chunked body
+        raw.append((b"content-length", str(len(body)).encode()))  # declares no length)
     raw += [(k.lower().encode(), v.encode("latin-1")) for k, v in headers]
     name, _, port = host.partition(":")
     path, _, query = path.partition("?")

@@ -129,6 +129,9 @@ def test_expect_100_continue_over_the_limit_gets_413_not_100(service: str,
     ({"id": "a\u00a0b"}, "id"),  # a no-break space
     ({"id": "a\ufeffb"}, "id"),
     ({"id": "p", "app": "shop\u2060"}, "app"),
+    ({"id": "a\u3164b"}, "id"),  # a Hangul filler draws nothing
+    ({"id": "a\u2800b"}, "id"),  # the Braille blank
+    ({"id": "a\u034fb"}, "id"),  # the combining grapheme joiner
     # selectors hold to the labels' rules (values at most 63 characters)
     ({"id": "p", "node_selector": {"k0": "v" * 15000}}, "node_selector"),
     ({"id": "p", "node_selector": {"k" * 64: "v"}}, "node_selector"),
@@ -201,3 +204,112 @@ def test_a_hop_too_large_for_grpc_is_a_413_and_an_unreachable_one_a_503() -> Non
     status, headers, body = call(FakeIngress(site=failing(grpc.StatusCode.UNAVAILABLE)),
                                  "GET", "/v1/admin/experience", headers=auth)
     assert status == 503 and headers["retry-after"] == "5", body
+
+
+@pytest.mark.parametrize("profile", ["fgd?x=1", "composite:{}", "rl:", ":", "nope"])
+def test_a_reload_to_a_bad_profile_is_a_422_naming_it(profile: str, tmp_path) -> None:
+    """The site and the route exist; the body's value is wrong: 422, not the 404 of a
+    missing site (probe round 6)."""
+    from smartsched.model.errors import UnknownReferenceError
+    from tests.serving.test_probe_http_surface import OPERATOR, FakeIngress, Handle, call
+
+    def set_profile(path: str, shown: str) -> str:  # the site's loader refuses it
+        raise UnknownReferenceError("scheduler", "unknown scheduler")
+
+    site = type("Site", (), {})()
+    site.set_profile = Handle(set_profile)
+    ing = FakeIngress(models_dir=str(tmp_path), site=site)
+    ing.trail.guard = lambda: None
+    status, _, body = call(ing, "PUT", "/v1/admin/sites/region-a/profile",
+                           json.dumps({"profile": profile}).encode(),
+                           [("Authorization", f"Bearer {OPERATOR}"),
+                            ("Content-Type", "application/json")])
+    assert status == 422, body
+    assert body["detail"][0]["loc"][-1] == "profile", body
+
+
+@pytest.mark.parametrize(("headers", "status", "field"), [
+    # read as chunked by h11 behind a proxy that trusts Content-Length: smuggling
+    ([("Transfer-Encoding", "chunked"), ("Content-Length", "5")], 400, "transfer-encoding"),
+    ([("Transfer-Encoding", "gzip, chunked")], 400, "transfer-encoding"),  # read as plain
+    ([("Expect", "200-ok")], 417, "expect"),
+])
+def test_framing_two_readers_could_read_differently_is_refused(
+        headers: list, status: int, field: str) -> None:
+    from tests.serving.test_probe_http_surface import BODY, FakeIngress, _auth, call_raw
+
+    ing = FakeIngress()
+    got, answer, body = call_raw(ing, "POST", "/v1/placements", BODY,
+                                 [_auth(), ("Content-Type", "application/json"), *headers])
+    assert got == status, body
+    assert json.loads(body)["detail"][0]["loc"] == ["headers", field]
+    assert answer["connection"] == "close"
+    assert not ing.placed
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "utf-32-be"])
+def test_a_json_body_that_is_not_utf8_is_refused(encoding: str) -> None:
+    """Python's JSON reader took UTF-16 and UTF-32 bodies; another reader in front (a WAF,
+    an audit tap) would see other bytes than the service placed (RFC 8259: UTF-8)."""
+    from tests.serving.test_probe_http_surface import FakeIngress, _auth, call_raw
+
+    body = json.dumps({"pod": {"id": "p", "cpu_milli": 100}}).encode(encoding)
+    ing = FakeIngress()
+    status, _, answer = call_raw(ing, "POST", "/v1/placements", body,
+                                 [_auth(), ("Content-Type", "application/json")])
+    assert status == 400 and json.loads(answer)["detail"][0]["loc"] == ["body"], answer
+    assert not ing.placed
+
+
+def test_the_extender_refuses_the_same_framing_and_encodings() -> None:
+    from smartsched.k8s.extender import Extender, make_app
+
+    app = make_app(Extender("k8s-default"))
+    start, body = asgi_call(app, "POST", "/filter", headers=[
+        (b"transfer-encoding", b"chunked"), (b"content-length", b"2")])
+    assert start["status"] == 400 and "Transfer-Encoding" in json.loads(body)["Error"]
+    start, body = asgi_call(app, "POST", "/filter", headers=[(b"expect", b"200-ok")])
+    assert start["status"] == 417
+    from smartsched.listen import utf16_or_32
+
+    assert utf16_or_32('{"a": 1}'.encode("utf-16")) and utf16_or_32(b'{\x00"\x00')
+    assert not utf16_or_32('{"é": "ü"}'.encode()) and not utf16_or_32(b"")
+
+
+@pytest.mark.slow
+def test_a_chunked_body_still_places_through_serves_proxy(service: str, auth: dict) -> None:
+    """What the proxy hands the replica for a chunked body is not refused as framing."""
+    import requests
+
+    body = json.dumps({"pod": {"id": "chunked-ok", "cpu_milli": 100, "memory_mib": 64}})
+
+    def chunks():
+        yield body[:10].encode()
+        yield body[10:].encode()
+
+    r = requests.post(f"{service}/v1/placements", data=chunks(), timeout=60,
+                      headers={**auth, "Content-Type": "application/json"})
+    assert r.status_code == 200, r.text[:300]
+
+
+def test_a_placement_without_ttl_gets_the_configured_default() -> None:
+    """``default_ttl_s`` was checked at start and never used: the request's own default of
+    60 s won (the round-6 check of the fixes found it)."""
+    from tests.serving.test_probe_http_surface import BODY, FakeIngress, _auth, call_raw
+
+    got: list[float] = []
+
+    class Ingress(FakeIngress):
+        async def place(self, specs, ttl_s, rid, validate=False, who=None):
+            got.append(ttl_s)
+            return await super().place(specs, ttl_s, rid, validate, who)
+
+    ing = Ingress()
+    ing.cfg.default_ttl_s = 600.0
+    headers = [_auth(), ("Content-Type", "application/json")]
+    with_ttl = json.dumps({"pod": {"id": "p", "cpu_milli": 1}, "ttl_s": 5}).encode()
+    batch = json.dumps({"pods": [{"id": "p", "cpu_milli": 1}]}).encode()
+    assert call_raw(ing, "POST", "/v1/placements", BODY, headers)[0] == 200
+    assert call_raw(ing, "POST", "/v1/placements", with_ttl, headers)[0] == 200
+    assert call_raw(ing, "POST", "/v1/placements:batch", batch, headers)[0] == 200
+    assert got == [600.0, 5.0, 600.0]

@@ -37,6 +37,7 @@ from smartsched.k8s.snapshot import (
     object_name,
     pod_model,
 )
+from smartsched.listen import StrictFraming, utf16_or_32
 from smartsched.model.errors import SmartSchedError, unechoed
 from smartsched.scheduling.base import WorkloadAware, make_scheduler
 from smartsched.scheduling.framework import ProfileScheduler
@@ -357,6 +358,8 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
                 raise TooLarge(f"request body over {max_body_bytes} bytes")
             chunks.append(chunk)
         raw = b"".join(chunks)
+        if utf16_or_32(raw):
+            raise BadRequest("body: JSON must be UTF-8 (this body is UTF-16 or UTF-32)")
         if len(raw) <= INLINE_PARSE_BYTES:
             return parse_args_json(raw)
         # A large list parses off the event loop, so /healthz and other requests' bodies
@@ -398,4 +401,5 @@ def make_app(extender: Extender, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -
     async def healthz_head() -> None:
         return None
 
+    app.add_middleware(StrictFraming, extender=True)
     return app

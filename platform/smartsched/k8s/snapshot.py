@@ -118,7 +118,7 @@ def _whole(q: Decimal, what: str) -> int:
     ``what`` unless whole, as the API server requires of extended resources (1.5 GPUs
     read as 1 would bind a pod onto a node one device short)."""
     if q != q.to_integral_value():
-        raise ValueError(f"{what}: must be a whole number, got {q}")
+        raise ValueError(f"{what}: must be a whole number")
     return int(q)
 
 
@@ -623,9 +623,12 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
 
 # The twin's pod fields as a Pod object writes them (an error named ``memory_mib`` meant
 # nothing to whoever sent the Pod).
-_POD_FIELD = {"cpu_milli": "spec.containers.resources.requests.cpu",
-              "memory_mib": "spec.containers.resources.requests.memory",
-              "num_gpu": "spec.containers.resources.limits.nvidia.com/gpu",
+# The sums name every part they add (a too large spec.overhead was blamed on the
+# containers' requests, a GPU request on the limits).
+_POD_FIELD = {"cpu_milli": "spec.containers.resources.requests.cpu (with spec.overhead.cpu)",
+              "memory_mib": "spec.containers.resources.requests.memory "
+                            "(with spec.overhead.memory)",
+              "num_gpu": "spec.containers.resources.nvidia.com/gpu (requests or limits)",
               "gpu_milli": "spec.containers.resources.limits (GPU share)"}
 
 

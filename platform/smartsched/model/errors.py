@@ -74,10 +74,13 @@ class ServiceUnavailableError(SmartSchedError):
 
 # A quoted value in a message: what the client sent (an unknown region, reservation id,
 # request id, gang id, GPU model or option name), which an error answer never repeats; a
-# quote inside a word (an apostrophe) is not one, nor is one quoted character (the JSON
-# parser's "Expecting ',' delimiter").
+# quote inside a word (an apostrophe) is not one, nor is one quoted ASCII punctuation
+# mark (the JSON parser's "Expecting ',' delimiter"); one quoted letter or digit is (a
+# quantity of one Arabic-Indic digit was quoted back: probe round 6).
 _QUOTED = re.compile(
-    r"""(?<![\w])(?:'(?:[^'\\]|\\.){2,}'|"(?:[^"\\]|\\.){2,}"|''|"")(?![\w])""")
+    r"""(?<![\w])(?:'(?:[^'\\]|\\.){2,}'|"(?:[^"\\]|\\.){2,}"|''|""|"""
+    r"""'[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]'|"[^\x00-\x2f\x3a-\x40\x5b-\x60\x7b-\x7f]")"""
+    r"""(?![\w])""")
 
 
 def unechoed(msg: str) -> str:

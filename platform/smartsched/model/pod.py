@@ -225,7 +225,7 @@ def check_int(field_name: str, value: object, low: int, high: int) -> None:
     if value < low:
         raise ValidationError(field_name, f"must be >= {low}, got {value}")
     if value > high:
-        raise ValidationError(field_name, f"is absurdly large ({value} > {high})")
+        raise ValidationError(field_name, f"is absurdly large (more than {high})")
 
 
 def _check_float(field_name: str, value: object, low: float) -> None:

@@ -36,6 +36,7 @@ from pydantic import BeforeValidator
 from ray import serve
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from smartsched.listen import StrictFraming, utf16_or_32
 from smartsched.model.errors import (
     PermissionDeniedError,
     ServiceUnavailableError,
@@ -362,6 +363,7 @@ class BodyLimit:
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             resp = _error(413, "body", f"body of {int(declared)} bytes exceeds {limit}")
+            resp.headers["Connection"] = "close"  # its unread body is not a next request
             return await resp(scope, receive, send)
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
@@ -388,6 +390,10 @@ class BodyLimit:
                 return await resp(scope, receive, send)
             if not msg.get("more_body", False):
                 break
+        head = b"".join(m.get("body", b"") for m in buffered[:4])
+        if utf16_or_32(head):
+            return await _error(400, "body", "JSON must be UTF-8 (this body is UTF-16 or "
+                                "UTF-32)")(scope, receive, send)
 
         async def replay() -> dict:
             return buffered.pop(0) if buffered else await receive()
@@ -720,6 +726,7 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
     app.add_middleware(Measure, owner=owner)
     app.add_middleware(AuthFirst, owner=owner)
     app.add_middleware(HeadAsGet)
+    app.add_middleware(StrictFraming)
 
     _add_docs_pages(app, owner or _current)
 
@@ -874,7 +881,8 @@ async def answer_placement(owner: Any, body: PlacementRequest | BatchPlacementRe
             raise ValidationError("pods.id", "pod ids in a batch must be unique")
     else:
         pods = [body.pod]
-    return await owner.place(pods, body.ttl_s, body.request_id, body.validate_,
+    ttl_s = body.ttl_s if body.ttl_s is not None else float(owner.cfg.default_ttl_s)
+    return await owner.place(pods, ttl_s, body.request_id, body.validate_,
                              request.state.principal)
 
 
@@ -1171,8 +1179,8 @@ async def set_profile(site: str, body: ProfileUpdate, request: Request,
         raise UnknownReferenceError("site", f"unknown site {site!r}")
     # Loaded from the resolved path; shown (answers, metrics, summaries) as the operator
     # named it, so the server's directory layout is not published.
-    path = resolve_reload_profile(body.profile, ing.cfg.models_dir)
     try:
+        path = resolve_reload_profile(body.profile, ing.cfg.models_dir)
         shown = await ing.sites[site].set_profile.remote(path, body.profile)
     except ValidationError as e:
         raise reload_refused(e, ing.cfg.models_dir) from None
@@ -1196,7 +1204,10 @@ def reload_refused(e: ValidationError, models_dir: str | None) -> ValidationErro
                 message = message.replace(form + "/", "").replace(form, ".")
     if field not in ("profile", "scheduler"):
         message = f"{field}: {message}"
-    cls = type(c) if isinstance(c, ValidationError) else ValidationError
+    # A 422 (a refusal of the operator's right stays one): the site and the route exist,
+    # the body's value is what is wrong (an unknown scheduler or a missing policy was a
+    # 404, as for a missing site).
+    cls = PermissionDeniedError if isinstance(c, PermissionDeniedError) else ValidationError
     return cls("profile", message)
 
 

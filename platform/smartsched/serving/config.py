@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from smartsched.model.configfile import check_token, read_token_file, validate
 from smartsched.model.errors import ValidationError
 from smartsched.scheduling.sandbox import SandboxConfig
-from smartsched.serving.schemas import TENANT_NAME
+from smartsched.serving.schemas import MIN_TTL_S, TENANT_NAME
 
 SandboxMode = Literal["off", "request", "risky", "all"]
 
@@ -157,7 +157,8 @@ class ServiceConfig(BaseModel):
     profiles: dict[str, str] = Field(default_factory=dict)  # site -> profile override
     edge_parents: dict[str, str] = Field(default_factory=dict)
     ranking: Ranking = Ranking()
-    default_ttl_s: float = Field(60.0, gt=0, le=86_400)
+    # A placement's reservation lifetime when its request gives no ttl_s.
+    default_ttl_s: float = Field(60.0, ge=MIN_TTL_S, le=86_400)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024**3)
     auth: Auth = Auth()
     replica_cpus: float = Field(0.1, gt=0, le=64)

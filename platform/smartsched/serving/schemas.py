@@ -41,14 +41,18 @@ _NOT_TEXT = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff\u061c\u200e\u200f\u202a-\u2
 # ASCII space: "ba\u200bnk" or "a\u00a0b" read as "bank" and "a b" in a log, an audit
 # record or a dashboard while naming something else.
 _INVISIBLE = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp", "Zs"))
+# ... and the letters and marks that draw nothing (Hangul fillers, the Braille blank, the
+# combining grapheme joiner, Khmer's inherent vowels, Mongolian variation selectors).
+_BLANK = frozenset("\u115f\u1160\u3164\uffa0\u2800\u034f\u17b4\u17b5"
+                   "\u180b\u180c\u180d\u180f")
 
 
 def _text(v: str) -> str:
     if _NOT_TEXT.search(v):
         raise ValueError("must not contain control characters, bidirectional controls or "
                          "lone surrogates")
-    if not v.isascii() and any(unicodedata.category(c) in _INVISIBLE and c != " "
-                               for c in v):
+    if not v.isascii() and any((unicodedata.category(c) in _INVISIBLE and c != " ")
+                               or c in _BLANK for c in v):
         raise ValueError("must not contain invisible characters (zero-width, format "
                          "characters) or spaces other than the ASCII space")
     return v
@@ -191,8 +195,10 @@ class PlacementRequest(BaseModel):
     request_id: RequestId | None = Field(
         None, description="Idempotency key: a retry returns the same answer")
     pod: PodSpec
-    ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400, allow_inf_nan=False,
-                       description="Reservation lifetime")
+    # None: the service's configured default_ttl_s (a default of 60 here overrode it).
+    ttl_s: Num | None = Field(None, ge=MIN_TTL_S, le=86_400, allow_inf_nan=False,
+                              description="Reservation lifetime (default: the service's "
+                              "default_ttl_s)")
     validate_: Flag = Field(False, alias="validate", description=(
         "Validate the placement in the twin's sandbox before it is made (the site's "
         "sandbox policy may validate it anyway)"))
@@ -202,7 +208,9 @@ class BatchPlacementRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     request_id: RequestId | None = None
     pods: list[PodSpec] = Field(min_length=1, max_length=MAX_BATCH)
-    ttl_s: Num = Field(60.0, ge=MIN_TTL_S, le=86_400, allow_inf_nan=False)
+    ttl_s: Num | None = Field(None, ge=MIN_TTL_S, le=86_400, allow_inf_nan=False,
+                              description="Reservation lifetime (default: the service's "
+                              "default_ttl_s)")
     validate_: Flag = Field(False, alias="validate", description=(
         "Validate the whole batch in the twin's sandbox before it is made"))
 
