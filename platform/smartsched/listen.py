@@ -177,6 +177,18 @@ SERVE_PROXY_CALLBACK = "smartsched.listen:guard_serve_proxy"
 PROXY_BODY_LIMIT_ENV = "SMARTSCHED_PROXY_MAX_BODY_BYTES"
 
 
+async def send_json(send: Any, status: int, doc: Any,
+                    headers: tuple[tuple[bytes, bytes], ...] = ((b"connection", b"close"),)
+                    ) -> None:
+    """Answer ``doc`` as JSON with ``status`` straight through an ASGI ``send`` (the
+    middlewares here answer before any app, FastAPI's included, is reached)."""
+    body = json.dumps(doc).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
 class DeclaredBodyLimit:
     """ASGI middleware for Serve's proxy: a request whose Content-Length is over ``limit``
     gets the service's 413 at once, its body unread. The service checks the same limit, but
@@ -192,14 +204,8 @@ class DeclaredBodyLimit:
         if scope.get("type") == "http":
             declared = dict(scope.get("headers") or []).get(b"content-length", b"")
             if declared.isdigit() and int(declared) > self.limit:
-                body = json.dumps({"detail": [{"loc": ["body"], "msg": (
-                    f"body of {int(declared)} bytes exceeds {self.limit}")}]}).encode()
-                await send({"type": "http.response.start", "status": 413, "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close")]})
-                await send({"type": "http.response.body", "body": body})
-                return
+                return await send_json(send, 413, {"detail": [{"loc": ["body"], "msg": (
+                    f"body of {int(declared)} bytes exceeds {self.limit}")}]})
         await self.app(scope, receive, send)
 
 
@@ -233,13 +239,10 @@ class AnswerWhenSilent:
             logging.getLogger(__name__).warning("Serve's proxy failed before it answered",
                                                 exc_info=True)
         if not started:
-            body = json.dumps({"detail": [{"loc": ["service"], "msg": (
+            await send_json(send, 503, {"detail": [{"loc": ["service"], "msg": (
                 "the service stopped before it answered: retry (a request without a "
-                "request_id may or may not have been applied)")}]}).encode()
-            await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()), (b"retry-after", b"5")]})
-            await send({"type": "http.response.body", "body": body})
+                "request_id may or may not have been applied)")}]},
+                ((b"retry-after", b"5"),))
 
 
 def utf16_or_32(body: bytes) -> bool:
@@ -283,15 +286,9 @@ class StrictFraming:
                 problem = (417, "headers.expect", "only Expect: 100-continue is met")
             if problem is not None:
                 status, field, msg = problem
-                doc: Any = ({"Error": f"{field}: {msg}"} if self.extender else
-                            {"detail": [{"loc": field.split("."), "msg": msg}]})
-                body = json.dumps(doc).encode()
-                await send({"type": "http.response.start", "status": status, "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close")]})
-                await send({"type": "http.response.body", "body": body})
-                return
+                return await send_json(send, status, (
+                    {"Error": f"{field}: {msg}"} if self.extender else
+                    {"detail": [{"loc": field.split("."), "msg": msg}]}))
         await self.app(scope, receive, send)
 
 
