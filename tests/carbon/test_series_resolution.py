@@ -60,3 +60,19 @@ def test_an_empty_reading_holds_the_one_before_for_the_files_own_step(tmp_path: 
     s = load_carbon_csv(p, "Time", "ci")
     assert s.span_s == 3 * 3600.0  # the last reading holds for the file's step, 1 h
     assert hourly(s).tolist() == [100.0, 100.0, 70.0]
+
+
+def test_a_local_clock_going_back_in_autumn_is_named_as_such(tmp_path: Path) -> None:
+    from smartsched.model.errors import ValidationError
+
+    p = tmp_path / "local.csv"
+    p.write_text("Time,ci\n2020-10-25 01:30,100\n2020-10-25 02:30,110\n"
+                 "2020-10-25 02:00,120\n2020-10-25 03:00,130\n")
+    with pytest.raises(ValidationError, match="daylight-saving") as e:
+        load_carbon_csv(p, "Time", "ci")
+    assert (e.value.field, e.value.row) == ("Time", 2)
+    shuffled = tmp_path / "shuffled.csv"  # days out of order: not a clock change
+    shuffled.write_text("Time,ci\n2020-10-25 01:00,100\n2020-10-20 02:00,110\n")
+    with pytest.raises(ValidationError) as e:
+        load_carbon_csv(shuffled, "Time", "ci")
+    assert "daylight" not in str(e.value)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,10 +200,14 @@ def load_carbon_csv(
     raw = df[value_column]
     vals = pd.to_numeric(raw, errors="coerce")
     secs_all = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
-    back = np.flatnonzero(np.diff(secs_all) <= 0)
+    steps = np.diff(secs_all)
+    back = np.flatnonzero(steps <= 0)
     if back.size:
-        raise ValidationError(time_column, "timestamps must increase", row=int(back[0]) + 1,
-                              source=str(path))
+        # Going back an hour at most is what a local clock does in autumn.
+        dst = -HOUR <= steps[back[0]] <= 0 and not _has_offsets(df[time_column])
+        raise ValidationError(time_column, "timestamps must increase" + (
+            " (local time across a daylight-saving change? give UTC, or times with their "
+            "offset, e.g. +01:00)" if dst else ""), row=int(back[0]) + 1, source=str(path))
     not_number = (vals.isna() & raw.notna() & (raw.astype(str).str.strip() != "")).to_numpy()
     if not_number.any():
         raise ValidationError(value_column, f"{raw.iloc[int(np.flatnonzero(not_number)[0])]!r} "
@@ -230,6 +235,12 @@ def load_carbon_csv(
     grid = _resample(secs_all[keep], vals[keep].to_numpy(dtype=np.float64), step_s,
                      own_step=_own_step(secs_all))
     return CarbonSeries(grid, step_s, path.stem)
+
+
+def _has_offsets(col: pd.Series) -> bool:
+    """Whether a time column's text carries UTC offsets or a Z (its first value's)."""
+    first = str(col.iloc[0]).strip() if len(col) else ""
+    return first.endswith(("Z", "z")) or bool(re.search(r"[+-]\d\d:?\d\d$", first))
 
 
 # Epoch numbers a time column may hold, told apart by magnitude: seconds from 1973 to
