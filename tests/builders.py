@@ -49,8 +49,9 @@ def wait_healthy(url: str, timeout_s: float = 60.0, alive: Any = None) -> bool:
 
 
 def asgi_call(app: Any, method: str, path: str,
-              headers: list[tuple[bytes, bytes]] | None = None) -> tuple[dict, bytes]:
-    """One bodiless request (with ``headers``) straight through an ASGI ``app`` (no
+              headers: list[tuple[bytes, bytes]] | None = None,
+              body: bytes = b"") -> tuple[dict, bytes]:
+    """One request (with ``headers`` and ``body``) straight through an ASGI ``app`` (no
     server): the response's start message and its body."""
     import asyncio
 
@@ -62,7 +63,7 @@ def asgi_call(app: Any, method: str, path: str,
                  "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1)}
 
         async def receive() -> dict:
-            return {"type": "http.request", "body": b"", "more_body": False}
+            return {"type": "http.request", "body": body, "more_body": False}
 
         async def send(msg: dict) -> None:
             sent.append(msg)

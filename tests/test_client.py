@@ -208,3 +208,17 @@ def test_a_ttl_too_short_to_confirm_is_refused() -> None:
         with pytest.raises(Invalid, match="ttl_s"):
             BatchPlacementRequest.model_validate({"pods": [pod], "ttl_s": ttl})
     assert PlacementRequest.model_validate({"pod": pod, "ttl_s": 0.001}).ttl_s == 0.001
+
+
+def test_the_client_leaves_the_ttl_to_the_service_unless_given() -> None:
+    """It always sent ttl_s 60, so the service's default_ttl_s never applied."""
+    from smartsched.client import PlacementClient
+
+    sent: list[dict] = []
+    client = PlacementClient("http://127.0.0.1:9", "client-token")
+    client._call = lambda method, path, body=None: (  # type: ignore[method-assign]
+        sent.append(body) or {"request_id": body["request_id"], "placements": []})
+    client.place({"id": "p", "cpu_milli": 1})
+    client.place_batch([{"id": "p", "cpu_milli": 1}])
+    client.place({"id": "p", "cpu_milli": 1}, ttl_s=5.0)
+    assert ["ttl_s" in b for b in sent] == [False, False, True] and sent[2]["ttl_s"] == 5.0

@@ -650,11 +650,11 @@ def serve_reload(url: str, site: str, profile: str, operator_token_file: str | N
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True)
 @click.option("--request-id", default=None, help="Idempotency key (default: generated).")
 # --ttl within the service's bounds (an infinite one failed as "error: InvalidJSONError")
-@click.option("--ttl", "ttl_s", default=60.0, show_default=True,
-              type=FiniteRange(0.001, 86_400))
+@click.option("--ttl", "ttl_s", default=None, type=FiniteRange(0.001, 86_400),
+              help="Reservation lifetime in seconds (default: the service's default_ttl_s).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)
-def place(pod_file: str, url: str, request_id: str | None, ttl_s: float,
+def place(pod_file: str, url: str, request_id: str | None, ttl_s: float | None,
           json_path: str | None) -> None:
     """Ask the placement service where to run the pod(s) in POD_FILE (YAML: one or a list)."""
     from smartsched.client import PlacementClient, pod_specs, read_pod_file
@@ -1784,8 +1784,8 @@ def bench_finance(seeds: list[int], nights: int, mtbf_hours: float, no_failures:
               "on the renewable share expected over the pod's run).")
 @click.option("--exact-hours", default=None,
               help="Also what the same rule captures were the forecast exact for the first "
-              "k hours ahead, for each k (comma-separated, 1-168): a what-if that reads the "
-              "future, to size what a better forecast could buy.")
+              "k hours ahead, for each k (comma-separated, 1 to the longest --slack-hours): "
+              "a what-if that reads the future, to size what a better forecast could buy.")
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               callback=_out_file)

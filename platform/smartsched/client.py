@@ -120,21 +120,27 @@ class PlacementClient:
         raise AssertionError("unreachable")
 
     def place(self, pod: PodSpec | Mapping[str, Any], *, request_id: str | None = None,
-              ttl_s: float = 60.0, validate: bool = False) -> PlacementResponse:
-        """``validate``: have the site validate the placement in its sandbox first."""
+              ttl_s: float | None = None, validate: bool = False) -> PlacementResponse:
+        """``validate``: have the site validate the placement in its sandbox first.
+        ``ttl_s``: the reservation's lifetime (None: the service's ``default_ttl_s``)."""
         spec = pod if isinstance(pod, PodSpec) else PodSpec.model_validate(pod)
-        body = {"request_id": request_id or uuid.uuid4().hex, "ttl_s": ttl_s,
-                "pod": spec.model_dump(by_alias=True, exclude_none=True)}
+        body: dict[str, Any] = {"request_id": request_id or uuid.uuid4().hex,
+                                "pod": spec.model_dump(by_alias=True, exclude_none=True)}
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
         if validate:
             body["validate"] = True
         return PlacementResponse.model_validate(self._call("POST", "/v1/placements", body))
 
     def place_batch(self, pods: Sequence[PodSpec | Mapping[str, Any]], *,
-                    request_id: str | None = None, ttl_s: float = 60.0,
+                    request_id: str | None = None, ttl_s: float | None = None,
                     validate: bool = False) -> PlacementResponse:
         specs = [p if isinstance(p, PodSpec) else PodSpec.model_validate(p) for p in pods]
-        body = {"request_id": request_id or uuid.uuid4().hex, "ttl_s": ttl_s,
-                "pods": [s.model_dump(by_alias=True, exclude_none=True) for s in specs]}
+        body: dict[str, Any] = {
+            "request_id": request_id or uuid.uuid4().hex,
+            "pods": [s.model_dump(by_alias=True, exclude_none=True) for s in specs]}
+        if ttl_s is not None:
+            body["ttl_s"] = ttl_s
         if validate:
             body["validate"] = True
         return PlacementResponse.model_validate(

@@ -71,6 +71,11 @@ def test_a_local_clock_going_back_in_autumn_is_named_as_such(tmp_path: Path) -> 
     with pytest.raises(ValidationError, match="daylight-saving") as e:
         load_carbon_csv(p, "Time", "ci")
     assert (e.value.field, e.value.row) == ("Time", 2)
+    dmy = tmp_path / "dmy.csv"  # a day-first date is no UTC offset
+    dmy.write_text("Time,ci\n25-10-2020 01:30,100\n25-10-2020 02:30,110\n"
+                   "25-10-2020 02:00,120\n")
+    with pytest.raises(ValidationError, match="daylight-saving"):
+        load_carbon_csv(dmy, "Time", "ci")
     shuffled = tmp_path / "shuffled.csv"  # days out of order: not a clock change
     shuffled.write_text("Time,ci\n2020-10-25 01:00,100\n2020-10-20 02:00,110\n")
     with pytest.raises(ValidationError) as e:

@@ -144,5 +144,6 @@ def test_seasonal_naive_reads_a_day_back_at_the_datas_own_step(tmp_path: Path) -
     from types import SimpleNamespace as S
 
     assert day_steps([S(step_s=300.0)]) == 288 and day_steps([S(step_s=900.0)]) == 96
+    assert day_steps([S(step_s=300.0), S(step_s=300.0000001)]) == 288  # one step
     with pytest.raises(ValidationError, match="different steps"):
         day_steps([S(step_s=300.0), S(step_s=60.0)])

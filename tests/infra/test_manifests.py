@@ -128,6 +128,12 @@ def test_kuberay_manifests() -> None:
               ["containers"][0]["volumeMounts"]}
     for key in ("token_file", "operator_token_file"):  # both credentials come from the Secret
         assert Path(app["args"]["auth"][key]).parent.as_posix() in mounts
+    env = {e["name"]: e["value"] for e in svc["spec"]["rayClusterConfig"]["headGroupSpec"]
+           ["template"]["spec"]["containers"][0]["env"]}
+    from smartsched.listen import PROXY_BODY_LIMIT_ENV, SERVE_PROXY_CALLBACK
+
+    assert env["RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"] == SERVE_PROXY_CALLBACK
+    assert env[PROXY_BODY_LIMIT_ENV] == str(app["args"]["max_body_bytes"])
 
 
 def _check(obj: dict, typ: str, fields: dict, where: str) -> None:

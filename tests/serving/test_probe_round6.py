@@ -181,29 +181,45 @@ def test_a_sites_recent_pods_answer_is_bounded_in_bytes() -> None:
     assert tier.recent(2000, max_bytes=10) == []
 
 
-def test_a_hop_too_large_for_grpc_is_a_413_and_an_unreachable_one_a_503() -> None:
+def test_a_hop_too_large_for_grpc_is_a_4xx_and_an_unreachable_one_a_503() -> None:
     import grpc
 
-    from tests.serving.test_probe_http_surface import OPERATOR, FakeIngress, Handle, call
+    from tests.serving.test_probe_http_surface import (
+        BODY,
+        OPERATOR,
+        FakeIngress,
+        Handle,
+        _auth,
+        call,
+    )
+
+    def error(code: grpc.StatusCode) -> Exception:
+        return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                    details="Received message larger than max")
 
     def failing(code: grpc.StatusCode):
         def recent(limit: int) -> list:
-            raise grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(),
-                                       details="Received message larger than max")
-        return SimpleSite(recent)
-
-    class SimpleSite:
-        def __init__(self, fn) -> None:
-            self.recent = Handle(fn)
+            raise error(code)
+        site = type("Site", (), {})()
+        site.recent = Handle(recent)
+        return site
 
     auth = [("Authorization", f"Bearer {OPERATOR}")]
     status, _, body = call(FakeIngress(site=failing(grpc.StatusCode.RESOURCE_EXHAUSTED)),
-                           "GET", "/v1/admin/experience", headers=auth)
-    assert status == 413 and body["detail"][0]["loc"] == ["body"], body
+                           "GET", "/v1/admin/experience?limit=5", headers=auth)
+    assert status == 422 and body["detail"][0]["loc"] == ["limit"], body
     assert "larger than max" not in json.dumps(body)
     status, headers, body = call(FakeIngress(site=failing(grpc.StatusCode.UNAVAILABLE)),
                                  "GET", "/v1/admin/experience", headers=auth)
     assert status == 503 and headers["retry-after"] == "5", body
+
+    class Ingress(FakeIngress):  # a batch whose share for one site passes 4 MiB
+        async def place(self, specs, ttl_s, rid, validate=False, who=None):
+            raise error(grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+    status, _, body = call(Ingress(), "POST", "/v1/placements", BODY,
+                           [_auth(), ("Content-Type", "application/json")])
+    assert status == 413 and body["detail"][0]["loc"] == ["body"], body
 
 
 @pytest.mark.parametrize("profile", ["fgd?x=1", "composite:{}", "rl:", ":", "nope"])
@@ -270,6 +286,12 @@ def test_the_extender_refuses_the_same_framing_and_encodings() -> None:
     assert start["status"] == 400 and "Transfer-Encoding" in json.loads(body)["Error"]
     start, body = asgi_call(app, "POST", "/filter", headers=[(b"expect", b"200-ok")])
     assert start["status"] == 417
+    for encoding in ("utf-16", "utf-32"):  # parsed by Python's reader before
+        raw = json.dumps({"Pod": {}, "NodeNames": []}).encode(encoding)
+        start, body = asgi_call(app, "POST", "/filter", body=raw, headers=[
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(raw)).encode())])
+        assert start["status"] == 400 and "UTF-8" in json.loads(body)["Error"], body
     from smartsched.listen import utf16_or_32
 
     assert utf16_or_32('{"a": 1}'.encode("utf-16")) and utf16_or_32(b'{\x00"\x00')

@@ -95,3 +95,13 @@ def test_a_site_profile_or_cluster_a_replica_would_reject_is_named_first(
     with pytest.raises(ValidationError) as e:
         checked_service({**args, "auth": {"disabled": True}})
     assert e.value.field == field
+
+
+def test_a_compliance_tenant_no_pod_could_carry_is_refused_at_start(tmp_path) -> None:
+    """Pods name tenants in lowercase; a policy for ``Finance`` bound nothing, silently."""
+    policy = tmp_path / "c.yaml"
+    policy.write_text("compliance:\n  tenants: [Finance]\n  residency: {Finance: [region-a]}\n")
+    with pytest.raises(ValidationError, match="no pod could carry") as e:
+        checked_service({"cluster": "medium", "compliance": str(policy),
+                         "auth": {"disabled": True}})
+    assert e.value.field == "service.compliance.tenants"

@@ -36,7 +36,7 @@ def day_steps(series: Sequence[Any]) -> int:
     as seconds give such steps)."""
     from smartsched.model.errors import ValidationError
 
-    steps = sorted({float(s.step_s) for s in series})
+    steps = sorted({round(float(s.step_s), 3) for s in series})  # (to the millisecond)
     if not steps:
         raise ValidationError("data", "no series")
     if len(steps) > 1:

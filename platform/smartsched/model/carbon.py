@@ -240,7 +240,8 @@ def load_carbon_csv(
 def _has_offsets(col: pd.Series) -> bool:
     """Whether a time column's text carries UTC offsets or a Z (its first value's)."""
     first = str(col.iloc[0]).strip() if len(col) else ""
-    return first.endswith(("Z", "z")) or bool(re.search(r"[+-]\d\d:?\d\d$", first))
+    # After a time of day, so a date written 27-10-2024 is not read as one.
+    return bool(re.search(r"\d:\d\d(:\d\d(\.\d+)?)?\s*([+-]\d\d:?\d\d|[Zz])$", first))
 
 
 # Epoch numbers a time column may hold, told apart by magnitude: seconds from 1973 to

@@ -61,6 +61,7 @@ from smartsched.serving.config import (
     resolve_reload_profile,
 )
 from smartsched.serving.schemas import (
+    TENANT_NAME,
     BatchPlacementRequest,
     NodesRequest,
     PlacementRequest,
@@ -115,7 +116,14 @@ def service_hierarchy(cfg: ServiceConfig) -> Any:
         from smartsched.scheduling.compliance import attach, load_policy
         from smartsched.twin.state import ClusterState
 
-        attach(ClusterState(h.spec), load_policy(cfg.compliance))
+        policy = load_policy(cfg.compliance)
+        attach(ClusterState(h.spec), policy)
+        # A rule for a tenant no pod of this API can carry (``Finance``) binds nothing.
+        for t in policy.policy.tenants:
+            if not TENANT_NAME.fullmatch(t):
+                raise ValidationError("service.compliance.tenants", f"tenant {t!r}: pods "
+                                      "name tenants by 1-63 lowercase letters, digits, '.', "
+                                      "'_' or '-', so no pod could carry this one")
     known = {*h.regions, *h.edges}
     for field, names in (("profiles", cfg.profiles), ("sandbox.sites", cfg.sandbox.sites)):
         for name in names:
@@ -806,9 +814,13 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
 
     async def _hop_failed(request: Request, e: Exception) -> JSONResponse:
         code = getattr(e, "code", lambda: None)()
-        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and request.method in ("POST", "PUT"):
             return _error(413, "body", "too large to pass between the service's sites "
                           "(at most 4 MiB a site): send fewer pods at once")
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "limit" in request.query_params:
+            # An answer too large (the sites cap theirs, so this is a safety net).
+            return _error(422, "limit", "the answer is too large to pass between the "
+                          "service's replicas: ask for fewer")
         return await _site_down(request, e)
 
     app.add_exception_handler(grpc.aio.AioRpcError, _hop_failed)

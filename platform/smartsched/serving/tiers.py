@@ -512,10 +512,10 @@ class SiteTier:
         from smartsched.serving.journal import pod_to_dict
 
         out: list[dict[str, Any]] = []
-        used = 0
+        used = 2  # the list's brackets
         for p in reversed(self.placer.recent_pods(limit)):
             d = pod_to_dict(p)
-            used += len(json.dumps(d))
+            used += len(json.dumps(d)) + 2  # and its separator
             if used > max_bytes:
                 break
             out.append(d)
