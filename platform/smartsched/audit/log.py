@@ -110,8 +110,13 @@ class AuditLog:
         self._broken: BaseException | None = None
         self._closed = False
         self._reset_buffer()
-        self.log_id = self._log_id()
+        # Nothing on disk changes until the log is known to reach its signed heads: a
+        # refused start deleted the open segment's records past the cut (signed ones too)
+        # and wrote a fresh log id over a log that had none.
+        self.log_id, fresh = self._log_id()
         set_aside = self._recover()
+        if fresh:
+            (self.dir / LOG_ID_FILE).write_text(self.log_id.hex() + "\n")
         self._heads = open(self.heads_path, "a", encoding="utf-8")  # noqa: SIM115 (held open)
         self._open_segment()
         self._stop = threading.Event()
@@ -137,8 +142,10 @@ class AuditLog:
         self._payload: list[bytes] = []
         self._opened = 0.0
 
-    def _log_id(self) -> bytes:
-        """This log's id: made at creation (random), read back afterwards."""
+    def _log_id(self) -> tuple[bytes, bool]:
+        """This log's id and whether it is still to be written: made at creation (random),
+        read back afterwards; a log whose id file is gone takes the id its signed heads
+        carry (a fresh one would make every head read as another log's)."""
         path = self.dir / LOG_ID_FILE
         if path.exists():
             try:
@@ -147,10 +154,11 @@ class AuditLog:
                 got = None
             if got is None:
                 raise ValidationError("audit.log", f"{path}: not a log id")
-            return got
-        new = os.urandom(LOG_ID_BYTES)
-        path.write_text(new.hex() + "\n")
-        return new
+            return got, False
+        signed = last_head(self.heads_path)
+        if signed is not None:
+            return signed.head.log_id, True
+        return os.urandom(LOG_ID_BYTES), True
 
     def _recover(self) -> int:
         """Pick up after the last signed head; return how many records were set aside."""
@@ -162,37 +170,46 @@ class AuditLog:
         self.chain = signed.head.chain if signed else ZERO
         self.block = signed.head.block + 1 if signed else 0
         self.head_digest = signed.head.digest() if signed else ZERO
-        set_aside = 0
-        files = segment_files(self.dir)
-        for path in files:
+        # Plan first: what each open segment (a crash left it) becomes, and where the log
+        # then ends; only a log that reaches its signed heads is changed.
+        plan: list[tuple[Path, Any, Any]] = []  # (open segment, kept, set aside)
+        finals: list[tuple[Path, Any]] = []  # (segment, its records once recovered)
+        for path in segment_files(self.dir):
             if path.suffix != OPEN_SUFFIX:
+                finals.append((path, None))
                 continue
-            closed = path.with_suffix(CLOSED_SUFFIX)
-            if closed.exists():  # the roll finished before the crash removed this
-                path.unlink()
+            if path.with_suffix(CLOSED_SUFFIX).exists():  # the roll finished before the
+                plan.append((path, None, None))  # crash removed this: only removed
                 continue
             table = read_segment(path)
             keep = table.filter(pc.less(table["seq"], self.next_seq))
-            rest = table.slice(keep.num_rows)
-            if rest.num_rows:
+            plan.append((path, keep, table.slice(keep.num_rows)))
+            finals.append((path, keep))
+        last = None
+        for path, table in reversed(finals):
+            table = read_segment(path) if table is None else table
+            if table.num_rows:
+                last = table.slice(table.num_rows - 1)
+                break
+        have_seq = last["seq"][0].as_py() if last is not None else -1
+        have_hash = last["hash"][0].as_py() if last is not None else ZERO
+        if have_seq != self.next_seq - 1 or have_hash != self.chain:
+            raise ValidationError(
+                "audit.log", f"{self.dir} ends at record {have_seq} but its signed heads "
+                f"reach record {self.next_seq - 1} (or its last hash differs): the log was cut "
+                "short or edited; run `smartsched audit verify` before writing to it "
+                "(nothing was changed)")
+        set_aside = 0
+        for path, keep, rest in plan:
+            if rest is not None and rest.num_rows:
                 (self.dir / "unsigned").mkdir(exist_ok=True, mode=0o700)
                 # Named by the restart's time too: a later crash reuses these numbers.
                 aside = segment_name(rest["seq"][0].as_py(), f".{time.time_ns()}{CLOSED_SUFFIX}")
                 write_closed(rest, self.dir / "unsigned" / aside, self.fsync)
                 set_aside += rest.num_rows
-            if keep.num_rows:
-                write_closed(keep, closed, self.fsync)
+            if keep is not None and keep.num_rows:
+                write_closed(keep, path.with_suffix(CLOSED_SUFFIX), self.fsync)
             path.unlink()
-        files = [p for p in segment_files(self.dir) if p.suffix == CLOSED_SUFFIX]
-        tail = read_segment(files[-1]) if files else None
-        last = tail.slice(tail.num_rows - 1) if tail is not None and tail.num_rows else None
-        have_seq = last["seq"][0].as_py() if last is not None and last.num_rows else -1
-        have_hash = last["hash"][0].as_py() if last is not None and last.num_rows else ZERO
-        if have_seq != self.next_seq - 1 or have_hash != self.chain:
-            raise ValidationError(
-                "audit.log", f"{self.dir} ends at record {have_seq} but its signed heads "
-                f"reach record {self.next_seq - 1} (or its last hash differs): the log was cut "
-                "short or edited; run `smartsched audit verify` before writing to it")
         return set_aside
 
     def _open_segment(self) -> None:

@@ -79,6 +79,8 @@ def read_segment(path: Path, first: int | None = None, last: int | None = None) 
     before the cut. A closed segment that does not read (damaged, or not one) is a
     ValidationError naming it."""
     if path.suffix == CLOSED_SUFFIX:
+        if not path.is_file():
+            raise ValidationError("audit.log", "not a regular file", source=str(path))
         try:
             if first is None or last is None:
                 return pq.read_table(path, schema=SCHEMA)
@@ -87,6 +89,8 @@ def read_segment(path: Path, first: int | None = None, last: int | None = None) 
         except (pa.ArrowException, OSError, ValueError) as e:
             raise ValidationError("audit.log", f"not a readable audit segment "
                                   f"({type(e).__name__})", source=str(path)) from None
+    if not path.is_file():  # a FIFO named like a segment held verify for ever
+        raise ValidationError("audit.log", "not a regular file", source=str(path))
     batches = []
     try:
         with pa.OSFile(str(path), "rb") as f:
@@ -170,12 +174,23 @@ class SignedHead:
         return cls(head, key, sig)
 
 
+# A signed head as JSON is a few hundred characters; a line this long is not one.
+MAX_HEAD_LINE = 64 * 1024
+
+
 def read_heads(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every non-empty line of the heads file."""
+    """(line number, text) of every non-empty line of the heads file. Refused, naming the
+    file: one that is not a regular file (a FIFO held verify for ever) and a line longer
+    than any head (one line of 300 MB was read whole)."""
     if not path.exists():
         return
+    if not path.is_file():
+        raise ValidationError("audit.heads", "not a regular file", source=str(path))
     with open(path, encoding="utf-8", errors="replace") as f:
-        for no, line in enumerate(f, 1):
+        for no, line in enumerate(iter(lambda: f.readline(MAX_HEAD_LINE + 1), ""), 1):
+            if len(line) > MAX_HEAD_LINE:
+                raise ValidationError("audit.heads", f"line {no} is longer than any signed "
+                                      f"head ({MAX_HEAD_LINE:,} characters)", source=str(path))
             if line.strip():
                 yield no, line
 

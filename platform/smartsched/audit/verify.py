@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from smartsched.audit.chain import (
@@ -51,6 +52,7 @@ from smartsched.audit.store import (
     COLUMNS,
     LOG_ID_FILE,
     SignedHead,
+    first_seq_of,
     parse_log_id,
     read_heads,
     read_segment,
@@ -154,7 +156,20 @@ def verify_log(log_dir: str | Path, heads_path: str | Path,
         except ValidationError as e:
             problem = Problem(expected, path.name, e.message)
             break
-        cols = {c: t[c].to_pylist() for c in COLUMNS}
+        # A field set to null (or a column dropped, read back as nulls) or text that is not
+        # UTF-8 was a traceback here, not a tampered record named.
+        null = next(((c, int(pc.index(pc.is_null(t[c]), True).as_py())) for c in COLUMNS
+                     if t[c].null_count), None)
+        if null is not None:
+            problem = Problem(expected + null[1], f"{path.name} row {null[1]}",
+                              f"its {null[0]} is empty (null): the record was edited")
+            break
+        try:
+            cols = {c: t[c].to_pylist() for c in COLUMNS}
+        except UnicodeDecodeError:
+            problem = Problem(expected, path.name, "a text field is not UTF-8: the segment "
+                              "was edited")
+            break
         seqs, n = cols["seq"], t.num_rows
         m = n
         if seqs != list(range(expected, expected + n)):
@@ -254,14 +269,21 @@ def _no_heads(heads_path: Path, heads: list[tuple[Head, bytes]]) -> str:
 def _records_between(log_dir: Path, first: int, last: int) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {c: [] for c in COLUMNS}
     files = segment_files(log_dir)
-    starts = [int(p.name[4:20]) for p in files]
+    starts = [first_seq_of(p) or 0 for p in files]  # (any digits, as verify reads them)
     for i, path in enumerate(files):
         end = starts[i + 1] - 1 if i + 1 < len(files) else None
         if starts[i] > last or (end is not None and end < first):
             continue
         t = read_segment(path, first, last)
+        try:
+            cols = {c: t[c].to_pylist() for c in COLUMNS}
+        except UnicodeDecodeError:
+            cols = None
+        if cols is None or any(t[c].null_count for c in COLUMNS):
+            raise ValidationError("log", f"{path.name}: a record's field is null or not "
+                                  "UTF-8 (edited): verify the log")
         for c in COLUMNS:
-            out[c].extend(t[c].to_pylist())
+            out[c].extend(cols[c])
     keep = [i for i, s in enumerate(out["seq"]) if first <= s <= last]
     return {c: [v[i] for i in keep] for c, v in out.items()}
 
@@ -314,6 +336,11 @@ def check_proof(proof: bytes, record: Mapping[str, Any], public: Ed25519PublicKe
     if log_id is not None and head.log_id.hex() != log_id.lower():
         return False, f"the proof is from log {head.log_id.hex()}, not {log_id}"
     sig = proof[off + HEAD_BYTES:off + HEAD_BYTES + SIGNATURE_BYTES]
+    extra = sorted(set(record) - {c for c in COLUMNS if c != "hash"})
+    if extra:  # shown beside the proven fields, they would read as signed
+        return False, f"the record has a field no proof covers: {str(extra[0])[:40]!r}"
+    if isinstance(record.get("ts"), bool) or not isinstance(record.get("ts"), int | float):
+        return False, "the record's ts must be a number"
     try:
         # The record's number as written: int() read 3.9 or "3" as record 3 (a record that
         # is not the log's was reported in it), and 1e400 (inf) was an OverflowError.
