@@ -780,15 +780,17 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
     if (audit_log or audit_heads or audit_key) and not (audit_log and audit_heads and audit_key):
         raise click.UsageError("--audit-log, --audit-heads and --audit-key go together")
     core, coord = kube_clients(kubeconfig)  # a bad kubeconfig fails before the log opens
+    # ... and so does a bad profile or policy: the log opened first left its id, lock and
+    # a segment in whatever folder --audit-log named (a model folder, say).
+    loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus,
+                         preemption=preemption, compliance=compliance,
+                         gang_reservations=gang_reservations)
     trail = None
     if audit_log and audit_heads and audit_key:
         from smartsched.audit.keys import load_private_key
         from smartsched.audit.log import AuditLog
 
-        trail = AuditLog(audit_log, audit_heads, load_private_key(audit_key))
-    loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus,
-                         preemption=preemption, compliance=compliance, audit=trail,
-                         gang_reservations=gang_reservations)
+        trail = loop.audit = AuditLog(audit_log, audit_heads, load_private_key(audit_key))
     if metrics_port:
         from smartsched.prometheus.http import serve_registry
 

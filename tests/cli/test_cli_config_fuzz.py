@@ -356,3 +356,19 @@ def test_a_dashboard_that_is_no_dashboard_is_named(tmp_path: Path, content: byte
     with pytest.raises(ValidationError) as e:
         find_panel(f, "CPU utilization by zone")
     assert e.value.field in ("dashboard", "title")
+
+
+@pytest.mark.parametrize("bad", [["--region-profile", "no-such-profile"],
+                                 ["--cluster", "nonesuch"]])
+def test_serve_refused_writes_nothing_into_its_state_dir(tmp_path, bad: list[str]) -> None:
+    """Tokens and a journal folder were written into --state-dir before a bad profile was
+    found (probe round 6b)."""
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    state = tmp_path / "state"
+    state.mkdir()
+    r = CliRunner().invoke(main, ["serve", "--state-dir", str(state), *bad])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert list(state.iterdir()) == []

@@ -467,3 +467,27 @@ def test_a_group_with_members_running_holds_room_for_the_rest_only(objects) -> N
         why = loop.run_once().failed["prod/w1"]
         assert "pod group not placed" in why and "room held on" in why
         assert sorted(loop._holds["prod/job"][0]) == ["n0", "n1"]  # the two freeing first
+
+
+def test_a_bad_profile_leaves_the_audit_folder_untouched(objects, tmp_path: Path) -> None:
+    """The log was opened before the profile was checked: its id, lock and first segment
+    were left in whatever folder --audit-log named (probe round 6b)."""
+    from click.testing import CliRunner
+
+    from smartsched.audit.keys import generate_key
+    from smartsched.cli import main
+
+    nodes, pods = objects
+    generate_key(tmp_path / "audit.key")
+    folder = tmp_path / "some-model"
+    folder.mkdir()
+    (folder / "weights.safetensors").write_bytes(b"x")
+    with FakeAPIServer(nodes, pods) as api:
+        kc = write_kubeconfig(tmp_path / "kubeconfig", api.url)
+        r = CliRunner().invoke(main, [
+            "k8s", "scheduler", "--kubeconfig", str(kc), "--profile", "no-such-profile",
+            "--once", "--identity", "a", "--audit-log", str(folder), "--audit-heads",
+            str(tmp_path / "heads.jsonl"), "--audit-key", str(tmp_path / "audit.key")])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert sorted(p.name for p in folder.iterdir()) == ["weights.safetensors"]
+    assert not (tmp_path / "heads.jsonl").exists()

@@ -1472,7 +1472,8 @@ class Ingress(Authorizer):
             raise UnknownReferenceError(f"pods.{i}.origin_site",
                                         f"unknown site {pod.origin_site!r}")
 
-def checked_service(args: dict[str, Any]) -> tuple[ServiceConfig, Any]:
+def checked_service(args: dict[str, Any], credentials: bool = True
+                    ) -> tuple[ServiceConfig, Any]:
     """The service's settings and hierarchy, with everything a replica would otherwise find
     only once it starts checked here: the cluster and its sites, the tokens, the sandbox's
     profiles and every site's own profile (``profiles``, ``region_profile``,
@@ -1482,7 +1483,8 @@ def checked_service(args: dict[str, Any]) -> tuple[ServiceConfig, Any]:
 
     cfg = parse_service_config(args)
     h = service_hierarchy(cfg)
-    load_credentials(cfg.auth)  # fail here, before any replica starts, when no token is set
+    if credentials:  # (``smartsched serve`` checks the rest before it writes token files)
+        load_credentials(cfg.auth)  # fail here, before any replica starts, when no token
     if cfg.sandbox.mode != "off" or any(m != "off" for m in cfg.sandbox.sites.values()):
         from smartsched.scheduling.sandbox import Sandbox
 

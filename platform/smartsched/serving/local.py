@@ -176,14 +176,23 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str | 
 
     if config is None and DEFAULT_CONFIG.is_file():
         config = DEFAULT_CONFIG
+    from smartsched.serving.app import checked_service
+
     host, port = http_address(config, host, port)
-    state = private_dir(Path(state_dir).resolve())
+    state_path = Path(state_dir).resolve()
     args = service_args(config, overrides)
-    if not args.get("journal_dir"):
-        args["journal_dir"] = str(private_dir(state / "journal"))
+    own_journal = not args.get("journal_dir")
+    if own_journal:
+        args["journal_dir"] = str(state_path / "journal")
     cfg = parse_service_config(args)
     if beside is not None:
         beside.check(cfg)
+    # The cluster and every site's profile before anything is written: a bad profile left
+    # tokens and a journal folder in whatever --state-dir named.
+    checked_service(args, credentials=False)
+    state = private_dir(state_path)
+    if own_journal:
+        private_dir(state / "journal")
     auth = cfg.auth.model_dump()
     if not cfg.auth.disabled:
         if not cfg.auth.token_file and not os.environ.get(cfg.auth.token_env):
@@ -193,9 +202,9 @@ def run_local(config: str | Path | None, overrides: dict[str, Any], host: str | 
             auth["operator_token_file"] = str(secret_file(state / "operator_token"))
             echo(f"operator token (node updates, reloads) in {auth['operator_token_file']}")
     args["auth"] = auth
-    from smartsched.serving.app import checked_service
+    from smartsched.serving.config import load_credentials
 
-    checked_service(args)  # the cluster, tokens and every site's profile, before Ray starts
+    load_credentials(parse_service_config(args).auth)  # the tokens, before Ray starts
     import ray
     from ray import serve
 
