@@ -1276,6 +1276,10 @@ def audit_keygen(out: str) -> None:
     """Make the Ed25519 key pair that signs the log's heads."""
     from smartsched.audit.keys import generate_key
 
+    if Path(out).suffix == ".pub":  # refused before its folder is made
+        raise click.BadParameter("the private key's name must not end in .pub (the public "
+                                 "key is written beside it as <name>.pub)",
+                                 param_hint="'--out'")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     kid = generate_key(out)
     click.echo(f"key {kid}: private {out}, public {Path(out).with_suffix('.pub')}")

@@ -127,3 +127,14 @@ def test_prove_reads_the_segment_names_verify_reads(tmp_path: Path, key) -> None
     assert verify_log(tmp_path / "log", _heads(tmp_path), key.public_key()).ok
     record, proof = prove(tmp_path / "log", _heads(tmp_path), 5)
     assert record["seq"] == 5 and check_proof(proof, record, key.public_key())[0]
+
+
+def test_keygen_refuses_a_pub_name_before_making_its_folder(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+
+    r = CliRunner().invoke(main, ["audit", "keygen", "--out", str(tmp_path / "kk" / "a.pub")])
+    assert r.exit_code == 2 and "'--out'" in r.output
+    assert not (tmp_path / "kk").exists()
+

@@ -243,3 +243,14 @@ def test_the_google_loader_refuses_a_day_or_step_that_is_no_index(tmp_path: Path
     with pytest.raises(ValidationError, match="whole number") as e:
         load_google2011(f)
     assert (e.value.field, e.value.row) == (field, 1) and value in str(e.value)
+
+
+def test_a_device_given_as_a_data_file_is_named_as_one(tmp_path) -> None:
+    from smartsched.forecast.run import load_any
+    from smartsched.model.table import read_frame
+
+    link = tmp_path / "zero.csv"
+    link.symlink_to("/dev/zero")
+    for read in (load_any, read_frame):  # forecast data; traces and tables
+        with pytest.raises(ValidationError, match="not a regular file"):
+            read(link)

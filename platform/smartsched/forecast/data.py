@@ -53,7 +53,8 @@ class Series:
 def _read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise ValidationError("data", f"{path} is a folder, not a CSV or Parquet file"
-                              if path.is_dir() else f"no such file: {path}")
+                              if path.is_dir() else f"not a regular file: {path}"
+                              if path.exists() else f"no such file: {path}")
     if path.suffix == ".parquet":
         try:
             return pd.read_parquet(path)

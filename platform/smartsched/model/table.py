@@ -32,6 +32,8 @@ def read_frame(path: Path) -> pd.DataFrame:
 
     if path.is_dir():
         raise ValidationError("path", f"{path} is a directory, not a trace file")
+    if path.exists() and not path.is_file():  # a FIFO, a device (/dev/zero, say)
+        raise ValidationError("path", f"{path} is not a regular file")
     if not path.is_file():
         raise ValidationError("path", f"no such file: {path}{_data_dir_hint(path)}")
     csv = path.suffix != ".parquet"
