@@ -1277,9 +1277,9 @@ def audit_keygen(out: str) -> None:
     from smartsched.audit.keys import generate_key
 
     if Path(out).suffix == ".pub":  # refused before its folder is made
-        raise click.BadParameter("the private key's name must not end in .pub (the public "
-                                 "key is written beside it as <name>.pub)",
-                                 param_hint="'--out'")
+        raise click.BadParameter(f"{out} would hold both keys: give the private key a name "
+                                 "not ending in .pub (the public key is written beside it "
+                                 "as <name>.pub)", param_hint="'--out'")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     kid = generate_key(out)
     click.echo(f"key {kid}: private {out}, public {Path(out).with_suffix('.pub')}")
