@@ -78,9 +78,9 @@ def read_segment(path: Path, first: int | None = None, last: int | None = None) 
     reads just the row groups holding them); an open segment cut short yields the batches
     before the cut. A closed segment that does not read (damaged, or not one) is a
     ValidationError naming it."""
+    if not path.is_file():  # a FIFO named like a segment held verify for ever
+        raise ValidationError("audit.log", "not a regular file", source=str(path))
     if path.suffix == CLOSED_SUFFIX:
-        if not path.is_file():
-            raise ValidationError("audit.log", "not a regular file", source=str(path))
         try:
             if first is None or last is None:
                 return pq.read_table(path, schema=SCHEMA)
@@ -89,8 +89,6 @@ def read_segment(path: Path, first: int | None = None, last: int | None = None) 
         except (pa.ArrowException, OSError, ValueError) as e:
             raise ValidationError("audit.log", f"not a readable audit segment "
                                   f"({type(e).__name__})", source=str(path)) from None
-    if not path.is_file():  # a FIFO named like a segment held verify for ever
-        raise ValidationError("audit.log", "not a regular file", source=str(path))
     batches = []
     try:
         with pa.OSFile(str(path), "rb") as f:
