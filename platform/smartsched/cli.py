@@ -1073,19 +1073,22 @@ def telemetry_reduce(cluster: str, workload: str, scheduler: str, hours: float, 
 
 @telemetry.command("panel")
 @click.option("--prometheus", "url", required=True, help="e.g. http://127.0.0.1:9090")
-@click.option("--dashboard", default="infra/grafana/smartsched-cluster.json", show_default=True)
+@click.option("--dashboard", default=None,
+              help="a Grafana dashboard JSON  [default: the shipped "
+                   "infra/grafana/smartsched-cluster.json]")
 @click.option("--title", default="CPU utilization by zone", show_default=True)
 @click.option("--minutes", default=10.0, show_default=True,
               type=FiniteRange(min=0.01, max=366 * 24 * 60))  # 1e308 sent a start of -inf
 @click.option("--step", "step_s", default=5.0, show_default=True,
               type=FiniteRange(min=0.001))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), callback=_image_out)
-def telemetry_panel(url: str, dashboard: str, title: str, minutes: float, step_s: float,
-                    out: str) -> None:
+def telemetry_panel(url: str, dashboard: str | None, title: str, minutes: float,
+                    step_s: float, out: str) -> None:
     """Render one dashboard panel's data from Prometheus to a PNG (no Grafana needed)."""
-    from smartsched.prometheus.panel import render_panel
+    from smartsched.prometheus.panel import default_dashboard, render_panel
 
-    res = render_panel(url, dashboard, title, out, minutes=minutes, step_s=step_s)
+    res = render_panel(url, dashboard or default_dashboard(), title, out, minutes=minutes,
+                       step_s=step_s)
     click.echo(f"{res['panel']}: {res['series']} series, {res['points']} points -> {out}")
 
 

@@ -138,3 +138,24 @@ def test_keygen_refuses_a_pub_name_before_making_its_folder(tmp_path: Path) -> N
     assert r.exit_code == 2 and "'--out'" in r.output
     assert not (tmp_path / "kk").exists()
 
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("block", "1"), ("block", 1.0), ("block", False), ("first_seq", "0"),
+    ("last_seq", 15.0), ("ts", "1700000000"), ("ts", True), ("key_id", 7)])
+def test_a_head_field_of_another_json_type_is_not_a_head(tmp_path: Path, key, field: str,
+                                                           value: object) -> None:
+    """The heads file was read loosely: ``"block": "1"``, ``1.5`` or ``false`` passed as
+    the signed integer, so two texts read as one signed head (no forgery: the signature
+    covers the packed integer; probe round 6b)."""
+    import json
+
+    _write_log(tmp_path, key, 40, block_records=16)
+    lines = _heads(tmp_path).read_text().splitlines()
+    d = json.loads(lines[1])
+    d[field] = value
+    lines[1] = json.dumps(d, separators=(",", ":"))
+    _heads(tmp_path).write_text("\n".join(lines) + "\n")
+    rep = verify_log(tmp_path / "log", _heads(tmp_path), key.public_key())
+    assert not rep.ok and rep.problem is not None
+    assert field in str(rep.problem), rep.problem

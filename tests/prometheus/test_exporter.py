@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -164,3 +165,28 @@ def test_a_panel_window_past_a_year_is_refused_naming_the_option() -> None:
     r = CliRunner().invoke(main, ["telemetry", "panel", "--prometheus", "http://127.0.0.1:1",
                                   "--title", "x", "--minutes", "1e308", "--out", "/tmp/x.png"])
     assert r.exit_code == 2 and "'--minutes'" in r.output, r.output
+
+
+def test_panel_finds_the_shipped_dashboard_from_any_directory_and_checks_the_url_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run away from the repository root, the default dashboard was read relative to the
+    working directory ("cannot read infra/grafana/..."), and a non-HTTP Prometheus URL
+    was never named because the dashboard was read first (probe round 6b)."""
+    from click.testing import CliRunner
+
+    from smartsched.cli import main
+    from smartsched.prometheus.panel import default_dashboard
+
+    monkeypatch.chdir(tmp_path)
+    assert default_dashboard().is_absolute() and default_dashboard().is_file()
+    r = CliRunner().invoke(main, ["telemetry", "panel", "--prometheus", "file:///etc/passwd",
+                                  "--out", str(tmp_path / "p.png")])
+    assert r.exit_code != 0 and "prometheus.url" in r.output, r.output
+    assert "dashboard" not in r.output
+    # a real URL with nobody there: the shipped dashboard was found (the panel's query is
+    # what fails), not a missing file
+    r = CliRunner().invoke(main, ["telemetry", "panel", "--prometheus", "http://127.0.0.1:9",
+                                  "--out", str(tmp_path / "p.png")])
+    assert r.exit_code != 0 and "cannot read" not in r.output, r.output
+    assert "prometheus" in r.output.lower(), r.output
+    assert not (tmp_path / "p.png").exists()

@@ -152,11 +152,23 @@ class SignedHead:
         """Raises ValueError (with what is wrong) for a line that is not a head."""
         try:
             d = json.loads(line)
-            head = Head(int(d["block"]), int(d["first_seq"]), int(d["last_seq"]),
+            if not isinstance(d, dict):
+                raise TypeError(f"a JSON {type(d).__name__}, not an object")
+            # Each field has the one JSON type the writer gives it: "1", 1.5 or false read
+            # as the block number 1 would make two texts of one signed head.
+            for k in ("block", "first_seq", "last_seq"):
+                if type(d[k]) is not int:
+                    raise TypeError(f"{k} must be a JSON integer, got {d[k]!r}")
+            if type(d["ts"]) not in (int, float):
+                raise TypeError(f"ts must be a JSON number, got {d['ts']!r}")
+            for k in ("root", "chain", "prev_head", "log_id", "sig", "key_id"):
+                if not isinstance(d[k], str):
+                    raise TypeError(f"{k} must be a JSON string, got {d[k]!r}")
+            head = Head(d["block"], d["first_seq"], d["last_seq"],
                         float(d["ts"]), bytes.fromhex(d["root"]), bytes.fromhex(d["chain"]),
                         bytes.fromhex(d["prev_head"]), bytes.fromhex(d["log_id"]))
             sig = bytes.fromhex(d["sig"])
-            key = str(d["key_id"])
+            key = d["key_id"]
         except (ValueError, KeyError, TypeError, OverflowError) as e:  # (int(1e400): inf)
             raise ValueError(f"not a head ({type(e).__name__}: {e})") from None
         # A head is signed as packed int64s: a number past them (1e30) failed the packing

@@ -23,6 +23,18 @@ from smartsched.paths import read_regular_file
 from smartsched.prometheus.source import PrometheusSource
 
 MAX_DASHBOARD_BYTES = 64 << 20  # a Grafana dashboard's JSON: a few hundred KiB
+# The dashboard ``telemetry panel`` draws from when none is named: the one the project
+# ships under ``infra/grafana`` (found beside this checkout, so the command works from
+# any directory; a wheel without the checkout must be given ``--dashboard``).
+DEFAULT_DASHBOARD = "infra/grafana/smartsched-cluster.json"
+
+
+def default_dashboard() -> Path:
+    """The shipped cluster dashboard: in the source checkout this package was installed
+    from (``pip install -e``), else relative to the working directory (which the error
+    then names)."""
+    beside = Path(__file__).resolve().parents[3] / DEFAULT_DASHBOARD
+    return beside if beside.is_file() else Path(DEFAULT_DASHBOARD)
 
 
 def find_panel(dashboard: str | Path, title: str) -> dict[str, Any]:
@@ -62,15 +74,15 @@ def render_panel(url: str, dashboard: str | Path, title: str, out: str | Path, *
 
     if not (minutes > 0 and step_s > 0):
         raise ValidationError("minutes", "minutes and step must be > 0")
-    panel = find_panel(dashboard, title)
-    targets = panel.get("targets", [])
-    for i, t in enumerate(targets):
-        if not isinstance(t, dict) or not isinstance(t.get("expr"), str):
-            raise ValidationError(f"panels[{title!r}].targets[{i}].expr", "missing")
-    end = time.time()
-    start = end - minutes * 60.0
-    rows: list[tuple[str, np.ndarray, np.ndarray]] = []
-    with PrometheusSource(url, [], timeout_s=10.0) as src:
+    with PrometheusSource(url, [], timeout_s=10.0) as src:  # the URL is checked first
+        panel = find_panel(dashboard, title)
+        targets = panel.get("targets", [])
+        for i, t in enumerate(targets):
+            if not isinstance(t, dict) or not isinstance(t.get("expr"), str):
+                raise ValidationError(f"panels[{title!r}].targets[{i}].expr", "missing")
+        end = time.time()
+        start = end - minutes * 60.0
+        rows: list[tuple[str, np.ndarray, np.ndarray]] = []
         for t in targets:
             for labels, ts, vals in src.range(t["expr"], start, end, step_s):
                 rows.append((_legend(t.get("legendFormat", ""), labels), ts, vals))
