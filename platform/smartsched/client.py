@@ -12,6 +12,7 @@ or a list) before anything is sent, naming the field.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -24,6 +25,8 @@ from pydantic import ValidationError as PydanticValidationError
 
 from smartsched.model.errors import SmartSchedError, ValidationError
 from smartsched.serving.schemas import PlacementResponse, PodSpec, RegionSummary
+
+log = logging.getLogger(__name__)
 
 
 class ServiceUnreachable(SmartSchedError):
@@ -170,6 +173,10 @@ class PlacementClient:
         from smartsched.serving.journal import pod_from_dict
 
         doc = self._call("GET", f"/v1/admin/experience?limit={int(limit)}", operator=True)
+        if cut := doc.get("omitted"):  # a site's window past the service's 2 MiB a site
+            log.warning("experience: the service left out the oldest pods of %s (its "
+                        "answer is at most 2 MiB a site): those sites' windows are shorter",
+                        ", ".join(f"{n} ({k})" for n, k in sorted(cut.items())))
         pods = [pod_from_dict(d) for site in doc["sites"].values() for d in site]
         return sorted(pods, key=lambda p: p.arrival)
 

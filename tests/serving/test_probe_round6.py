@@ -191,12 +191,32 @@ def test_a_sites_recent_pods_answer_is_bounded_in_bytes() -> None:
             for i in range(2000)]
     tier = SiteTier.__new__(SiteTier)
     tier.placer = SimpleNamespace(recent_pods=lambda n: pods[-n:])
-    got = tier.recent(2000)
+    ans = tier.recent(2000)
+    got = ans["pods"]
     assert 0 < len(got) < 2000
+    assert ans["omitted"] == 2000 - len(got)  # the cut is said, not silent
     assert len(json.dumps(got)) <= 2 * 1024 * 1024
     assert [d["id"] for d in got] == [p.id for p in pods[-len(got):]]  # the newest, in order
-    assert [d["id"] for d in tier.recent(3)] == ["p1997", "p1998", "p1999"]
-    assert tier.recent(2000, max_bytes=10) == []
+    assert tier.recent(3)["omitted"] == 0
+    assert [d["id"] for d in tier.recent(3)["pods"]] == ["p1997", "p1998", "p1999"]
+    assert tier.recent(2000, max_bytes=10) == {"pods": [], "omitted": 2000}
+
+
+def test_the_experience_answer_names_the_sites_whose_window_was_cut() -> None:
+    """A site's 2 MiB cut was silent: a learner read a short window as a quiet site."""
+    from tests.serving.test_probe_http_surface import OPERATOR, FakeIngress, Handle, call
+
+    site = type("Site", (), {})()
+    site.recent = Handle(lambda limit: {"pods": [], "omitted": limit})
+    auth = [("Authorization", f"Bearer {OPERATOR}")]
+    status, _, body = call(FakeIngress(site=site), "GET", "/v1/admin/experience?limit=7",
+                           headers=auth)
+    assert status == 200, body
+    assert body["omitted"] and set(body["omitted"].values()) == {7}, body
+    assert set(body["omitted"]) <= set(body["sites"])
+    site.recent = Handle(lambda limit: {"pods": [], "omitted": 0})
+    _, _, body = call(FakeIngress(site=site), "GET", "/v1/admin/experience", headers=auth)
+    assert body["omitted"] == {}, body
 
 
 def test_a_hop_too_large_for_grpc_is_a_4xx_and_an_unreachable_one_a_503() -> None:
@@ -216,7 +236,7 @@ def test_a_hop_too_large_for_grpc_is_a_4xx_and_an_unreachable_one_a_503() -> Non
                                     details="Received message larger than max")
 
     def failing(code: grpc.StatusCode):
-        def recent(limit: int) -> list:
+        def recent(limit: int) -> dict:
             raise error(code)
         site = type("Site", (), {})()
         site.recent = Handle(recent)

@@ -283,7 +283,7 @@ class SiteDeployment:
     async def free(self) -> dict[str, float]:
         return self.tier.free()
 
-    async def recent(self, limit: int) -> list[dict[str, Any]]:
+    async def recent(self, limit: int) -> dict[str, Any]:
         return self.tier.recent(limit)
 
     async def set_profile(self, profile: str, label: str | None = None) -> str:
@@ -1153,14 +1153,17 @@ async def experience(request: Request,
                      ing: Any = Depends(_ingress)) -> Any:
     """The pods the sites were recently asked to place (each site's last ``limit``, at most
     2 MiB of them a site: the newest that fit), oldest first per site: what continuous
-    learning replays on the twin (operator credential)."""
+    learning replays on the twin (operator credential). ``omitted`` names the sites whose
+    window the 2 MiB cut, with how many of their last ``limit`` pods were left out."""
     if (denied := ing.authorize(request, OPERATOR)) is not None:
         return denied
     if not 0 <= limit <= 100_000:
         raise ValidationError("limit", "must be between 0 and 100000")
     names = list(ing.sites)
     got = await asyncio.gather(*(ing.sites[n].recent.remote(limit) for n in names))
-    return {"sites": {n: pods for n, pods in zip(names, got, strict=True)}}
+    return {"sites": {n: r["pods"] for n, r in zip(names, got, strict=True)},
+            "omitted": {n: r["omitted"] for n, r in zip(names, got, strict=True)
+                        if r["omitted"]}}
 
 
 @app_api.get("/v1/admin/sites/{site}/escalations", dependencies=OPERATOR_AUTH)

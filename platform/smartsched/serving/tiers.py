@@ -502,24 +502,27 @@ class SiteTier:
     def free(self) -> dict[str, float]:
         return self.placer.free_fraction()
 
-    def recent(self, limit: int, max_bytes: int = RECENT_MAX_BYTES) -> list[dict[str, Any]]:
+    def recent(self, limit: int, max_bytes: int = RECENT_MAX_BYTES) -> dict[str, Any]:
         """The last ``limit`` pods this site was asked to place (the learner's experience),
-        oldest first, as the journal writes pods: the newest of them whose JSON fits in
-        ``max_bytes``. (The answer crosses a by-value hop whose messages Serve caps at 4 MiB:
-        2,000 pods with long selectors made the endpoint a bare 500.)"""
+        oldest first, as the journal writes pods: ``pods``, the newest of them whose JSON
+        fits in ``max_bytes``, and ``omitted``, how many older ones of the ``limit`` did not
+        (so a learner knows its window was cut, not that the site was quiet). The answer
+        crosses a by-value hop whose messages Serve caps at 4 MiB: 2,000 pods with long
+        selectors made the endpoint a bare 500."""
         import json
 
         from smartsched.serving.journal import pod_to_dict
 
+        asked = self.placer.recent_pods(limit)
         out: list[dict[str, Any]] = []
         used = 2  # the list's brackets
-        for p in reversed(self.placer.recent_pods(limit)):
+        for p in reversed(asked):
             d = pod_to_dict(p)
             used += len(json.dumps(d)) + 2  # and its separator
             if used > max_bytes:
                 break
             out.append(d)
-        return out[::-1]
+        return {"pods": out[::-1], "omitted": len(asked) - len(out)}
 
     def drop_gang_hold(self, gang: str) -> bool:
         """Let go of the room held here for ``gang`` (placed elsewhere); whether one was."""
