@@ -64,6 +64,10 @@ def check_listen_host(value: object, field: str) -> str:
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_TIMEOUT_S = 15.0
 MAX_CONCURRENCY = 2048
+# At the connection cap, a new connection closes idle ones (waiting for a request head)
+# until this many places are free: an idle socket costs its client nothing to re-open, so
+# 2,048 of them re-opened every 15 s kept our servers answering 503 to everyone else.
+IDLE_EVICTION_ROOM = 16
 
 
 def _guarded(base: type) -> type:
@@ -74,21 +78,44 @@ def _guarded(base: type) -> type:
     (uvicorn has no such timeout: a client sending a header a byte at a time -- or
     nothing -- held its connection for ever, and 1,500 of them held 1,500 open files;
     its httptools parser kept growing one unfinished header line.) A request whose head
-    arrived is left to the body's own limits."""
+    arrived is left to the body's own limits.
+
+    Where the server caps its connections (``limit_concurrency``: our own servers, not
+    Serve's proxy), a connection that brings the count to the cap closes idle ones first
+    (``_make_room``): the ones that never sent a request, oldest first, then kept-alive
+    ones between requests, oldest first; never one with a request in flight."""
 
     class Guarded(base):  # type: ignore[misc, valid-type]
         _head_timer: Any = None
         _head_cycle: Any = None
         _head_bytes = 0
+        _armed_at = 0.0
+        _answered = 0  # requests whose head arrived on this connection
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm(HEAD_TIMEOUT_S)
+            self._make_room()
+
+        def _make_room(self) -> None:
+            cap = getattr(self, "limit_concurrency", None)
+            conns = getattr(self, "connections", None)
+            if cap is None or conns is None or len(conns) < cap:
+                return
+            idle = sorted((c for c in conns if c is not self
+                           and getattr(c, "_head_timer", None) is not None
+                           and not c.transport.is_closing()),
+                          key=lambda c: (c._answered > 0, c._armed_at))
+            for c in idle[:len(conns) - max(cap - IDLE_EVICTION_ROOM, 1)]:
+                c._disarm()
+                c.transport.close()
+                conns.discard(c)  # its place is free now, not when the loop gets to it
 
         def _arm(self, delay: float) -> None:
             self._disarm()
             self._head_cycle = self.cycle  # a new request head makes a new cycle
             self._head_bytes = 0
+            self._armed_at = self.loop.time()
             self._head_timer = self.loop.call_later(delay, self._expired)
 
         def _disarm(self) -> None:
@@ -113,6 +140,7 @@ def _guarded(base: type) -> type:
                 return
             if self.cycle is not self._head_cycle:
                 self._disarm()  # a request's head arrived
+                self._answered += 1
             elif self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
                 self._disarm()
                 self.transport.close()  # a head larger than any we answer

@@ -362,12 +362,16 @@ class BodyLimit:
     def __init__(self, app: Any, owner: Any = None) -> None:
         self.app = app
         self.owner = owner or _current
+        # Bodies still arriving, by (credential, client address): AuthFirst, outside this,
+        # has put the request's principal in its scope.
+        self.reading: dict[tuple[str, str], int] = {}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         ing = self.owner()  # the limit is the running ingress's (see serving.replica)
-        limit = (ing.cfg if ing is not None else ServiceConfig()).max_body_bytes
+        cfg = ing.cfg if ing is not None else ServiceConfig()
+        limit = cfg.max_body_bytes
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             resp = _error(413, "body", f"body of {int(declared)} bytes exceeds {limit}")
@@ -375,6 +379,33 @@ class BodyLimit:
             return await resp(scope, receive, send)
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
+        who = (getattr((scope.get("state") or {}).get("principal"), "name", "unauthenticated"),
+               str((scope.get("client") or ("", 0))[0]))
+        if self.reading.get(who, 0) >= cfg.max_body_reads_per_client:
+            resp = _error(429, "body", f"this credential already has "
+                          f"{cfg.max_body_reads_per_client} request bodies arriving from "
+                          "this address: send each body whole, then the next")
+            resp.headers["Retry-After"] = "1"
+            resp.headers["Connection"] = "close"  # its unread body is not a next request
+            return await resp(scope, receive, send)
+        self.reading[who] = self.reading.get(who, 0) + 1
+        try:
+            buffered = await self._read(scope, receive, send, limit)
+        finally:
+            if (left := self.reading.pop(who) - 1) > 0:
+                self.reading[who] = left
+        if buffered is None:
+            return None
+
+        async def replay() -> dict:
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _read(self, scope: dict, receive: Any, send: Any, limit: int
+                    ) -> list[dict] | None:
+        """The body's messages, read whole within the limits; None when it was refused
+        (and answered)."""
         buffered: list[dict] = []
         seen = 0
         loop = asyncio.get_running_loop()
@@ -387,26 +418,24 @@ class BodyLimit:
                 why = (f"no part of the body arrived for {BODY_IDLE_TIMEOUT_S:.0f} s"
                        if left > BODY_IDLE_TIMEOUT_S else
                        f"the body took over {BODY_DEADLINE_S:.0f} s")
-                resp = _error(408, "body", f"{why}: send the whole body at once")
-                return await resp(scope, receive, send)
+                await _error(408, "body", f"{why}: send the whole body at once")(
+                    scope, receive, send)
+                return None
             buffered.append(msg)
             if msg["type"] != "http.request":
                 break
             seen += len(msg.get("body", b""))
             if seen > limit:
-                resp = _error(413, "body", f"body exceeds {limit} bytes")
-                return await resp(scope, receive, send)
+                await _error(413, "body", f"body exceeds {limit} bytes")(scope, receive, send)
+                return None
             if not msg.get("more_body", False):
                 break
         head = b"".join(m.get("body", b"") for m in buffered[:4])
         if utf16_or_32(head):
-            return await _error(400, "body", "JSON must be UTF-8 (this body is UTF-16 or "
-                                "UTF-32)")(scope, receive, send)
-
-        async def replay() -> dict:
-            return buffered.pop(0) if buffered else await receive()
-
-        await self.app(scope, replay, send)
+            await _error(400, "body", "JSON must be UTF-8 (this body is UTF-16 or "
+                         "UTF-32)")(scope, receive, send)
+            return None
+        return buffered
 
 
 JSON_MEDIA_TYPE = "application/json"

@@ -1,0 +1,189 @@
+"""Round 7 of the service's probe: what a client can hold without being answered.
+
+- Our own servers (the MEC edge entry, the extender) cap their connections at 2,048; idle
+  sockets re-opened every 15 s (the head deadline) kept them at the cap, answering 503 to
+  everyone else, at no cost to whoever opened them.
+- One credential could hold every request slot of the ingress with bodies that never
+  finish (2,000 of them: a legitimate placement waited 22 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+
+from tests.serving.test_probe_round4 import ok_app_on_a_socket
+
+
+async def _request(port: int, path: str = "/ok", keep: Any = None) -> bytes:
+    """One GET on a new connection (or on ``keep``, a (reader, writer) left open)."""
+    r, w = keep or await asyncio.open_connection("127.0.0.1", port)
+    w.write(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+    await w.drain()
+    got = await asyncio.wait_for(r.readuntil(b"}"), 10)
+    if keep is None:
+        w.close()
+    return got
+
+
+def test_idle_sockets_at_the_cap_give_way_to_a_request(monkeypatch) -> None:
+    """At the connection cap a new connection closes idle ones: never-used ones first,
+    oldest first, then kept-alive ones between requests; one with a request in flight
+    is never closed. (Before: a 503 for every request while the idle ones stayed.)"""
+    import uvicorn
+    from fastapi import FastAPI
+
+    import smartsched.listen as listen
+
+    monkeypatch.setattr(listen, "MAX_CONCURRENCY", 24)
+    monkeypatch.setattr(listen, "IDLE_EVICTION_ROOM", 4)
+    app, sock = ok_app_on_a_socket()
+    assert isinstance(app, FastAPI)
+    release = asyncio.Event()
+
+    @app.get("/slow")
+    async def slow() -> dict:
+        await release.wait()
+        return {"slow": True}
+
+    port = sock.getsockname()[1]
+
+    async def scenario() -> dict[str, Any]:
+        server = uvicorn.Server(listen.guarded_server_config(app, log_level="warning"))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        out: dict[str, Any] = {}
+        kept = await asyncio.open_connection("127.0.0.1", port)
+        out["kept first"] = await _request(port, keep=kept)  # then idle between requests
+        sr, sw = await asyncio.open_connection("127.0.0.1", port)  # a request in flight
+        sw.write(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        await sw.drain()
+        await asyncio.sleep(0.1)
+        idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(40)]
+        await asyncio.sleep(0.2)
+        out["fresh"] = await _request(port)  # the cap is full of idle sockets
+        out["kept again"] = await _request(port, keep=kept)
+        release.set()
+        out["slow"] = await asyncio.wait_for(sr.readuntil(b"}"), 10)
+        closed = 0
+        for r, w in idle:
+            with contextlib.suppress(TimeoutError):
+                closed += await asyncio.wait_for(r.read(1), 0.05) == b""
+            w.close()
+        out["idle closed"] = closed
+        out["open"] = len(server.server_state.connections)
+        kept[1].close()
+        sw.close()
+        server.should_exit = True
+        await task
+        return out
+
+    out = asyncio.run(scenario())
+    for k in ("kept first", "fresh", "kept again", "slow"):
+        assert out[k].startswith(b"HTTP/1.1 200"), (k, out[k][:80])
+    assert b'{"slow":true}' in out["slow"]
+    assert out["idle closed"] >= 40 - 24 + 4 - 2, out  # the oldest idle ones went
+    assert out["open"] <= 24, out
+
+
+@pytest.mark.parametrize("answered_first", [False, True])
+def test_a_server_without_a_cap_closes_nothing(monkeypatch, answered_first: bool) -> None:
+    """Serve's proxy runs the guarded protocol with no connection cap: nothing is closed
+    for room there (its own limits apply)."""
+    import uvicorn
+
+    import smartsched.listen as listen
+
+    app, sock = ok_app_on_a_socket()
+    port = sock.getsockname()[1]
+
+    async def scenario() -> int:
+        config = uvicorn.Config(app, http=listen.guarded_h11(), log_level="warning")
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        conns = [await asyncio.open_connection("127.0.0.1", port) for _ in range(30)]
+        if answered_first:
+            await _request(port, keep=conns[0])
+        await asyncio.sleep(0.2)
+        n = len(server.server_state.connections)
+        for _, w in conns:
+            w.close()
+        server.should_exit = True
+        await task
+        return n
+
+    assert asyncio.run(scenario()) == 30
+
+
+def test_one_credential_cannot_hold_every_slot_with_bodies_that_never_finish() -> None:
+    """Bodies still arriving are counted by credential and client address: past the
+    config's ``max_body_reads_per_client`` the next one is a 429 at once (body unread),
+    while another credential, or the same one from another address, is read as before;
+    a slot is given back when its body has arrived (or timed out)."""
+    import json
+
+    from smartsched.serving import replica
+    from smartsched.serving.app import app_api
+    from tests.serving.test_probe_http_surface import BODY, CLIENT, OPERATOR, FakeIngress
+
+    ing = FakeIngress()
+    ing.cfg.max_body_reads_per_client = 3
+
+    async def scenario() -> dict[str, Any]:
+        stall = asyncio.Event()
+
+        async def request(token: str, client: str, body: bytes | None) -> tuple[int, dict]:
+            """A POST whose body arrives at once, or (None) never until ``stall`` is set."""
+            sent: list[dict] = []
+            scope = {"type": "http", "asgi": {"version": "3.0"}, "method": "POST",
+                     "path": "/v1/placements", "raw_path": b"/v1/placements",
+                     "root_path": "", "query_string": b"", "http_version": "1.1",
+                     "scheme": "http", "server": ("t", 80), "client": (client, 1),
+                     "headers": [(b"host", b"t"),
+                                 (b"authorization", f"Bearer {token}".encode()),
+                                 (b"content-type", b"application/json")]}
+
+            async def receive() -> dict:
+                if body is None:
+                    await stall.wait()
+                    return {"type": "http.disconnect"}
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            async def send(msg: dict) -> None:
+                sent.append(msg)
+
+            await app_api(scope, receive, send)
+            start = next(m for m in sent if m["type"] == "http.response.start")
+            raw = b"".join(m.get("body", b"") for m in sent
+                           if m["type"] == "http.response.body")
+            return start["status"], {**dict(start["headers"]), "body": raw}
+
+        stalled = [asyncio.create_task(request(CLIENT, "10.0.0.1", None)) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        out: dict[str, Any] = {
+            "over": await request(CLIENT, "10.0.0.1", BODY),
+            "other address": await request(CLIENT, "10.0.0.2", BODY),
+            "other credential": await request(OPERATOR, "10.0.0.1", BODY)}
+        stall.set()
+        await asyncio.gather(*stalled, return_exceptions=True)
+        out["after"] = await request(CLIENT, "10.0.0.1", BODY)
+        return out
+
+    before = replica.current()
+    replica.set_current(ing)
+    try:
+        out = asyncio.run(asyncio.wait_for(scenario(), 30))
+    finally:
+        replica.set_current(before)
+    status, headers = out["over"]
+    assert status == 429, headers
+    assert headers[b"retry-after"] == b"1" and headers[b"connection"] == b"close"
+    assert json.loads(headers["body"])["detail"][0]["loc"] == ["body"]
+    for k in ("other address", "other credential", "after"):
+        assert out[k][0] == 200, (k, out[k])
