@@ -400,6 +400,18 @@ def test_a_site_failing_its_commit_after_another_applied_says_so(tmp_path: Path)
         assert _applied(deployments)["mec-1"] is True
         assert ing.node_site.get("fresh-0") == "mec-0"  # may be there: not claimable elsewhere
         assert deployments["mec-0"].tier._node_hold is None  # let go
+        # What the answer asks: the same update sent again once the site is back applies
+        # where it had not and changes nothing where it had (one copy of every node).
+        del deployments["mec-0"].commit_node_updates  # the class's own again
+        p1 = deployments["mec-1"].tier.placer
+        before = (list(p1.state.names), p1.state.capacity.copy())
+        status, body = await _put(ing, UPDATE)
+        assert status == 200, body
+        assert _applied(deployments) == {"mec-0": True, "mec-1": True}
+        assert list(p1.state.names) == before[0]
+        assert (p1.state.capacity == before[1]).all()
+        names = deployments["mec-0"].tier.placer.state.names
+        assert list(names).count("fresh-0") == 1
 
     asyncio.run(run())
 
