@@ -292,9 +292,15 @@ def _report_out(ctx: click.Context, param: click.Parameter, value: str | None) -
     """``simulate --out``: a folder already holding a run's report is refused unless
     ``--overwrite`` (eager) was given: a second run into it replaced the first report
     unasked, and one without plots left the first run's plots beside the new figures."""
-    from smartsched.bench.report import REPORT_FILES
+    from smartsched.bench.report import REPORT_FILES, report_folder_problem
+    from smartsched.outputs import model_folder_problem
 
     _nonempty(ctx, param, value)
+    # A trained model's, a policy store's or an audit log's folder takes no report (one
+    # written into a policy folder was copied into the store by a later ``policy stage``).
+    if value and ((why := model_folder_problem(Path(value) / "report.json")) is not None
+                  or (why := report_folder_problem(Path(value))) is not None):
+        raise click.BadParameter(why)
     _refuse_held(ctx, param, value, REPORT_FILES, "an earlier report")
     return value
 

@@ -6,8 +6,10 @@ Owns the rules that keep an output option from destroying what is already stored
   JSON document -- an earlier report -- never a trace, a config, a key, an audit log's
   heads (JSON lines) or a Parquet segment;
 - no output goes into a folder that holds a trained model (a policy, a forecaster, a
-  telemetry projection): its description files are JSON too, and a report written over
-  one left a model that no longer loads;
+  telemetry projection), a policy store or an audit log, and no report replaces an audit
+  log's signed heads: their files are JSON too, and a report written over one left a
+  model that no longer loads, a store without its current version, a log whose truncation
+  no longer shows (a link is judged by the file it points to);
 - an output may not be the same file as one of the command's inputs (``simulate
   --workload pods.csv --json pods.csv`` replaced the trace with the report);
 - a figure (``--plot``) needs a file name whose suffix names an image format matplotlib
@@ -35,17 +37,44 @@ IMAGE_SUFFIXES = (".png", ".svg", ".svgz", ".pdf", ".jpg", ".jpeg", ".eps", ".ps
                   ".tiff", ".webp")
 # An existing file this large is not an earlier report to replace.
 MAX_REPLACEABLE_REPORT_BYTES = 256 << 20
+# What says a folder holds a policy store (its pointer or its log, beside its versions or
+# candidates: ``rl.versions``) or an audit log (its id file: ``audit.store``), and what a
+# line of an audit log's signed heads carries (``audit.store.SignedHead``). Spelled here,
+# as this module sits below both (tests/test_outputs_names.py holds them equal).
+STORE_FILES = ("store.json", "log.jsonl")
+STORE_FOLDERS = ("versions", "candidates")
+AUDIT_LOG_FILE = "log_id"
+HEAD_FIELDS = frozenset({"block", "first_seq", "last_seq", "root", "chain", "log_id", "sig"})
 
 
 def model_folder_problem(path: str | Path) -> str | None:
-    """Why ``path``'s folder is no place for an output (it holds a trained model), or
-    None."""
-    parent = Path(path).parent
-    held = [f for f in MODEL_FILES if (parent / f).is_file()]
-    if held:
-        return (f"{str(parent)[:200]!r} holds a trained model ({held[0]}): write the "
-                "output elsewhere")
+    """Why ``path``'s folder is no place for an output (it holds a trained model, a policy
+    store or an audit log; for a link, the folder of the file it points to), or None."""
+    shown = str(path)[:200]
+    for parent in dict.fromkeys((Path(path).parent, Path(path).resolve().parent)):
+        held = [f for f in MODEL_FILES if (parent / f).is_file()]
+        if held:
+            return (f"{str(parent)[:200]!r} holds a trained model ({held[0]}): write the "
+                    "output elsewhere")
+        if any((parent / f).is_file() for f in STORE_FILES) and any(
+                (parent / d).is_dir() for d in STORE_FOLDERS):
+            return (f"{str(parent)[:200]!r} is a policy store: write the output elsewhere"
+                    + (f" ({shown!r} is a link into it)" if parent != Path(path).parent
+                       else ""))
+        if (parent / AUDIT_LOG_FILE).is_file():
+            return (f"{str(parent)[:200]!r} holds an audit log ({AUDIT_LOG_FILE}): write "
+                    "the output elsewhere")
     return None
+
+
+def _signed_heads(p: Path) -> bool:
+    """Whether ``p``'s first line reads as an audit log's signed head (its fields)."""
+    try:
+        with open(p, encoding="utf-8") as f:
+            first = json.loads(f.readline(1 << 16))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(first, dict) and first.keys() >= HEAD_FIELDS
 
 
 def report_path_problem(path: str | Path) -> str | None:
@@ -66,6 +95,9 @@ def report_path_problem(path: str | Path) -> str | None:
             json.load(f)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return (f"{shown!r} exists and is not a JSON report (it would be replaced): give "
+                "another path")
+    if _signed_heads(p):
+        return (f"{shown!r} holds an audit log's signed heads (it would be replaced): give "
                 "another path")
     return None
 

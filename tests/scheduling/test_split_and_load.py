@@ -88,3 +88,29 @@ def test_load_aware_uses_usage_and_recent_placements() -> None:
     st.predicted_usage = np.array([[0, 0, 0], [7000, 1000, 0]], dtype=float)
     ctx = CycleContext(st, st.compile(pod("new3", cpu=1000, mem=1000)))
     assert la.filter(ctx).passing.tolist() == [False, False]
+
+
+def test_a_routes_relative_file_is_read_beside_the_split_file(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """A route ``mine.yaml`` was read from the working directory: a same-named file there
+    (here: random) was used silently instead of the one beside the split (bestfit), and
+    with none there the error named neither the route nor the split (probe round 7)."""
+    import yaml
+
+    from smartsched.scheduling.registry import builtin_profiles
+
+    prof = tmp_path / "prof"
+    prof.mkdir()
+    for folder, base in ((prof, "bestfit"), (tmp_path, "random")):
+        doc = yaml.safe_load(builtin_profiles()[base].read_text())
+        doc["name"] = f"mine-{base}"
+        (folder / "mine.yaml").write_text(yaml.safe_dump(doc))
+    (prof / "split.yaml").write_text("name: s\nroutes: {default: mine.yaml}\n")
+    monkeypatch.chdir(tmp_path)
+    split = make_scheduler("prof/split.yaml")
+    assert isinstance(split, SplitScheduler)
+    assert split.routes["default"].name == "mine-bestfit"
+    (prof / "mine.yaml").unlink()
+    with pytest.raises(ValidationError) as e:
+        make_scheduler("prof/split.yaml")
+    assert e.value.field == "s.routes.default" and e.value.source == "prof/split.yaml"

@@ -9,7 +9,12 @@ curve). Reads the engine; computes no metric itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from smartsched.model.errors import ValidationError
 from smartsched.model.pod import POD_CLASSES
 from smartsched.twin.engine import Engine
 
@@ -31,13 +37,42 @@ PLOT_FILES = ("gpu_allocation_curve.png", "utilization.png", "queue.png",
 REPORT_FILES = ("report.json", "timeseries.parquet", *PLOT_FILES)
 
 
-def write_report(out: Path, engine: Engine, report: dict[str, Any], plots: bool = True) -> None:
-    """Write the run's folder: timeseries.parquet, the plots, then report.json (last, so
-    the caller's report may carry the wall time of everything before it). An earlier
-    report's files there are removed first."""
-    out.mkdir(parents=True, exist_ok=True)
+def report_folder_problem(out: Path) -> str | None:
+    """Why a run's report cannot go into ``out``, or None: one of its file names there is
+    something other than a file (a folder named ``queue.png`` failed the run at its end)."""
     for name in REPORT_FILES:
-        (out / name).unlink(missing_ok=True)
+        p = out / name
+        if p.is_symlink() or (p.exists() and not p.is_file()):
+            return f"{str(p)[:200]!r} is not a regular file: remove it or give another folder"
+    return None
+
+
+@contextlib.contextmanager
+def staged_report(out: Path) -> Iterator[Path]:
+    """A fresh folder inside ``out`` to write a run's report into; when the block ends
+    without an error its files replace an earlier report's in ``out`` (each by a rename;
+    the earlier report's files the new one lacks are removed), and on an error it is
+    removed and ``out`` is as it was. (The earlier report was deleted first, so a run that
+    failed while writing -- a plot, a full disk, Ctrl-C -- left neither report.)"""
+    if (why := report_folder_problem(out)) is not None:
+        raise ValidationError("out", why)
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".report-", dir=out))
+    try:
+        yield stage
+        for name in REPORT_FILES:
+            if (stage / name).exists():
+                os.replace(stage / name, out / name)
+            else:
+                (out / name).unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def write_report(out: Path, engine: Engine, report: dict[str, Any], plots: bool = True) -> None:
+    """Write the run's files into ``out`` (a ``staged_report`` folder): timeseries.parquet
+    and the plots; report.json comes after (``write_report_json``), so the caller's
+    report may carry the wall time of everything before it."""
     rows = engine.timeseries
     if rows:
         keys = sorted({k for r in rows for k in r})

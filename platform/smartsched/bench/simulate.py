@@ -59,16 +59,17 @@ def simulate(
               "decisions": len(engine.metrics.decision_seconds)}
     if isinstance(sched, WeightsLogging):  # weight-conditioned: when and why weights moved
         report["weights_log"] = sched.weights_log
-    if out is not None:
-        from smartsched.bench.report import write_report
+    if out is None:
+        report["wall_seconds"] = time.perf_counter() - t0
+        report["peak_rss_mib"] = peak_rss_mib()
+        return report
+    from smartsched.bench.report import staged_report, write_report, write_report_json
 
-        write_report(out, engine, report, plots=plots)
-    report["wall_seconds"] = time.perf_counter() - t0
-    report["peak_rss_mib"] = peak_rss_mib()
-    if out is not None:
-        from smartsched.bench.report import write_report_json
-
-        write_report_json(out, report)
+    with staged_report(Path(out)) as stage:  # an earlier report stays until this one is whole
+        write_report(stage, engine, report, plots=plots)
+        report["wall_seconds"] = time.perf_counter() - t0
+        report["peak_rss_mib"] = peak_rss_mib()
+        write_report_json(stage, report)
     return report
 
 

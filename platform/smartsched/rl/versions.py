@@ -28,9 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from smartsched.model.errors import ValidationError
+from smartsched.paths import read_regular_file
 
 POINTER = "store.json"
 LOG = "log.jsonl"
+# A pointer is a few hundred bytes; the log a few hundred a promotion or rollback.
+MAX_POINTER_BYTES = 16 << 20
+MAX_LOG_BYTES = 256 << 20
 CANDIDATES = "candidates"
 VERSIONS = "versions"
 
@@ -77,8 +81,11 @@ class PolicyStore:
         if not path.exists():
             return {"current": None, "history": []}
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
+            doc = json.loads(read_regular_file(path, MAX_POINTER_BYTES).decode("utf-8"))
+        except OSError as e:  # a FIFO waited for a writer for ever
+            raise ValidationError("store", f"{path}: {e.strerror or type(e).__name__}"
+                                  ) from None
+        except ValueError as e:  # not JSON, or not UTF-8 text
             raise ValidationError("store", f"{path}: unreadable ({type(e).__name__})") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("history"), list) \
                 or not all(isinstance(v, str) for v in doc["history"]) \
@@ -111,8 +118,11 @@ class PolicyStore:
         if not path.exists():
             return []
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, ValueError) as e:  # ValueError: not UTF-8 text
+            lines = read_regular_file(path, MAX_LOG_BYTES).decode("utf-8").splitlines()
+        except OSError as e:  # a FIFO waited for a writer for ever
+            raise ValidationError("store", f"{path}: {e.strerror or type(e).__name__}"
+                                  ) from None
+        except ValueError as e:  # not UTF-8 text
             raise ValidationError("store", f"{path}: unreadable ({type(e).__name__})") from None
         events = []
         for no, line in enumerate(lines, 1):
@@ -239,7 +249,12 @@ class PolicyStore:
         a log that cannot be written (read-only, not a file) stops the change before it
         happens, and a change that fails is not logged as done."""
         self._writable()
-        if (self.root / LOG).is_file():
+        path = self.root / LOG
+        if path.exists() and not path.is_file():  # a FIFO's open for appending waited
+            why = "a directory" if path.is_dir() else "not a regular file"
+            raise ValidationError("store", f"{path}: cannot be written ({why}); nothing "
+                                  "changed")
+        if path.is_file():
             self.log()  # a log with a line that is not an event is not appended to
         self.root.mkdir(parents=True, exist_ok=True)
         try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from smartsched.model.errors import ValidationError
@@ -228,6 +229,18 @@ def _profile_key(source: str) -> str:
     return str(path.resolve()) if path.is_file() else source
 
 
+def _beside(target: str, source: str) -> str:
+    """A route's profile file as the split file names it: a relative path is read beside
+    the split file, whatever the working directory (a same-named file there was used
+    silently). Packaged names, absolute paths and the routes of a packaged split are as
+    given."""
+    src = Path(source)
+    if (target.endswith((".yaml", ".yml")) and not Path(target).is_absolute()
+            and src.suffix in (".yaml", ".yml") and src.is_file()):
+        return str(src.parent / target)
+    return target
+
+
 class SplitScheduler:
     """Several schedulers side by side, each pod routed by its class.
 
@@ -263,9 +276,18 @@ class SplitScheduler:
         token = _SPLITS_BUILDING.set((*building, source))
         try:
             cache: dict[str, Scheduler] = {}
-            for target in split.routes.values():
-                if target not in cache:
-                    cache[target] = make_scheduler(target, seed)
+            for cls, target in split.routes.items():
+                if target in cache:
+                    continue
+                try:
+                    cache[target] = make_scheduler(_beside(target, source), seed)
+                except ValidationError as e:
+                    if ".routes" in e.field:
+                        raise  # a nested split's own route, named already
+                    inner = f" ({e.field} in {e.source})" if e.source not in (None, source) \
+                        else ""
+                    raise type(e)(f"{split.name}.routes.{cls}", e.message + inner,
+                                  source=source) from None
         finally:
             _SPLITS_BUILDING.reset(token)
         return SplitScheduler(split.name, {k: cache[t] for k, t in split.routes.items()},

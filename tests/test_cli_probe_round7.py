@@ -1,0 +1,123 @@
+"""The seventh probe of the command line (2026-12-07): each case failed before its fix.
+
+Data loss: ``--json`` replaced a policy store's pointer (the store lost its current
+version), an audit log's signed heads, and a file a link pointed to inside a store;
+``simulate --out`` wrote its report into a trained policy's folder (a later ``policy
+stage`` copied it into the store), and ``--overwrite`` deleted the earlier report before
+the new one was whole (a failure while writing left neither).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from smartsched.cli import main
+
+SIM = ["simulate", "--cluster", "small", "--hours", "0.05", "--no-plots", "--no-progress"]
+
+
+def _refused(args: list[str], option: str, needle: str) -> None:
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2, (r.exit_code, r.output[-500:])
+    assert option in r.output and needle in r.output, r.output[-500:]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """A policy store's folder as ``rl.versions`` keeps it."""
+    root = tmp_path / "store"
+    (root / "versions" / "v0001").mkdir(parents=True)
+    (root / "store.json").write_text(json.dumps({"current": "v0001", "history": ["v0001"]}))
+    return root
+
+
+def test_json_refuses_a_policy_store_and_a_link_into_one(tmp_path: Path, store: Path) -> None:
+    before = (store / "store.json").read_bytes()
+    _refused([*SIM, "--json", str(store / "store.json")], "--json", "is a policy store")
+    _refused([*SIM, "--json", str(store / "new.json")], "--json", "is a policy store")
+    (tmp_path / "link.json").symlink_to(store / "store.json")
+    _refused([*SIM, "--json", str(tmp_path / "link.json")], "--json", "is a link into it")
+    assert (store / "store.json").read_bytes() == before
+
+
+def test_json_refuses_an_audit_logs_heads_and_its_folder(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from smartsched.audit.log import AuditLog
+
+    key = Ed25519PrivateKey.generate()
+    with AuditLog(tmp_path / "log", tmp_path / "heads" / "h.jsonl", key, autoseal=False,
+                  fsync=False) as log:
+        log.append("decision", "probe", {"i": 1})
+        log.seal()
+    heads = tmp_path / "heads" / "h.jsonl"
+    lines = heads.read_text().splitlines()
+    heads.write_text(lines[0] + "\n")  # one head: also one JSON document
+    before = heads.read_bytes()
+    _refused([*SIM, "--json", str(heads)], "--json", "signed heads")
+    _refused([*SIM, "--json", str(tmp_path / "log" / "r.json")], "--json", "audit log")
+    assert heads.read_bytes() == before
+
+
+def test_out_refuses_a_model_folder_and_a_report_name_that_is_no_file(tmp_path: Path,
+                                                                       store: Path) -> None:
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "smartsched_policy.json").write_text("{}")
+    _refused([*SIM, "--out", str(policy)], "--out", "holds a trained model")
+    _refused([*SIM, "--out", str(store)], "--out", "is a policy store")
+    assert sorted(p.name for p in policy.iterdir()) == ["smartsched_policy.json"]
+    out = tmp_path / "r1"
+    (out / "queue.png").mkdir(parents=True)
+    _refused([*SIM, "--overwrite", "--out", str(out)], "--out", "not a regular file")
+
+
+def test_an_earlier_report_stays_until_the_new_one_is_whole(tmp_path: Path) -> None:
+    from smartsched.bench.report import REPORT_FILES, staged_report
+
+    out = tmp_path / "r"
+    out.mkdir()
+    for name in REPORT_FILES:
+        (out / name).write_text(f"old {name}")
+    with pytest.raises(RuntimeError), staged_report(out) as stage:
+        (stage / "timeseries.parquet").write_text("new")
+        raise RuntimeError("a plot failed")
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        n: f"old {n}" for n in REPORT_FILES}  # as it was, no staging folder left
+    with staged_report(out) as stage:  # a run without plots: the old plots go
+        (stage / "timeseries.parquet").write_text("new")
+        (stage / "report.json").write_text("{}")
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        "timeseries.parquet": "new", "report.json": "{}"}
+
+
+def test_simulate_overwrite_replaces_the_report_whole(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    r = CliRunner().invoke(main, [*SIM, "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    first = json.loads((out / "report.json").read_text())
+    r = CliRunner().invoke(main, [*SIM, "--seed", "1", "--overwrite", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    second = json.loads((out / "report.json").read_text())
+    assert (first["seed"], second["seed"]) == (0, 1)
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "timeseries.parquet"]
+
+
+@pytest.mark.parametrize("name", ["log.jsonl", "store.json"])
+def test_a_fifo_in_a_policy_store_is_refused_not_waited_on(tmp_path: Path, store: Path,
+                                                           name: str) -> None:
+    """``policy versions`` and ``policy rollback`` waited for ever on a FIFO as the
+    store's log or pointer (a rollback here has no earlier version: refused before it
+    would append to the log)."""
+    import os
+
+    (store / name).unlink(missing_ok=True)
+    os.mkfifo(store / name)
+    for cmd in (["policy", "versions"], ["policy", "rollback"])[:1 + (name == "store.json")]:
+        r = CliRunner().invoke(main, [*cmd, "--store", str(store)])
+        assert r.exit_code == 2, (cmd, r.output)
+        assert "not a regular file" in r.output and name in r.output, r.output
