@@ -121,3 +121,68 @@ def test_a_fifo_in_a_policy_store_is_refused_not_waited_on(tmp_path: Path, store
         r = CliRunner().invoke(main, [*cmd, "--store", str(store)])
         assert r.exit_code == 2, (cmd, r.output)
         assert "not a regular file" in r.output and name in r.output, r.output
+
+
+def test_bench_quality_pairs_repeat_a_workload_or_a_cluster_but_not_a_pair() -> None:
+    """Two workloads on one cluster (or one on two) were refused as a name given twice,
+    although the lists pair by position; one pair given twice still is."""
+    args = ["bench", "quality", "--schedulers", "random", "--hours", "0.05",
+            "--warmup-hours", "0", "--seeds", "0"]
+    r = CliRunner().invoke(main, [*args, "--workload", "mixed,mixed", "--cluster",
+                                  "small,small"])
+    assert r.exit_code == 2 and "'mixed on small' twice" in r.output, r.output
+    r = CliRunner().invoke(main, [*args, "--workload", "mixed,mixed:iiot", "--cluster",
+                                  "small,small"])
+    assert r.exit_code == 0, r.output
+    assert "**mixed on small" in r.output and "**mixed:iiot on small" in r.output
+
+
+def test_an_openb_variant_with_no_file_is_refused_before_any_part_runs() -> None:
+    for args in (["bench", "anneal", "--part", "gap,fill", "--seeds", "0", "--nodes", "2",
+                  "--pods", "1", "--sweeps", "1", "--limit-s", "1", "--variants", "nosuch"],
+                 ["bench", "fgd", "--variants", "default,nosuch", "--seeds", "1"]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and "'--variants'" in r.output, r.output
+        assert "nosuch" in r.output and "Gap" not in r.output and "gap" not in r.output
+
+
+def test_an_empty_config_file_is_refused_not_read_as_every_default(tmp_path: Path) -> None:
+    """``train --config empty.yaml`` started a default training run (an hour here)."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    for args in (["train", "--config", str(empty)], ["policy", "gate", "--config", str(empty),
+                                                     "--candidate", "bestfit", "--incumbent",
+                                                     "k8s-default"]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 2 and "is empty" in r.output, (args, r.output)
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: 'http://127.0.0.1:1'}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+users: [{name: u, user: {token: t}}]
+"""
+
+
+def test_k8s_scheduler_refuses_a_fifo_kubeconfig_and_names_a_busy_metrics_port(
+        tmp_path: Path) -> None:
+    import os
+    import socket
+
+    os.mkfifo(tmp_path / "kc")
+    r = CliRunner().invoke(main, ["k8s", "scheduler", "--once", "--kubeconfig",
+                                  str(tmp_path / "kc")])
+    assert r.exit_code == 2 and "'--kubeconfig'" in r.output, r.output
+    assert "not a regular file" in r.output
+    (tmp_path / "kc.yaml").write_text(KUBECONFIG)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = CliRunner().invoke(main, ["k8s", "scheduler", "--once", "--kubeconfig",
+                                      str(tmp_path / "kc.yaml"), "--metrics-host",
+                                      "127.0.0.1", "--metrics-port", str(port)])
+    assert r.exit_code == 2 and "'--metrics-port'" in r.output, r.output
+    assert f"127.0.0.1:{port}" in r.output

@@ -133,6 +133,28 @@ def _name_list(_ctx: click.Context, _param: click.Parameter, value: str | None
     return value
 
 
+def _openb_variants(names: Sequence[str], option: str = "--variants") -> None:
+    """Each openb trace variant named has its file under the data folder: checked before
+    a benchmark runs (``bench anneal`` found a typo only after its gap part's minutes)."""
+    from smartsched.workloads.openb import openb_pod_path
+
+    for name in names:
+        if not openb_pod_path(name).is_file():
+            raise click.BadParameter(f"no openb variant {name[:64]!r} (no "
+                                     f"{openb_pod_path(name).name} in the data folder)",
+                                     param_hint=f"'{option}'")
+
+
+def _names_paired(_ctx: click.Context, _param: click.Parameter, value: str | None
+                  ) -> str | None:
+    """A list option paired by position with another (``bench quality``'s workloads and
+    clusters): it must name something; a name may repeat (the command refuses a pair
+    given twice)."""
+    if value is not None and not [x for x in value.split(",") if x.strip()]:
+        raise click.BadParameter("names nothing (a comma-separated list of names)")
+    return value
+
+
 def _refuse_twice(items: Sequence[Any], param: str | None = None) -> None:
     """A list option naming an item twice is refused (it would count that item twice)."""
     seen: set[Any] = set()
@@ -738,8 +760,18 @@ def _k8s_name(kind: str) -> Any:
     return check
 
 
+def _regular_file(_ctx: click.Context, _param: click.Parameter, value: str | None
+                  ) -> str | None:
+    """An input file option that must be a regular file: a FIFO (which click's
+    ``exists=True`` lets through) was waited on for ever."""
+    if value is not None and not Path(value).is_file():
+        raise click.BadParameter(f"{value[:200]!r} is not a regular file")
+    return value
+
+
 @k8s.command("scheduler")
 @click.option("--kubeconfig", default=None, type=click.Path(dir_okay=False, exists=True),
+              callback=_regular_file,
               help="Default: in-cluster config, else ~/.kube/config.")
 @click.option("--scheduler-name", default="smartsched", show_default=True,
               callback=_k8s_name("subdomain"),
@@ -754,6 +786,9 @@ def _k8s_name(kind: str) -> Any:
 @click.option("--once", is_flag=True, help="One pass (if leader), then exit.")
 @click.option("--metrics-port", default=None, type=click.IntRange(1, 65535),
               help="Serve Prometheus metrics on this port.")
+@click.option("--metrics-host", default="0.0.0.0", show_default=True, callback=_host,
+              help="Where the metrics listen (every interface, for an in-cluster scrape; "
+                   "127.0.0.1 for this machine only).")
 @click.option("--prometheus", default=None,
               help="Read nodes' actual usage from this Prometheus (e.g. http://prometheus:9090) "
                    "at every pass, for load-aware profiles and telemetry-observing policies.")
@@ -774,9 +809,10 @@ def _k8s_name(kind: str) -> Any:
 @click.option("--audit-key", default=None, type=click.Path(dir_okay=False, exists=True))
 def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, interval: float,
                   lease_namespace: str, identity: str | None, once: bool,
-                  metrics_port: int | None, prometheus: str | None, preemption: bool,
-                  gang_reservations: bool, compliance: str | None, audit_log: str | None,
-                  audit_heads: str | None, audit_key: str | None) -> None:
+                  metrics_port: int | None, metrics_host: str, prometheus: str | None,
+                  preemption: bool, gang_reservations: bool, compliance: str | None,
+                  audit_log: str | None, audit_heads: str | None, audit_key: str | None
+                  ) -> None:
     """Schedule pods with schedulerName SCHEDULER_NAME: decide with the profile, bind."""
     import socket
 
@@ -800,7 +836,14 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
     if metrics_port:
         from smartsched.prometheus.http import serve_registry
 
-        serve_registry(loop.metrics.registry, metrics_port, "0.0.0.0")  # as before: scraped
+        try:
+            serve_registry(loop.metrics.registry, metrics_port, metrics_host)
+        except OSError as e:  # a port taken: the bare errno named neither option nor port
+            if trail is not None:
+                trail.close()
+            raise click.BadParameter(f"cannot listen on {metrics_host}:{metrics_port}: "
+                                     f"{e.strerror or e}", param_hint="'--metrics-port'"
+                                     ) from None
     lock = LeaseLock(coord, scheduler_name, lease_namespace, identity or socket.gethostname())
     try:
         run_scheduler_daemon(loop, lock, interval=interval, once=once, echo=click.echo,
@@ -1118,11 +1161,11 @@ def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
     Runs as a Ray actor on the local Ray (or RAY_ADDRESS)."""
     import ray
 
-    from smartsched.model.configfile import read_yaml
+    from smartsched.model.configfile import read_config
     from smartsched.rl.learning import load_learn_config, start_learner
     from smartsched.rl.versions import PolicyStore
 
-    doc = read_yaml(config_path, "learn")
+    doc = read_config(config_path, "learn")
     cfg = load_learn_config(doc)
     PolicyStore(cfg.store).path_of()  # a current version, or an error naming the store,
     # before Ray starts (the learner actor found it only once it was up)
@@ -1177,7 +1220,7 @@ def policy() -> None:
 def policy_gate(candidate: str, incumbent: str, config_path: str | None, seeds: int | None,
                 store: str | None, json_path: str | None) -> None:
     """Run the promotion gate: paired twin episodes, bootstrap lower bound of the gain."""
-    from smartsched.model.configfile import read_yaml
+    from smartsched.model.configfile import read_config
     from smartsched.rl.gate import parse_gate_config, run_gate
 
     if store is not None and not candidate.startswith("rl:"):  # before the gate's runs
@@ -1193,7 +1236,7 @@ def policy_gate(candidate: str, incumbent: str, config_path: str | None, seeds: 
         from smartsched.rl.versions import PolicyStore
 
         PolicyStore(store).check()
-    doc = read_yaml(config_path, "gate") if config_path else {}
+    doc = read_config(config_path, "gate") if config_path else {}
     if seeds is not None and (doc is None or isinstance(doc, dict)):
         # (a list or scalar file is left for the validation to name: merging into it was a
         # TypeError traceback, and ``doc or {}`` read a file holding 0 as every default)
@@ -1496,6 +1539,7 @@ def bench_fgd(variants: str, schedulers: str, seeds: list[int], inflate: float, 
     """The FGD paper's fill experiment on openb-gpu, beside the published medians."""
     from smartsched.bench.fgd import run_fgd_bench
 
+    _openb_variants([v.strip() for v in variants.split(",") if v.strip()])
     res = run_fgd_bench([v for v in variants.split(",") if v],
                         [s for s in schedulers.split(",") if s], seeds, inflate,
                         workers, echo=click.echo)
@@ -1503,10 +1547,10 @@ def bench_fgd(variants: str, schedulers: str, seeds: list[int], inflate: float, 
 
 
 @bench.command("quality")
-@click.option("--workload", "workloads", callback=_name_list, default="mixed,openb:default",
+@click.option("--workload", "workloads", callback=_names_paired, default="mixed,openb:default",
               show_default=True,
               help="Workloads, comma-separated; paired with --cluster by position.")
-@click.option("--cluster", "clusters", callback=_name_list, default="medium,openb-all",
+@click.option("--cluster", "clusters", callback=_names_paired, default="medium,openb-all",
               show_default=True)
 @click.option("--schedulers", callback=_scheduler_names,
               default=None, help="Default: every packaged profile.")
@@ -1527,10 +1571,12 @@ def bench_quality(workloads: str, clusters: str, schedulers: str | None, seeds: 
     """Every profile through the same twin: one markdown table per workload and cluster."""
     from smartsched.bench.quality import DEFAULT_SCHEDULERS, run_quality_bench
 
-    ws = [w for w in workloads.split(",") if w]
-    cs = [c for c in clusters.split(",") if c]
+    ws = [w.strip() for w in workloads.split(",") if w.strip()]
+    cs = [c.strip() for c in clusters.split(",") if c.strip()]
     if len(ws) != len(cs):
         raise click.BadParameter("give as many --cluster entries as --workload entries")
+    # One workload on two clusters, or two on one, are two runs; one pair twice is one.
+    _refuse_twice([f"{w} on {c}" for w, c in zip(ws, cs, strict=True)], "--workload/--cluster")
     scheds = [s for s in schedulers.split(",") if s] if schedulers else list(DEFAULT_SCHEDULERS)
     engine = {"gpu_comm_share": gpu_comm_share} if gpu_comm_share else None
     res = run_quality_bench(list(zip(ws, cs, strict=True)), scheds, seeds, hours,
@@ -1889,6 +1935,7 @@ def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str
                                  "gangs", param_hint="--part")
     _refuse_options_of_other_parts(click.get_current_context(), set(parts))
     if "fill" in parts:  # a typo failed only after the gap part's minutes
+        _openb_variants([v.strip() for v in variants.split(",") if v.strip()])
         try:
             _scheduler_names(click.get_current_context(), click.Option(["--fill-spec"]),
                              fill_spec)

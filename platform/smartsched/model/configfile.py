@@ -51,6 +51,17 @@ def read_yaml(path: str | Path, field: str, *, kind: str = "YAML",
     return read_yaml_text(text, field, source=str(path) if cite_source else None, kind=kind)
 
 
+def read_config(path: str | Path, field: str) -> Any:
+    """A command's ``--config`` file (``read_yaml``), which may not be empty: a zero-byte
+    file (a failed copy, a ``>`` slip) was read as every default and started an hour of
+    training; leaving the option out is how to ask for the defaults."""
+    doc = read_yaml(path, field)
+    if doc is None:
+        raise ValidationError(field, "the file is empty (no setting in it): leave the "
+                              "option out for every default", source=str(path))
+    return doc
+
+
 # What one document may hold once its aliases are expanded, and how deep it may nest: a
 # few lines of aliases of aliases ("billion laughs") stand for ~10^9 values, which
 # validating, copying or printing the document would expand for real; no config is

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from smartsched.model.configfile import read_yaml, validate
+from smartsched.model.configfile import read_config, validate
 from smartsched.model.errors import ValidationError
 
 MAX_BATCH = 10_000_000  # environment steps per training iteration
@@ -77,7 +77,7 @@ class TrainConfig(BaseModel):
 
 def load_train_config(path: str | Path) -> TrainConfig:
     path = Path(path)
-    cfg = validate(TrainConfig, read_yaml(path, "config"), source=str(path),
+    cfg = validate(TrainConfig, read_config(path, "config"), source=str(path),
                    drop=("constrained-int",))
     if cfg.training.minibatch_size > cfg.training.train_batch_size_per_learner:
         raise ValidationError("training.minibatch_size", "must be <= train_batch_size_per_learner",
