@@ -3,6 +3,7 @@ naming the field."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,8 @@ def test_the_client_retries_unavailable_but_not_server_faults() -> None:
             body = json.dumps({"detail": [{"loc": ["x"], "msg": "no"}]} if status >= 400
                               else {"site": "a", "profile": "fgd"}).encode()
             self.send_response(status)
+            if status == 429:
+                self.send_header("Retry-After", "1")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -129,6 +132,12 @@ def test_the_client_retries_unavailable_but_not_server_faults() -> None:
         answers[:] = [503, 502, 200]
         assert client.set_profile("a", "fgd")["profile"] == "fgd"
         assert len(seen) == 4
+        # A 429 (a credential's bodies in flight, Retry-After: 1) asks to come back: the
+        # client raised it at once (probe round 7); it now waits as asked and retries.
+        answers[:] = [429, 200]
+        t0 = time.monotonic()
+        assert client.set_profile("a", "fgd")["profile"] == "fgd"
+        assert len(seen) == 6 and time.monotonic() - t0 >= 0.9
         # Reloads carry the operator token, not the client's.
         assert {auth for _, auth in seen} == {"Bearer operator-token"}
     finally:

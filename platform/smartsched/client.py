@@ -40,16 +40,32 @@ class PlacementError(SmartSchedError):
     def __init__(self, status: int, detail: Any) -> None:
         self.status, self.detail = status, detail
         if isinstance(detail, list) and detail and isinstance(detail[0], dict):
-            where = ".".join(str(x) for x in detail[0].get("loc", []) if x != "body")
-            msg = f"{where}: {detail[0].get('msg')}"
+            loc = [str(x) for x in detail[0].get("loc", [])]
+            # the body's fields without the "body" step; the body itself named as it is
+            where = ".".join(x for x in loc if x != "body") or ".".join(loc)
+            msg = f"{where}: {detail[0].get('msg')}" if where else str(detail[0].get("msg"))
         else:
             msg = str(detail)
         super().__init__(f"HTTP {status}: {msg}")
 
 
-# Worth a retry: the service (or a proxy before it) is restarting or overloaded. A 500
-# is a fault that the same request will hit again; retrying it only multiplies the load.
-RETRY_STATUSES = frozenset({502, 503, 504})
+# Worth a retry: the service (or a proxy before it) is restarting or overloaded, or asks
+# this client to slow down (429). A 500 is a fault that the same request will hit again;
+# retrying it only multiplies the load.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# The longest this client waits for one retry whatever Retry-After asks (the service's
+# own 503s ask 5-60 s; a caller that wants to wait longer retries itself).
+MAX_RETRY_AFTER_S = 5.0
+
+
+def retry_wait(response: Any, attempt: int) -> float:
+    """How long to wait before the next try: a doubling backoff, or the answer's
+    ``Retry-After`` in seconds when it asks for longer (at most MAX_RETRY_AFTER_S)."""
+    backoff = 0.2 * 2**attempt
+    raw = response.headers.get("Retry-After", "") if response is not None else ""
+    if raw.isascii() and raw.isdigit():
+        return max(backoff, min(float(raw), MAX_RETRY_AFTER_S))
+    return backoff
 
 
 def _token(given: str | None, field: str, env: str) -> str | None:
@@ -104,7 +120,7 @@ class PlacementClient:
                 time.sleep(0.2 * 2**attempt)
                 continue
             if r.status_code in RETRY_STATUSES and attempt < self.retries:
-                time.sleep(0.2 * 2**attempt)
+                time.sleep(retry_wait(r, attempt))
                 continue
             if r.status_code == 404 and attempt > 0 and gone_on_retry is not None:
                 return gone_on_retry

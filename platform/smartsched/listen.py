@@ -104,7 +104,7 @@ def _guarded(base: type) -> type:
                 return
             idle = sorted((c for c in conns if c is not self
                            and getattr(c, "_head_timer", None) is not None
-                           and not c.transport.is_closing()),
+                           and c._waiting() and not c.transport.is_closing()),
                           key=lambda c: (c._answered > 0, c._armed_at))
             for c in idle[:len(conns) - max(cap - IDLE_EVICTION_ROOM, 1)]:
                 c._disarm()
@@ -146,14 +146,19 @@ def _guarded(base: type) -> type:
                 self.transport.close()  # a head larger than any we answer
 
         def on_response_complete(self) -> None:
-            # Armed for the next head only when no request is in flight: httptools may
-            # have read a pipelined request's head already, and its cycle -- being
-            # answered -- must not count as one still waiting for its head.
-            waiting = self.cycle is None or getattr(self.cycle, "response_complete", True)
-            if waiting and not self.transport.is_closing():  # before a pipelined start
+            super().on_response_complete()
+            # Armed for the next head only when no request is in flight once uvicorn has
+            # moved on: it starts a pipelined request it had read already in the call
+            # above (h11: the next cycle; httptools: its pipeline), and that request --
+            # being answered -- must not count as waiting for its head (armed before,
+            # such a connection read as idle and was closed at the connection cap).
+            if self._waiting() and not self.transport.is_closing():
                 keep_alive = float(getattr(self, "timeout_keep_alive", 0) or 0)
                 self._arm(max(HEAD_TIMEOUT_S, keep_alive))
-            super().on_response_complete()
+
+        def _waiting(self) -> bool:
+            """No request in flight on this connection (its last one, if any, answered)."""
+            return self.cycle is None or getattr(self.cycle, "response_complete", True)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()

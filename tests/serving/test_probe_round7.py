@@ -90,6 +90,59 @@ def test_idle_sockets_at_the_cap_give_way_to_a_request(monkeypatch) -> None:
     assert out["open"] <= 24, out
 
 
+def test_a_pipelined_request_in_flight_is_not_taken_for_idle_at_the_cap(monkeypatch
+                                                                        ) -> None:
+    """A request pipelined behind an answered one was in flight while its connection read
+    as idle (the head timer was armed before uvicorn started it): at the cap, with every
+    other connection kept alive after a request, it was the oldest and was closed
+    unanswered (probe round 7)."""
+    import uvicorn
+    from fastapi import FastAPI
+
+    import smartsched.listen as listen
+
+    monkeypatch.setattr(listen, "MAX_CONCURRENCY", 24)
+    monkeypatch.setattr(listen, "IDLE_EVICTION_ROOM", 4)
+    app, sock = ok_app_on_a_socket()
+    assert isinstance(app, FastAPI)
+    release = asyncio.Event()
+
+    @app.get("/slow")
+    async def slow() -> dict:
+        await release.wait()
+        return {"slow": True}
+
+    port = sock.getsockname()[1]
+
+    async def scenario() -> bytes:
+        server = uvicorn.Server(listen.guarded_server_config(app, log_level="warning"))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.01)
+        pr, pw = await asyncio.open_connection("127.0.0.1", port)
+        pw.write(b"GET /ok HTTP/1.1\r\nHost: t\r\n\r\nGET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        await pw.drain()
+        await asyncio.wait_for(pr.readuntil(b"}"), 10)  # the first answered; /slow waits
+        others = []
+        for _ in range(40):  # each kept alive after one request
+            keep = await asyncio.open_connection("127.0.0.1", port)
+            await _request(port, keep=keep)
+            others.append(keep)
+        release.set()
+        try:
+            got = await asyncio.wait_for(pr.readuntil(b"}"), 10)
+        except asyncio.IncompleteReadError as e:
+            got = b"closed unanswered: " + e.partial
+        for _, w in [*others, (pr, pw)]:
+            w.close()
+        server.should_exit = True
+        await task
+        return got
+
+    got = asyncio.run(scenario())
+    assert got.startswith(b"HTTP/1.1 200") and b'{"slow":true}' in got, got[:120]
+
+
 @pytest.mark.parametrize("answered_first", [False, True])
 def test_a_server_without_a_cap_closes_nothing(monkeypatch, answered_first: bool) -> None:
     """Serve's proxy runs the guarded protocol with no connection cap: nothing is closed
@@ -122,10 +175,11 @@ def test_a_server_without_a_cap_closes_nothing(monkeypatch, answered_first: bool
 
 
 def test_one_credential_cannot_hold_every_slot_with_bodies_that_never_finish() -> None:
-    """Bodies still arriving are counted by credential and client address: past the
-    config's ``max_body_reads_per_client`` the next one is a 429 at once (body unread),
-    while another credential, or the same one from another address, is read as before;
-    a slot is given back when its body has arrived (or timed out)."""
+    """Bodies still arriving are counted by credential: past the config's
+    ``max_body_reads_per_credential`` the next one is a 429 at once (body unread), from
+    any address (a few addresses let one token hold every slot again), while another
+    credential is read as before; a slot is given back when its body has arrived (or
+    timed out)."""
     import json
 
     from smartsched.serving import replica
@@ -133,7 +187,7 @@ def test_one_credential_cannot_hold_every_slot_with_bodies_that_never_finish() -
     from tests.serving.test_probe_http_surface import BODY, CLIENT, OPERATOR, FakeIngress
 
     ing = FakeIngress()
-    ing.cfg.max_body_reads_per_client = 3
+    ing.cfg.max_body_reads_per_credential = 3
 
     async def scenario() -> dict[str, Any]:
         stall = asyncio.Event()
@@ -168,7 +222,7 @@ def test_one_credential_cannot_hold_every_slot_with_bodies_that_never_finish() -
         await asyncio.sleep(0.05)
         out: dict[str, Any] = {
             "over": await request(CLIENT, "10.0.0.1", BODY),
-            "other address": await request(CLIENT, "10.0.0.2", BODY),
+            "other address": await request(CLIENT, "10.0.0.2", BODY),  # the same cap
             "other credential": await request(OPERATOR, "10.0.0.1", BODY)}
         stall.set()
         await asyncio.gather(*stalled, return_exceptions=True)
@@ -185,5 +239,74 @@ def test_one_credential_cannot_hold_every_slot_with_bodies_that_never_finish() -
     assert status == 429, headers
     assert headers[b"retry-after"] == b"1" and headers[b"connection"] == b"close"
     assert json.loads(headers["body"])["detail"][0]["loc"] == ["body"]
-    for k in ("other address", "other credential", "after"):
+    assert out["other address"][0] == 429
+    for k in ("other credential", "after"):
         assert out[k][0] == 200, (k, out[k])
+
+
+def test_an_edge_entry_retry_after_its_queued_escalation_was_reconciled_gets_the_booking(
+        tmp_path) -> None:
+    """Through the MEC entry, a request whose escalation was queued (its region
+    unreachable) kept the answer "queued" for good: a retry after the region came back
+    and the queue was reconciled still said queued, with no reservation, while the
+    region held the pod (the cloud tier keeps no such answer; probe round 7)."""
+    from smartsched.model.presets import load_cluster
+    from smartsched.serving.config import parse_service_config
+    from smartsched.serving.edge_entry import EdgeEntry
+    from smartsched.serving.hierarchy import Hierarchy
+    from smartsched.serving.schemas import PodSpec
+    from smartsched.serving.tiers import SiteTier
+
+    h = Hierarchy.from_spec(load_cluster("medium"))
+    region = SiteTier(h, h.parent["mec-0"], "k8s-default")
+    link = {"up": False}
+
+    async def parent(pods, ttl, rid, validate=False):
+        if not link["up"]:
+            raise ConnectionError("link cut")
+        return await region.place(pods, ttl, rid, validate)
+
+    cfg = parse_service_config({"cluster": "medium", "auth": {"disabled": True},
+                                "journal_dir": str(tmp_path)})
+    big = [PodSpec(id="big", cpu_milli=32000, memory_mib=1024)]  # more than mec-0 has
+
+    async def run() -> tuple[Any, Any]:
+        edge = SiteTier(h, "mec-0", "k8s-default", parent=parent)
+        entry = EdgeEntry(cfg, "mec-0", edge)
+        try:
+            first = (await entry.place(big, 60.0, "Q1")).placements[0]
+            link["up"] = True
+            await edge.reconcile()
+            again = (await entry.place(big, 60.0, "Q1")).placements[0]
+            return first, again
+        finally:
+            await entry.aclose()
+
+    first, again = asyncio.run(run())
+    assert not first.placed and first.escalation is not None
+    assert first.escalation.state == "queued"
+    assert again.placed and again.reservation_id is not None, again
+    held = [r for r in region.placer.reservations.values()
+            if any(b.pod.id == "big" for b in r.bookings)]
+    assert len(held) == 1  # booked once, at the region, and the retry names it
+    assert again.escalation is not None and again.escalation.state == "reconciled"
+    assert again.site == h.parent["mec-0"]
+
+
+def test_a_schedulers_per_node_tally_makes_one_series_per_reason_not_per_count() -> None:
+    """kube's refusal ``0/88 nodes are available: 30 Insufficient cpu, 58 Insufficient
+    memory, ...`` made a new ``smartsched_rejections`` series for every mix of counts (51
+    from 60 refusals at the edge entry, kept for the replica's life; probe round 7)."""
+    from smartsched.serving.metrics import ServiceMetrics
+
+    metrics = ServiceMetrics()
+    for i in range(60):
+        reason = (f"0/88 nodes are available: {30 + i % 7} Insufficient cpu, "
+                  f"{58 - i % 5} Insufficient memory, {i % 3 + 1} node(s) had untolerated "
+                  "taint")
+        metrics.observe_placements([{"pod_id": f"p{i}", "placed": False, "reasons": [
+            {"tier": "edge", "site": "mec-0", "outcome": "rejected", "reason": reason,
+             "plugins": []}]}])
+    text = metrics.render()[0].decode()
+    series = [ln for ln in text.splitlines() if ln.startswith("smartsched_rejections_total")]
+    assert len(series) == 1 and 'reason="Insufficient memory"' in series[0], series

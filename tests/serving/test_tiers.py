@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import numpy as np
 import pytest
@@ -655,3 +656,44 @@ def test_regions_rank_by_green_score_and_sites_report_it(medium: Hierarchy) -> N
     busy_min = min(per_node[n] for n, b in zip(names, booked, strict=True) if b)
     idle_max = max(per_node[n] for n, b in zip(names, booked, strict=True) if not b)
     assert busy_min > idle_max and all(0 <= v <= 1 for v in per_node.values())
+
+
+def test_a_retry_while_the_first_try_is_in_flight_gets_its_answer(medium: Hierarchy) -> None:
+    """A retry with the same request id while the first try still waited at its region
+    ranked the regions afresh: when the loads had changed it was booked in the other
+    region (one request, two reservations; probe round 7). It now waits for the first
+    try and answers as it did."""
+    sites: dict[str, SiteTier] = {r: SiteTier(medium, r, "k8s-default") for r in medium.regions}
+    gate = asyncio.Event()
+    calls: list[str] = []
+    busy: set[str] = set()
+
+    def region(name: str) -> Any:
+        async def place(*a: Any, **k: Any) -> Any:
+            calls.append(name)
+            if len(calls) == 1:
+                await gate.wait()  # the first try waits there (a hold, a slow site)
+            return await sites[name].place(*a, **k)
+        return place
+
+    async def free() -> dict[str, dict[str, float]]:
+        return {r: ({k: 0.01 for k in sites[r].free()} if r in busy else sites[r].free())
+                for r in medium.regions}
+
+    cloud = CloudTier(medium, {r: region(r) for r in medium.regions}, {}, free)
+
+    async def race() -> tuple[Any, Any]:
+        first = asyncio.create_task(cloud.place([_pod("once")], 60, "rid"))
+        while not calls:
+            await asyncio.sleep(0.01)
+        busy.add(calls[0])  # the loads change: a fresh ranking puts the other region first
+        retry = asyncio.create_task(cloud.place([_pod("once")], 60, "rid"))
+        await asyncio.sleep(0.05)
+        assert not retry.done()  # waiting for the first try, not placed elsewhere
+        gate.set()
+        return await first, await retry
+
+    a, b = asyncio.run(race())
+    assert a == b and a[0]["placed"]
+    assert calls == [calls[0]]  # one try reached a region
+    assert sum(len(s.placer.reservations) for s in sites.values()) == 1

@@ -362,9 +362,9 @@ class BodyLimit:
     def __init__(self, app: Any, owner: Any = None) -> None:
         self.app = app
         self.owner = owner or _current
-        # Bodies still arriving, by (credential, client address): AuthFirst, outside this,
-        # has put the request's principal in its scope.
-        self.reading: dict[tuple[str, str], int] = {}
+        # Bodies still arriving, by credential: AuthFirst, outside this, has put the
+        # request's principal in its scope.
+        self.reading: dict[str, int] = {}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -379,12 +379,13 @@ class BodyLimit:
             return await resp(scope, receive, send)
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
-        who = (getattr((scope.get("state") or {}).get("principal"), "name", "unauthenticated"),
-               str((scope.get("client") or ("", 0))[0]))
-        if self.reading.get(who, 0) >= cfg.max_body_reads_per_client:
+        # By credential, not by address: a few addresses (an IPv6 /64 is 2^64) let one
+        # token hold every slot again, while clients behind one NAT shared one cap.
+        who = getattr((scope.get("state") or {}).get("principal"), "name", "unauthenticated")
+        if self.reading.get(who, 0) >= cfg.max_body_reads_per_credential:
             resp = _error(429, "body", f"this credential already has "
-                          f"{cfg.max_body_reads_per_client} request bodies arriving from "
-                          "this address: send each body whole, then the next")
+                          f"{cfg.max_body_reads_per_credential} request bodies arriving: "
+                          "send each body whole, then the next")
             resp.headers["Retry-After"] = "1"
             resp.headers["Connection"] = "close"  # its unread body is not a next request
             return await resp(scope, receive, send)

@@ -141,7 +141,10 @@ class EdgeEntry(Authorizer):
                 self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})
                 return PlacementResponse(request_id=rid, placements=results)
         results = await self.tier.place(pods, ttl_s, key, validate)
-        if key is not None:
+        # An answer with an escalation in it is not final (queued: the region may place it
+        # later): a retry goes back to the site, which answers from its queue or with what
+        # the region placed once reconciled (kept, it answered "queued" for good).
+        if key is not None and not any(r.get("escalation") for r in results):
             self._remember(key, results)
         self.metrics.observe_placements(results)
         self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})

@@ -572,6 +572,10 @@ class CloudTier:
         # first await: concurrent requests with one key and different bodies get a 409
         # instead of each placing (an answer is stored only when its request is done).
         self._bodies: OrderedDict[str, str] = OrderedDict()
+        # request key -> done when its request is: a retry while the first try is in flight
+        # waits for it and gets its answer (it ranked the regions afresh and could be
+        # booked in another region: one request, two reservations).
+        self._in_flight: dict[str, asyncio.Future[None]] = {}
         self.journal = journal
         if journal is not None:
             for e in journal.replay():
@@ -606,15 +610,34 @@ class CloudTier:
         the id as the client sent it, for the refusal (``request_id`` may be a key
         derived from it)."""
         body = request_fingerprint(pods, ttl_s, validate) if request_id is not None else ""
-        if request_id is not None:
-            bind_body(self._bodies, request_id, body,
-                      shown_id if shown_id is not None else request_id)
-        if request_id is not None and request_id in self.answers:
-            self.answers.move_to_end(request_id)
-            first, answer = self.answers[request_id]
-            if first != body:
-                raise IdempotencyConflict.of(shown_id if shown_id is not None else request_id)
-            return answer
+        if request_id is None:
+            return await self._place(pods, ttl_s, None, validate, body)
+        shown = shown_id if shown_id is not None else request_id
+        bind_body(self._bodies, request_id, body, shown)
+        while True:
+            if request_id in self.answers:
+                self.answers.move_to_end(request_id)
+                first, answer = self.answers[request_id]
+                if first != body:
+                    raise IdempotencyConflict.of(shown)
+                return answer
+            pending = self._in_flight.get(request_id)
+            if pending is None:
+                break
+            # The first try is in flight: its answer, once it has one (a try that failed,
+            # or whose answer is not final -- escalations queued at an edge -- leaves none,
+            # and this one goes on as a new try).
+            await asyncio.shield(pending)
+        done = self._in_flight[request_id] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._place(pods, ttl_s, request_id, validate, body)
+        finally:
+            del self._in_flight[request_id]
+            done.set_result(None)
+
+    async def _place(self, pods: Sequence[Pod], ttl_s: float, request_id: str | None,
+                     validate: bool, body: str) -> list[dict[str, Any]]:
+        """One try of ``place`` (a request id's tries one at a time)."""
         groups: dict[str, list[Pod]] = {}
         for p in pods:
             groups.setdefault(p.gang_id or f"\0{p.id}", []).append(p)
