@@ -29,19 +29,14 @@ async def _request(port: int, path: str = "/ok", keep: Any = None) -> bytes:
     return got
 
 
-def test_idle_sockets_at_the_cap_give_way_to_a_request(monkeypatch) -> None:
-    """At the connection cap a new connection closes idle ones: never-used ones first,
-    oldest first, then kept-alive ones between requests; one with a request in flight
-    is never closed. (Before: a 503 for every request while the idle ones stayed.)"""
-    import uvicorn
-    from fastapi import FastAPI
-
+def _capped_app(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, int, asyncio.Event]:
+    """An app with ``/ok`` and ``/slow`` (answered once the event is set), its socket and
+    port, under our servers' settings with a connection cap of 24 (4 places made)."""
     import smartsched.listen as listen
 
     monkeypatch.setattr(listen, "MAX_CONCURRENCY", 24)
     monkeypatch.setattr(listen, "IDLE_EVICTION_ROOM", 4)
     app, sock = ok_app_on_a_socket()
-    assert isinstance(app, FastAPI)
     release = asyncio.Event()
 
     @app.get("/slow")
@@ -49,10 +44,25 @@ def test_idle_sockets_at_the_cap_give_way_to_a_request(monkeypatch) -> None:
         await release.wait()
         return {"slow": True}
 
-    port = sock.getsockname()[1]
+    return app, sock, sock.getsockname()[1], release
+
+
+def _serve(app: Any) -> Any:
+    import uvicorn
+
+    import smartsched.listen as listen
+
+    return uvicorn.Server(listen.guarded_server_config(app, log_level="warning"))
+
+
+def test_idle_sockets_at_the_cap_give_way_to_a_request(monkeypatch) -> None:
+    """At the connection cap a new connection closes idle ones: never-used ones first,
+    oldest first, then kept-alive ones between requests; one with a request in flight
+    is never closed. (Before: a 503 for every request while the idle ones stayed.)"""
+    app, sock, port, release = _capped_app(monkeypatch)
 
     async def scenario() -> dict[str, Any]:
-        server = uvicorn.Server(listen.guarded_server_config(app, log_level="warning"))
+        server = _serve(app)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started:
             await asyncio.sleep(0.01)
@@ -96,26 +106,10 @@ def test_a_pipelined_request_in_flight_is_not_taken_for_idle_at_the_cap(monkeypa
     as idle (the head timer was armed before uvicorn started it): at the cap, with every
     other connection kept alive after a request, it was the oldest and was closed
     unanswered (probe round 7)."""
-    import uvicorn
-    from fastapi import FastAPI
-
-    import smartsched.listen as listen
-
-    monkeypatch.setattr(listen, "MAX_CONCURRENCY", 24)
-    monkeypatch.setattr(listen, "IDLE_EVICTION_ROOM", 4)
-    app, sock = ok_app_on_a_socket()
-    assert isinstance(app, FastAPI)
-    release = asyncio.Event()
-
-    @app.get("/slow")
-    async def slow() -> dict:
-        await release.wait()
-        return {"slow": True}
-
-    port = sock.getsockname()[1]
+    app, sock, port, release = _capped_app(monkeypatch)
 
     async def scenario() -> bytes:
-        server = uvicorn.Server(listen.guarded_server_config(app, log_level="warning"))
+        server = _serve(app)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started:
             await asyncio.sleep(0.01)
