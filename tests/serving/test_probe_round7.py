@@ -304,3 +304,52 @@ def test_a_schedulers_per_node_tally_makes_one_series_per_reason_not_per_count()
     text = metrics.render()[0].decode()
     series = [ln for ln in text.splitlines() if ln.startswith("smartsched_rejections_total")]
     assert len(series) == 1 and 'reason="Insufficient memory"' in series[0], series
+
+
+def test_a_gang_of_two_tenants_is_refused_naming_the_tenant() -> None:
+    """With the shared client token a gang could hold a bank pod and a retail pod: one
+    reservation neither tenant's token could release (probe round 7)."""
+    import dataclasses
+
+    from smartsched.model.errors import ValidationError
+    from smartsched.model.pod import Pod
+    from smartsched.serving.app import check_gangs
+
+    pods = [Pod(id=f"g{i}", cpu_milli=100, memory_mib=64, gang_id="g", gang_size=2,
+                tenant=tenant) for i, tenant in enumerate(("bank", "retail"))]
+    with pytest.raises(ValidationError) as e:
+        check_gangs(pods)
+    assert e.value.field == "pods.tenant"
+    check_gangs([dataclasses.replace(p, tenant="bank") for p in pods])
+
+
+def test_a_confirm_or_release_is_filed_under_the_reservations_tenants() -> None:
+    """The shared client token's confirm or release of a bank reservation was filed under
+    tenant '' (a per-tenant audit query missed it); a batch holding two tenants' pods is
+    filed once per tenant, with its pods."""
+    from smartsched.serving.audit_trail import CLIENT_PRINCIPAL, Trail, tenant_principal
+
+    got: list[tuple[str, str, str, Any]] = []
+
+    class Log:
+        def append(self, kind: str, who: str, payload: Any, tenant: str = "") -> None:
+            got.append((kind, who, tenant, payload.get("pods")))
+
+    trail = Trail(None)
+    trail.log = Log()
+    out = {"reservation_id": "region-a~r1", "released": True, "pods": ["a", "b", "c"]}
+    trail.reservation(CLIENT_PRINCIPAL, "released", out, {"a": "bank", "b": "bank"})
+    assert got == [("reservation.released", "client", "", ["c"]),
+                   ("reservation.released", "client", "bank", ["a", "b"])]
+    got.clear()
+    trail.reservation(tenant_principal("bank"), "confirmed", {**out, "pods": ["a"]},
+                      {"a": "bank"})
+    trail.reservation(CLIENT_PRINCIPAL, "confirmed", {**out, "pods": ["a"]}, {"a": "bank"})
+    assert [t for _, _, t, _ in got] == ["bank", "bank"]
+
+
+def test_a_reused_request_id_is_a_conflict_naming_request_id() -> None:
+    from smartsched.serving.tiers import IdempotencyConflict
+
+    e = IdempotencyConflict.of("k1")
+    assert e.field == "request_id" and "'k1'" in str(e) and str(e).startswith("request_id")

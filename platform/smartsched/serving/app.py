@@ -949,8 +949,9 @@ async def _reservation_op(ing: Any, request: Request, rid: str, op: str, event: 
     site, local = ing.site_of(rid)
     who = request.state.principal
     out = await getattr(site, op).remote(local, who.tenant)  # a tenant: its own only
+    tenants = out.pop("tenants", None)  # for the audit record, not the answer
     ing.metrics.reservation_event(event)
-    ing.trail.reservation(who, event, out)
+    ing.trail.reservation(who, event, out, tenants)
     return out
 
 
@@ -1312,7 +1313,10 @@ def check_gangs(pods: list) -> None:
 
 # What a gang's members must share (attribute, request field).
 GANG_ALIKE = (("pod_class", "class"), ("origin_site", "origin_site"),
-              ("latency_slo_ms", "latency_slo_ms"), ("allowed_regions", "allowed_regions"))
+              ("latency_slo_ms", "latency_slo_ms"), ("allowed_regions", "allowed_regions"),
+              # one reservation of two tenants: neither tenant's token could release it,
+              # and one tenant's rules placed the other's pod
+              ("tenant", "tenant"))
 
 
 def _alike(value: Any) -> Any:

@@ -114,8 +114,20 @@ class Trail:
                 self._add("preemption", who, {"request_id": request_id, "by": r.get("pod_id"),
                                               **p}, t)
 
-    def reservation(self, who: Principal, op: str, out: Mapping[str, Any]) -> None:
-        self._add(f"reservation.{op}", who, out)
+    def reservation(self, who: Principal, op: str, out: Mapping[str, Any],
+                    tenants: Mapping[str, str] | None = None) -> None:
+        """A confirm or release, filed under the tenant of the reservation's pods whichever
+        token asked (``tenants``: pod id -> tenant; the shared client token's records read
+        tenant '' and a tenant's own query missed them): one record per tenant, with its
+        pods, when a batch of the shared token held several."""
+        by_tenant: dict[str, list[Any]] = {}
+        for pod in out.get("pods") or ():
+            by_tenant.setdefault((tenants or {}).get(str(pod), who.tenant or ""), []).append(pod)
+        if len(by_tenant) <= 1:
+            self._add(f"reservation.{op}", who, out, next(iter(by_tenant), None))
+            return
+        for tenant, pods in sorted(by_tenant.items()):
+            self._add(f"reservation.{op}", who, {**out, "pods": pods}, tenant)
 
     def node_updates(self, who: Principal, site: str,
                      updates: Iterable[tuple[int, str, Mapping[str, Any]]],

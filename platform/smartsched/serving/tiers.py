@@ -66,12 +66,19 @@ RECENT_MAX_BYTES = 2 * 1024 * 1024
 
 
 class IdempotencyConflict(SmartSchedError):
-    """A request id reused with a different body (HTTP 409)."""
+    """A request id reused with a different body (HTTP 409 naming ``request_id``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message)  # the args rebuild it (errors cross Ray workers)
+        self.field, self.message = field, message
+
+    def __str__(self) -> str:
+        return self.message
 
     @classmethod
     def of(cls, request_id: str) -> IdempotencyConflict:
-        return cls(f"request_id {request_id[:64]!r} was already used with a different body; "
-                   "use a new request_id for a new request")
+        return cls("request_id", f"request_id {request_id[:64]!r} was already used with a "
+                   "different body; use a new request_id for a new request")
 
 
 def request_fingerprint(pods: Sequence[Pod], ttl_s: float, validate: bool = False) -> str:
@@ -382,14 +389,19 @@ class SiteTier:
 
     # Reservations and views (the ingress routes by reservation id).
     def confirm(self, rid: str, tenant: str | None = None) -> dict[str, Any]:
+        """The confirmed reservation's answer, with ``tenants`` (pod id -> tenant) for the
+        audit record, which the ingress takes out of the answer."""
         r = self.placer.confirm(rid, tenant)
         return {"reservation_id": f"{self.site}{RID_SEP}{r.id}", "confirmed": True,
-                "pods": [b.pod.id for b in r.bookings]}
+                "pods": [b.pod.id for b in r.bookings],
+                "tenants": {b.pod.id: b.pod.tenant for b in r.bookings if b.pod.tenant}}
 
     def release(self, rid: str, tenant: str | None = None) -> dict[str, Any]:
+        """As ``confirm``, for a release."""
         r = self.placer.release(rid, tenant)
         return {"reservation_id": f"{self.site}{RID_SEP}{r.id}", "released": True,
-                "pods": [b.pod.id for b in r.bookings]}
+                "pods": [b.pod.id for b in r.bookings],
+                "tenants": {b.pod.id: b.pod.tenant for b in r.bookings if b.pod.tenant}}
 
     def summary(self) -> dict[str, Any]:
         out = {"site": self.site, "tier": self.tier, **self.placer.summary(),
