@@ -353,3 +353,14 @@ def test_a_reused_request_id_is_a_conflict_naming_request_id() -> None:
 
     e = IdempotencyConflict.of("k1")
     assert e.field == "request_id" and "'k1'" in str(e) and str(e).startswith("request_id")
+
+
+def test_the_openapi_document_lists_the_429_and_417_answers() -> None:
+    """A generated client had no model for the body-read limit's 429 or the 417 that an
+    unknown Expect gets (probe round 7)."""
+    from tests.serving.test_probe_http_surface import FakeIngress, call
+
+    status, _, doc = call(FakeIngress(), "GET", "/openapi.json")
+    assert status == 200
+    answers = doc["paths"]["/v1/placements"]["post"]["responses"]
+    assert {"417", "429"} <= answers.keys(), sorted(answers)

@@ -710,6 +710,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "conflicts with the current state (capacity in use, a node of another site)"),
         (413, "body over the size limit"),
         (415, "body not JSON, or encoded"),
+        (417, "an Expect header other than 100-continue"),
+        (429, "this credential already has max_body_reads_per_credential bodies arriving: "
+              "retry after Retry-After seconds"),
         (503, "a site is restarting or unreachable: retry after Retry-After seconds"))}
 
 
