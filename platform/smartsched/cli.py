@@ -1276,14 +1276,57 @@ def policy_rollback(store: str, service: str | None, sites: str,
 
     names = _service_sites(service, sites, served_as)  # before the store changes
     st = PolicyStore(store)
+    client = _operator_client(service) if service else None  # before the store changes
+    before = st.current()
     v = st.rollback()
     click.echo(f"current: {v} ({st.path_of(v)})")
-    if service:
-        from smartsched.rl.learning import service_hooks
-
-        _, reload = service_hooks(service, names, served_as or store)
-        reload(v, st.path_of(v))
+    if client is not None and before is not None:
+        _reload_or_undo(client, st, names, served_as or store, v, before)
         click.echo(f"reloaded {', '.join(names)} with {v}")
+
+
+def _operator_client(service: str) -> Any:
+    """A client of ``service`` with the operator token, checked to be there and the service
+    to answer before a command changes anything (a rollback that then failed to reach the
+    service had moved the store already, and its retry moved it again)."""
+    import os
+
+    from smartsched.client import PlacementClient
+
+    if not os.environ.get("SMARTSCHED_OPERATOR_TOKEN"):
+        raise click.UsageError("--service needs the operator token in "
+                               "SMARTSCHED_OPERATOR_TOKEN; nothing was changed")
+    client = PlacementClient(service)
+    if not client.healthy():
+        raise click.UsageError(f"no answer from the placement service at {client.shown_url}; "
+                               "nothing was changed")
+    return client
+
+
+def _reload_or_undo(client: Any, st: Any, names: Sequence[str], served_as: str,
+                    version: str, before: str) -> None:
+    """Reload ``names`` with ``version``; when one fails, put the store and the sites
+    reloaded so far back on ``before`` and raise, saying what holds now."""
+    from smartsched.rl.learning import served_profile
+
+    done: list[str] = []
+    for site in names:
+        try:
+            client.set_profile(site, served_profile(served_as, version))
+        except SmartSchedError as e:
+            why = f"reloading site {site} with {version} failed ({e})"
+            try:
+                st.promote(before)
+                for s in done:
+                    client.set_profile(s, served_profile(served_as, before))
+            except SmartSchedError as undo:
+                raise ValidationError("service", f"{why}, and putting it back failed too "
+                                      f"({undo}): the store is at {st.current()}; check what "
+                                      f"{', '.join(names)} serve") from None
+            raise ValidationError("service", f"{why}; put back: the store is at {before} "
+                                  "again" + (f" and {', '.join(done)} serve it again"
+                                             if done else "")) from None
+        done.append(site)
 
 
 @policy.command("stage")

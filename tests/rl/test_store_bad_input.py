@@ -127,3 +127,62 @@ def test_a_log_that_cannot_be_written_stops_a_promotion_before_the_pointer_moves
     assert _files(store.root) == before and store.current() == "v0002"
     res = _cli("policy", "rollback", "--store", str(store.root))
     assert res.exit_code == 2 and "cannot be written" in res.output, res.output
+
+
+def test_a_rollback_that_cannot_reload_the_service_leaves_the_store_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``policy rollback --service`` rolled the store back, then failed to reach the service
+    (exit 2): the store no longer named what was served, and a retry rolled back again
+    (probe round 7). Now the token and the service are checked first, and a reload that
+    fails puts the store and the sites reloaded so far back."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    store = _two_versions(tmp_path / "s")
+    before = store.current()
+    monkeypatch.delenv("SMARTSCHED_OPERATOR_TOKEN", raising=False)
+    res = _cli("policy", "rollback", "--store", str(store.root), "--service",
+               "http://127.0.0.1:1", "--sites", "a")
+    assert res.exit_code == 2 and "SMARTSCHED_OPERATOR_TOKEN" in res.output, res.output
+    monkeypatch.setenv("SMARTSCHED_OPERATOR_TOKEN", "op")
+    res = _cli("policy", "rollback", "--store", str(store.root), "--service",
+               "http://127.0.0.1:1", "--sites", "a")
+    assert res.exit_code == 2 and "no answer" in res.output, res.output
+    assert store.current() == before
+
+    puts: list[tuple[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # /healthz
+            self._answer(200, {"status": "ok"})
+
+        def do_PUT(self) -> None:  # site a reloads, site b refuses
+            doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            site = self.path.split("/")[-2]
+            puts.append((site, doc["profile"].rsplit("/", 1)[-1]))
+            self._answer(200 if site == "a" else 422,
+                         {"site": site} if site == "a" else
+                         {"detail": [{"loc": ["profile"], "msg": "no"}]})
+
+        def _answer(self, status: int, doc: dict) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        res = _cli("policy", "rollback", "--store", str(store.root), "--service",
+                   f"http://127.0.0.1:{server.server_port}", "--sites", "a,b")
+    finally:
+        server.shutdown()
+    assert res.exit_code == 2 and "put back" in res.output, res.output
+    assert store.current() == before
+    older = store.log()[-1]["previous"]
+    assert puts == [("a", older), ("b", older), ("a", before)]  # a serves `before` again

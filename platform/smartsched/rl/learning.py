@@ -293,9 +293,15 @@ def service_hooks(url: str, sites: Sequence[str], served_as: str, limit: int = 2
 
     def reload(version: str, _: Path) -> None:
         for site in sites:
-            client.set_profile(site, f"rl:{served_as.rstrip('/')}/versions/{version}")
+            client.set_profile(site, served_profile(served_as, version))
 
     return experience, reload
+
+
+def served_profile(served_as: str, version: str) -> str:
+    """The profile a site serves ``version`` of the store as: ``rl:<served_as>/versions/<v>``
+    (the store as the service's ``models_dir`` names it, so answers show the version)."""
+    return f"rl:{served_as.rstrip('/')}/versions/{version}"
 
 
 class LearnerActor:
