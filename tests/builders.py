@@ -73,3 +73,33 @@ def asgi_call(app: Any, method: str, path: str,
     asyncio.run(call())
     start = next(m for m in sent if m["type"] == "http.response.start")
     return start, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def serve_json(handle: Any) -> Any:
+    """A loopback HTTP server (started on a daemon thread; ``shutdown()`` stops it) whose
+    every request is answered by ``handle(method, path, body) -> (status, doc, headers)``
+    as JSON: a stand-in service for the clients' tests."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def _any(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, doc, headers = handle(self.command, self.path, raw, self.headers)
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PUT = do_POST = do_DELETE = _any
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

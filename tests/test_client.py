@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -94,34 +95,20 @@ def test_the_place_command_bounds_the_ttl_as_the_service_does(tmp_path: Path, tt
 def test_the_client_retries_unavailable_but_not_server_faults() -> None:
     """503 (restarting, overloaded) is worth a retry; a 500 would only fail again, and
     each retry would add load to a service already in trouble."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
     from smartsched.client import PlacementClient, PlacementError
+    from tests.builders import serve_json
 
     answers: list[int] = []
     seen: list[tuple[str, str | None]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_PUT(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append((self.path, self.headers.get("Authorization")))
-            status = answers.pop(0)
-            body = json.dumps({"detail": [{"loc": ["x"], "msg": "no"}]} if status >= 400
-                              else {"site": "a", "profile": "fgd"}).encode()
-            self.send_response(status)
-            if status == 429:
-                self.send_header("Retry-After", "1")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def handle(_method: str, path: str, _body: bytes, headers: Any) -> tuple:
+        seen.append((path, headers.get("Authorization")))
+        status = answers.pop(0)
+        doc = ({"detail": [{"loc": ["x"], "msg": "no"}]} if status >= 400
+               else {"site": "a", "profile": "fgd"})
+        return status, doc, {"Retry-After": "1"} if status == 429 else None
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_json(handle)
     try:
         client = PlacementClient(f"http://127.0.0.1:{server.server_port}", "client-token",
                                  operator_token="operator-token")

@@ -136,8 +136,8 @@ def test_a_rollback_that_cannot_reload_the_service_leaves_the_store_as_it_was(
     (probe round 7). Now the token and the service are checked first, and a reload that
     fails puts the store and the sites reloaded so far back."""
     import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from tests.builders import serve_json
 
     store = _two_versions(tmp_path / "s")
     before = store.current()
@@ -153,30 +153,15 @@ def test_a_rollback_that_cannot_reload_the_service_leaves_the_store_as_it_was(
 
     puts: list[tuple[str, str]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # /healthz
-            self._answer(200, {"status": "ok"})
+    def handle(method: str, path: str, body: bytes, _headers: object) -> tuple:
+        if method == "GET":  # /healthz
+            return 200, {"status": "ok"}, None
+        site = path.split("/")[-2]  # site a reloads, site b refuses
+        puts.append((site, json.loads(body)["profile"].rsplit("/", 1)[-1]))
+        return ((200, {"site": site}, None) if site == "a"
+                else (422, {"detail": [{"loc": ["profile"], "msg": "no"}]}, None))
 
-        def do_PUT(self) -> None:  # site a reloads, site b refuses
-            doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            site = self.path.split("/")[-2]
-            puts.append((site, doc["profile"].rsplit("/", 1)[-1]))
-            self._answer(200 if site == "a" else 422,
-                         {"site": site} if site == "a" else
-                         {"detail": [{"loc": ["profile"], "msg": "no"}]})
-
-        def _answer(self, status: int, doc: dict) -> None:
-            body = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_json(handle)
     try:
         res = _cli("policy", "rollback", "--store", str(store.root), "--service",
                    f"http://127.0.0.1:{server.server_port}", "--sites", "a,b")
