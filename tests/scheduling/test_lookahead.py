@@ -95,7 +95,12 @@ def test_bad_specs_name_the_field() -> None:
                         ("lookahead:fgd?horizon=x", "scheduler.horizon"),
                         ("lookahead:fgd?rollout=rl:models/ppo_mixed_small",
                          "scheduler.rollout"),
-                        ("lookahead:fgd?objective=speed", "scheduler.objective")):
+                        ("lookahead:fgd?objective=speed", "scheduler.objective"),
+                        # no upper bound: 7 TiB asked for the draws, or hours a decision
+                        ("lookahead:fgd?samples=1000000&horizon=1000000", "scheduler.horizon"),
+                        ("lookahead:fgd?samples=100&horizon=1000", "scheduler.samples"),
+                        ("lookahead:fgd?k=100000000", "scheduler.k"),
+                        ("lookahead:fgd?history=10000000", "scheduler.history")):
         with pytest.raises(ValidationError) as e:
             make_scheduler(spec)
         assert e.value.field == field, spec

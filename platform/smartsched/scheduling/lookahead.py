@@ -54,6 +54,11 @@ OPTION_NAMES = frozenset({*OPTIONS, "rollout", "objective"})
 OBJECTIVES = ("volume", "frag")
 RETARGET_EVERY = 500  # decisions between refits of the typical pods (objective=frag)
 MIN_HISTORY = 8  # pods seen before the lookahead starts (the base decides until then)
+# The most each option may ask, and the most pods one candidate's rollouts may place
+# (horizon x samples): one decision stays within seconds and a little memory (samples and
+# horizon of 10^6 each asked 7 TiB for the draws; 3,000 each ran for hours).
+OPTION_MAX = {"k": 64, "horizon": 1_000, "samples": 100, "history": 1_000_000}
+MAX_ROLLOUT_PODS = 10_000
 
 
 @runtime_checkable
@@ -80,8 +85,12 @@ class LookaheadScheduler:
                                   "its nodes; lookahead needs a profile or an rl: policy")
         for field, v, lo in (("k", k, 1), ("horizon", horizon, 1), ("samples", samples, 1),
                              ("history", history, MIN_HISTORY)):
-            if not isinstance(v, int) or v < lo:
-                raise ValidationError(f"scheduler.{field}", f"must be an integer >= {lo}")
+            if not isinstance(v, int) or not lo <= v <= OPTION_MAX[field]:
+                raise ValidationError(f"scheduler.{field}", f"must be an integer in "
+                                      f"[{lo}, {OPTION_MAX[field]:,}]")
+        if horizon * samples > MAX_ROLLOUT_PODS:
+            raise ValidationError("scheduler.samples", f"horizon x samples is {horizon * samples:,}"
+                                  f" pods a candidate; at most {MAX_ROLLOUT_PODS:,}")
         self.base, self.rollout = base, rollout
         self.k, self.horizon, self.samples = k, horizon, samples
         self.rng = np.random.default_rng(seed)
