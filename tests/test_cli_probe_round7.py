@@ -186,3 +186,17 @@ def test_k8s_scheduler_refuses_a_fifo_kubeconfig_and_names_a_busy_metrics_port(
                                       "127.0.0.1", "--metrics-port", str(port)])
     assert r.exit_code == 2 and "'--metrics-port'" in r.output, r.output
     assert f"127.0.0.1:{port}" in r.output
+
+
+def test_json_refuses_a_file_named_inside_a_spec(tmp_path: Path) -> None:
+    """``--workload mixed:prof.json --json prof.json`` replaced the profile it had just
+    read: the check of outputs against inputs read whole option values only."""
+    from smartsched.outputs import input_paths
+
+    prof = tmp_path / "prof.json"
+    prof.write_text("{}")
+    before = prof.read_bytes()
+    _refused([*SIM, "--workload", f"mixed:{prof}", "--json", str(prof)], "--json",
+             "replace that input")
+    assert prof.read_bytes() == before
+    assert input_paths([f"lookahead:rl:{prof}?k=2,fgd"]) == [str(prof)]

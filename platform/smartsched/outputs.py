@@ -124,14 +124,32 @@ def same_file(a: str | Path, b: str | Path) -> bool:
 
 def input_paths(values: Iterable[Any]) -> list[str]:
     """The values among a command's parameters that name existing files (strings, or
-    strings inside lists and tuples)."""
+    strings inside lists and tuples), and the files named inside specs: each
+    comma-separated part, what follows a ``prefix:`` (``mixed:prof.yaml``,
+    ``rl:models/p``) and what precedes a ``?`` (``lookahead:fgd?k=2``): ``--workload
+    mixed:prof.json --json prof.json`` replaced the profile it had just read."""
     out: list[str] = []
     for v in values:
         items = v if isinstance(v, list | tuple) else (v,)
         for x in items:
-            if isinstance(x, str | Path) and str(x) and _is_file(x):
-                out.append(str(x))
+            if not isinstance(x, str | Path) or not str(x):
+                continue
+            for cand in _spec_parts(str(x)):
+                if _is_file(cand):
+                    out.append(cand)
     return out
+
+
+def _spec_parts(text: str) -> list[str]:
+    """``text`` and the paths a spec may carry inside it (at most a few hundred)."""
+    found = [text]
+    for part in text.split(",")[:64]:
+        for piece in (part, part.split("?", 1)[0]):
+            found.append(piece)
+            while ":" in piece:
+                piece = piece.split(":", 1)[1]
+                found.extend((piece, piece.split("?", 1)[0]))
+    return list(dict.fromkeys(p.strip() for p in found if p.strip()))
 
 
 def _is_file(x: str | Path) -> bool:

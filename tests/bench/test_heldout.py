@@ -157,6 +157,23 @@ def test_merged_files_must_be_the_same_setting_and_agree(tmp_path) -> None:
         merge_heldout([str(tmp_path / "empty.json")], echo=lambda _: None)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -50.0, 1e308])
+def test_a_merged_figure_no_run_can_report_is_refused(tmp_path, bad: float) -> None:
+    """NaN, infinity, a negative share or 1e308 were judged as figures: a verdict with
+    targets "met" (from +inf) and numpy's overflow warning (probe round 7)."""
+    import json
+
+    from smartsched.bench.heldout import merge_heldout
+
+    a = _saved(tmp_path / "a.json", [1, 2], {"k8s-default": 1.0, "composite": 0.5})
+    doc = json.loads((tmp_path / "a.json").read_text())
+    doc["runs"][1]["metrics"]["usage_on_pct"]["cpu"] = bad
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    with pytest.raises(ValidationError, match="finite number") as e:
+        merge_heldout([a], echo=lambda _: None)
+    assert e.value.field == "merge[0].runs[1].metrics.usage_on_pct.cpu"
+
+
 def test_merge_refuses_options_that_would_run(tmp_path) -> None:
     from click.testing import CliRunner
 

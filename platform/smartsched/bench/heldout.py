@@ -29,6 +29,9 @@ import numpy as np
 from smartsched.bench.quality import Job, _g, run_jobs
 from smartsched.model.errors import ValidationError
 
+# The largest judged figure a merged run may report (seconds, counts, GB: none comes near).
+MAX_FIGURE = 1e12
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -270,6 +273,11 @@ def _check_figures(metrics: dict[str, Any], where: str) -> None:
                 continue
             if isinstance(cur, bool) or not isinstance(cur, int | float):
                 raise ValidationError(f"{where}.metrics.{'.'.join(path)}", "not a number")
+            # every judged figure is a share, a count, seconds or GB: NaN, infinity, a
+            # negative or 1e308 was judged (a "met" from +inf) with numpy's overflow warning
+            if not (math.isfinite(cur) and 0 <= cur <= MAX_FIGURE):
+                raise ValidationError(f"{where}.metrics.{'.'.join(path)}", "must be a finite "
+                                      f"number within 0..{MAX_FIGURE:.0e}")
             present += 1
     if not present:
         raise ValidationError(f"{where}.metrics", "holds none of the judged figures")
