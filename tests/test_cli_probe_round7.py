@@ -200,3 +200,31 @@ def test_json_refuses_a_file_named_inside_a_spec(tmp_path: Path) -> None:
              "replace that input")
     assert prof.read_bytes() == before
     assert input_paths([f"lookahead:rl:{prof}?k=2,fgd"]) == [str(prof)]
+
+
+def test_demo_and_model_outputs_keep_out_of_other_models_and_stores(tmp_path: Path,
+                                                                    store: Path) -> None:
+    """``demo --out`` wrote its comparison into a policy folder or a store, and each
+    scheduler's report went to ``--out/<spec>`` (``../../prof/mine.yaml`` outside it);
+    ``forecast train --out`` wrote a forecaster into a policy's folder."""
+    from smartsched.bench.demo import report_folder_name
+
+    policy = tmp_path / "policy"
+    policy.mkdir()
+    (policy / "smartsched_policy.json").write_text("{}")
+    _refused(["demo", "--out", str(policy), "--hours", "0.1"], "--out", "trained model")
+    _refused(["demo", "--out", str(store), "--hours", "0.1"], "--out", "policy store")
+    _refused(["forecast", "train", "--data", "x.csv", "--out", str(policy), "--overwrite"],
+             "--out", "trained model")
+    for spec in ("../../prof/mine.yaml", "/abs/p.yaml", "rl:models/ppo", "..", "k8s-default"):
+        name = report_folder_name(spec)
+        assert "/" not in name and not name.startswith(".") and name, (spec, name)
+    assert report_folder_name("k8s-default") == "k8s-default"
+
+
+def test_options_of_a_part_that_does_not_run_and_an_out_that_is_no_folder() -> None:
+    """``bench sandbox --skip-twin`` dropped the twin's options without a word (a typo in
+    --cluster included); ``simulate --out /dev/null`` ran the whole simulation first."""
+    _refused(["bench", "sandbox", "--skip-twin", "--cluster", "nosuch"], "--cluster",
+             "--skip-twin")
+    _refused([*SIM, "--out", "/dev/null"], "--out", "not a folder")

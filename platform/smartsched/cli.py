@@ -287,7 +287,13 @@ def _model_out(*artifacts: str) -> Callable[[click.Context, click.Parameter, str
     defaults are the shipped models' folders, and retraining replaced them unasked."""
     def callback(ctx: click.Context, param: click.Parameter, value: str | None
                  ) -> str | None:
+        from smartsched.outputs import model_folder_problem
+
         _out_folder(ctx, param, value)
+        # another kind of model, a policy store or an audit log: never, --overwrite or not
+        # (a forecaster trained into a policy's folder mixed the two)
+        if value and (why := model_folder_problem(Path(value) / "x", artifacts)) is not None:
+            raise click.BadParameter(why)
         _refuse_held(ctx, param, value, artifacts, "a trained model")
         return value
     return callback
@@ -318,6 +324,8 @@ def _report_out(ctx: click.Context, param: click.Parameter, value: str | None) -
     from smartsched.outputs import model_folder_problem
 
     _nonempty(ctx, param, value)
+    if value and Path(value).exists() and not Path(value).is_dir():  # /dev/null, a FIFO:
+        raise click.BadParameter(f"{value[:200]!r} is not a folder")  # found after the run
     # A trained model's, a policy store's or an audit log's folder takes no report (one
     # written into a policy folder was copied into the store by a later ``policy stage``).
     if value and ((why := model_folder_problem(Path(value) / "report.json")) is not None
@@ -436,7 +444,11 @@ def simulate(
 def _demo_out(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """``demo --out``: a folder holding an earlier demo's comparison is refused unless
     ``--overwrite`` (eager) was given."""
+    from smartsched.outputs import model_folder_problem
+
     _nonempty(ctx, param, value)
+    if value and (why := model_folder_problem(Path(value) / "comparison.json")) is not None:
+        raise click.BadParameter(why)  # a policy folder or a store took the demo's files
     _refuse_held(ctx, param, value, ("comparison.txt", "comparison.json"), "an earlier demo")
     return value
 
@@ -1723,6 +1735,12 @@ def bench_sandbox(profiles: str, nodes: int, decisions: int, cluster: str, workl
     """Sandbox validation: time per decision at --nodes, and what it refuses on the twin."""
     from smartsched.bench.sandbox import run_sandbox_bench
 
+    if skip_twin:  # the twin's options were dropped without a word (a typo included)
+        ctx = click.get_current_context()
+        for name in ("cluster", "workload", "hours", "warmup_hours", "seed", "workers"):
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT:
+                raise click.BadParameter("applies to the twin part, which --skip-twin "
+                                         "leaves out", param_hint=f"'--{name.replace('_', '-')}'")
     res = run_sandbox_bench([p for p in profiles.split(",") if p], nodes=nodes,
                             decisions=decisions, cluster=cluster, workload=workload,
                             hours=hours, warmup_hours=warmup_hours, seed=seed,

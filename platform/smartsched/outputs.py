@@ -47,12 +47,15 @@ AUDIT_LOG_FILE = "log_id"
 HEAD_FIELDS = frozenset({"block", "first_seq", "last_seq", "root", "chain", "log_id", "sig"})
 
 
-def model_folder_problem(path: str | Path) -> str | None:
+def model_folder_problem(path: str | Path, own: Iterable[str] = ()) -> str | None:
     """Why ``path``'s folder is no place for an output (it holds a trained model, a policy
-    store or an audit log; for a link, the folder of the file it points to), or None."""
+    store or an audit log; for a link, the folder of the file it points to), or None.
+    ``own``: model files the output itself writes (a retraining with ``--overwrite``
+    replaces its own kind of model, never another kind)."""
     shown = str(path)[:200]
+    mine = set(own)
     for parent in dict.fromkeys((Path(path).parent, Path(path).resolve().parent)):
-        held = [f for f in MODEL_FILES if (parent / f).is_file()]
+        held = [f for f in MODEL_FILES if f not in mine and (parent / f).is_file()]
         if held:
             return (f"{str(parent)[:200]!r} holds a trained model ({held[0]}): write the "
                     "output elsewhere")

@@ -129,7 +129,9 @@ def test_damaged_weights_or_settings_are_named(tmp_path: Path, model: Path) -> N
     code, out = _evaluate("--data", str(data), "--model", str(bad))
     assert code == 2 and "forecaster.pt" in out
     meta = json.loads((model / "forecaster.json").read_text())
-    for key, value in (("targets", "cpu"), ("step_s", 0), ("lookback", -1)):
+    # ... and sizes no training makes ("hidden": 12000 built a 3 GB network first)
+    for key, value in (("targets", "cpu"), ("step_s", 0), ("lookback", -1),
+                       ("hidden", 12_000), ("horizon", 10**9), ("layers", 1_000)):
         (bad / "forecaster.json").write_text(json.dumps({**meta, key: value}))
         with pytest.raises(ValidationError) as e:
             LSTMForecaster.load(bad)

@@ -34,6 +34,17 @@ def default_schedulers(shipped_policy: str | Path = SHIPPED_POLICY) -> list[str]
     return names
 
 
+def report_folder_name(spec: str) -> str:
+    """The folder, directly inside the demo's ``--out``, of one scheduler's report: its
+    spec as one path component (``rl:models/p`` -> ``rl:models_p``). The spec itself was
+    the path: ``../../prof/mine.yaml`` wrote outside ``--out``, an absolute profile path
+    over the profile file."""
+    import re
+
+    name = re.sub(r"[^\w.:+=,-]", "_", spec.replace("/", "_"))[:200]
+    return name if name and not name.startswith(".") else f"_{name}"
+
+
 def run_demo(out: str | Path, *, cluster: str = "small", hours: float = 24.0, seed: int = 0,
              warmup_hours: float = 6.0, schedulers: Sequence[str] | None = None,
              progress: bool = False, echo: Callable[[str], Any] = print) -> DemoResult:
@@ -49,7 +60,7 @@ def run_demo(out: str | Path, *, cluster: str = "small", hours: float = 24.0, se
         echo(f"simulating {name} on {cluster} for {hours:g} h of the mixed workload ...")
         reports.append(simulate(
             cluster, DEMO_WORKLOAD, name, seed=seed, hours=hours, warmup_hours=warmup_hours,
-            out=out / name, progress=progress,
+            out=out / report_folder_name(name), progress=progress,
         ))
     table = comparison_table(reports)
     out.mkdir(parents=True, exist_ok=True)

@@ -267,6 +267,11 @@ class LSTMForecaster:
         return fc
 
 
+# The largest window and network ``forecast train`` and ``federate`` make (their options'
+# ranges): a saved forecaster's settings past them are refused before torch builds it.
+SETTING_MAX = {"lookback": 10_000, "horizon": 1_000, "hidden": 4_096, "layers": 8}
+
+
 def _check_settings(s: LSTMSettings, source: Path) -> None:
     """The settings a saved forecaster's file must hold for its weights and the data it
     is applied to to make sense: its targets (column names, checked against the data by
@@ -283,9 +288,11 @@ def _check_settings(s: LSTMSettings, source: Path) -> None:
         raise ValidationError("step_s", f"must be a positive number of seconds, got {st!r}",
                               source=str(source))
     for name in ("lookback", "horizon", "hidden", "layers"):
-        v = getattr(s, name)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValidationError(name, f"must be an integer >= 1, got {v!r}",
+        v, most = getattr(s, name), SETTING_MAX[name]
+        # the most ``forecast train`` makes: a saved "hidden": 12000 built a 3 GB network
+        # before the weights were found not to fit it (and 30000 took more than memory)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= most:
+            raise ValidationError(name, f"must be an integer in [1, {most:,}], got {v!r}",
                                   source=str(source))
     sc = s.interval_scale
     if not isinstance(sc, list) or (sc and (len(sc) != len(t) or not all(
