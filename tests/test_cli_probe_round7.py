@@ -228,3 +228,37 @@ def test_options_of_a_part_that_does_not_run_and_an_out_that_is_no_folder() -> N
     _refused(["bench", "sandbox", "--skip-twin", "--cluster", "nosuch"], "--cluster",
              "--skip-twin")
     _refused([*SIM, "--out", "/dev/null"], "--out", "not a folder")
+
+
+def test_smaller_things_of_round_7(tmp_path: Path) -> None:
+    """A 100,000-character spec was echoed whole into a "one line" error; a finance
+    profile whose longest job is shorter than its mean made every job the cap, and a
+    tenant of spaces passed; the store's pointer was unreadable to another user (0600)."""
+    import os
+    import stat
+
+    r = CliRunner().invoke(main, [*SIM, "--scheduler", "x" * 100_000])
+    assert r.exit_code == 2 and len(r.output) < 2_000, len(r.output)
+    r = CliRunner().invoke(main, [*SIM, "--workload", "y" * 100_000])
+    assert r.exit_code == 2 and len(r.output) < 2_000, len(r.output)
+    import yaml
+
+    from smartsched.workloads.finance import load_profile
+
+    base = Path(__file__).resolve().parents[1] / "platform/smartsched/workloads/profiles_data"
+    doc = yaml.safe_load((base / "finance.yaml").read_text())
+    for part, key, value, field in (("batch", "duration_minutes_max", 1, "duration_minutes"),
+                                    ("online", "tenant", "   ", "tenant")):
+        bad = {**doc, part: {**doc[part], key: value}}
+        (tmp_path / "f.yaml").write_text(yaml.safe_dump(bad))
+        with pytest.raises(Exception, match=field):
+            load_profile(str(tmp_path / "f.yaml"))
+    from smartsched.rl.versions import PolicyStore
+
+    st = PolicyStore(tmp_path / "s")
+    umask = os.umask(0o022)
+    try:
+        st._write_pointer({"current": None, "history": []})
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "s" / "store.json").stat().st_mode) == 0o644

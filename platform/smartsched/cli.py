@@ -1025,7 +1025,7 @@ def _run_federation(data: str, cluster: str, sites: str | None, partition: str, 
                     references: tuple[str, ...]) -> None:
     from smartsched.bench.federation import format_federation, run_federation
 
-    names = None if sites is None else [x for x in sites.split(",") if x]
+    names = None if sites is None else [x.strip() for x in sites.split(",") if x.strip()]
     res = run_federation(_forecast_data(data), cluster=cluster, sites=names,
                          partition=partition, rounds=rounds, local_epochs=local_epochs, mu=mu,
                          server_momentum=server_momentum, lookback=lookback, hidden=hidden,

@@ -235,7 +235,8 @@ def load_cluster(spec: str) -> ClusterSpec:
         return read_cluster(path)
     known = ", ".join(PRESETS)
     raise UnknownReferenceError(
-        "cluster", f"{spec!r} is neither a preset ({known}) nor an existing .yaml/.parquet file"
+        "cluster",
+        f"{spec[:200]!r} is neither a preset ({known}) nor an existing .yaml/.parquet file"
     )
 
 

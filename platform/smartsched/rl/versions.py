@@ -233,6 +233,11 @@ class PolicyStore:
     def _write_pointer(self, doc: dict[str, Any]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".store-", dir=self.root)
+        # mkstemp makes it 0600: a service running as another user could list the versions
+        # but not read which is current; the pointer follows the umask as the log does
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f)
             f.flush()

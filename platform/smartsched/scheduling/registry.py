@@ -271,7 +271,7 @@ def read_profile_doc(spec: str) -> tuple[dict[str, Any], str]:
         if path.suffix not in (".yaml", ".yml") or not path.is_file():
             raise UnknownReferenceError(
                 "scheduler",
-                f"unknown scheduler {spec!r} (profiles: {', '.join(sorted(builtin))}; "
+                f"unknown scheduler {spec[:200]!r} (profiles: {', '.join(sorted(builtin))}; "
                 "or a profile .yaml file)",
             )
         source = str(path)

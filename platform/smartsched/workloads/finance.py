@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from smartsched.model.cluster import ClusterSpec
 from smartsched.model.configfile import read_resource, read_yaml, validate
@@ -41,7 +41,7 @@ CpuMilli = Annotated[int, Field(ge=1, le=MAX_NODE_CPU_MILLI)]  # must fit some n
 
 class _Online(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    tenant: str = Field("core", min_length=1)
+    tenant: str = Field("core", min_length=1, pattern=r"^\S+$")  # "   " was a tenant
     pool: str = Field("core", min_length=1)
     load: float = Field(0.5, gt=0, le=1.0)
     replicas: list[Replicas] = Field(min_length=1)
@@ -53,7 +53,7 @@ class _Online(BaseModel):
 
 class _Batch(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    tenant: str = Field("batch", min_length=1)
+    tenant: str = Field("batch", min_length=1, pattern=r"^\S+$")
     pool: str = Field("batch", min_length=1)
     window_start_hour: float = Field(22.0, ge=0, lt=24)
     deadline_hour: float = Field(6.0, ge=0, lt=24)
@@ -70,6 +70,14 @@ class _Batch(BaseModel):
     duration_minutes_max: float = Field(120.0, gt=0, le=24 * 60)
     checkpoint_minutes: float | None = Field(None, gt=0, le=24 * 60)
     priority_class: str = "batch"
+
+    @model_validator(mode="after")
+    def _longest_not_below_the_mean(self) -> _Batch:
+        # A cap below the mean made every job the cap (max 1, mean 600: 1-minute jobs, and
+        # sixteen times the pods for the same work).
+        if self.duration_minutes_max < self.duration_minutes_mean:
+            raise ValueError("duration_minutes_max must be at least duration_minutes_mean")
+        return self
 
 
 class FinanceProfile(BaseModel):

@@ -24,7 +24,7 @@ def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> l
         # ("mixed:" read the working directory as the profile: "cannot read .")
         what = ("a trace variant, e.g. openb:default" if head == "openb"
                 else f"a profile file, e.g. {head}:profile.yaml (or {head} alone)")
-        raise ValidationError("workload", f"{spec!r} names nothing after the colon: give "
+        raise ValidationError("workload", f"{spec[:200]!r} names nothing after the colon: give "
                               f"{what}")
     if spec.startswith("resample:"):
         from smartsched.workloads.resample import parse_resample_spec, resample_blocks
@@ -66,7 +66,7 @@ def load_workload(spec: str, cluster: ClusterSpec, hours: float, seed: int) -> l
         return _checked(read_pods(path), path)
     raise ValidationError(
         "workload",
-        f"{spec!r} is not openb:<variant>, mixed[:profile.yaml], finance[:profile.yaml], "
+        f"{spec[:200]!r} is not openb:<variant>, mixed[:profile.yaml], finance[:profile.yaml], "
         "resample:<workload>, or an existing .csv/.parquet file",
     )
 
