@@ -697,3 +697,36 @@ def test_a_retry_while_the_first_try_is_in_flight_gets_its_answer(medium: Hierar
     assert a == b and a[0]["placed"]
     assert calls == [calls[0]]  # one try reached a region
     assert sum(len(s.placer.reservations) for s in sites.values()) == 1
+
+
+def test_a_retry_after_a_try_that_booked_and_failed_goes_back_to_that_region(
+        medium: Hierarchy) -> None:
+    """The region booked the pod, then its answer was lost (the request failed: a 503 to
+    the client). The retry ranked the regions afresh and, the loads having changed, was
+    booked in the other region: two bookings for one pod until the first's TTL ran out
+    (probe round 7). It now goes first where the failed try went, whose own key answers
+    with the booking."""
+    sites: dict[str, SiteTier] = {r: SiteTier(medium, r, "k8s-default") for r in medium.regions}
+    calls: list[str] = []
+    busy: set[str] = set()
+
+    def region(name: str) -> Any:
+        async def place(*a: Any, **k: Any) -> Any:
+            calls.append(name)
+            got = await sites[name].place(*a, **k)
+            if len(calls) == 1:
+                raise ConnectionError("the answer was lost")  # booked, then the hop broke
+            return got
+        return place
+
+    async def free() -> dict[str, dict[str, float]]:
+        return {r: ({k: 0.01 for k in sites[r].free()} if r in busy else sites[r].free())
+                for r in medium.regions}
+
+    cloud = CloudTier(medium, {r: region(r) for r in medium.regions}, {}, free)
+    with pytest.raises(ConnectionError):
+        asyncio.run(cloud.place([_pod("once")], 60, "rid"))
+    busy.add(calls[0])  # a fresh ranking now puts the other region first
+    (r,) = asyncio.run(cloud.place([_pod("once")], 60, "rid"))
+    assert r["placed"] and r["region"] == calls[0] and calls == [calls[0], calls[0]]
+    assert sum(len(s.placer.reservations) for s in sites.values()) == 1

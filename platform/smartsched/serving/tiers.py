@@ -588,6 +588,11 @@ class CloudTier:
         # waits for it and gets its answer (it ranked the regions afresh and could be
         # booked in another region: one request, two reservations).
         self._in_flight: dict[str, asyncio.Future[None]] = {}
+        # request key -> the regions its tries were sent to, until it has an answer: a try
+        # that failed (a 503: the region booked, then its answer was lost) is retried
+        # there first, where the site's own key answers with that booking, instead of
+        # wherever a fresh ranking points (one pod, two bookings until a TTL ran out).
+        self._sent: OrderedDict[str, list[str]] = OrderedDict()
         self.journal = journal
         if journal is not None:
             for e in journal.replay():
@@ -659,6 +664,14 @@ class CloudTier:
         plans = [self._plan(members, free, now, ranked) for members in groups.values()]
         if self.division == "by_capacity" and len(plans) > 1:
             divide_by_capacity(self.h, plans, free)
+        for region in reversed(self._sent.get(request_id, []) if request_id else []):
+            for plan in plans:  # an earlier try's regions first (after the edge site)
+                at = [i for i, (kind, site, _) in enumerate(plan.seq)
+                      if kind == "region" and site == region]
+                if at:
+                    lead = 1 if plan.seq and plan.seq[0][0] == "edge" else 0
+                    kind, site, why = plan.seq.pop(at[0])
+                    plan.seq.insert(lead, (kind, site, f"{why}; an earlier try went here"))
         # Rounds: every group still unplaced goes to its next target; groups with the
         # same target share one call (a batch costs one hop per site, not per pod).
         for rnd in itertools.count():
@@ -684,6 +697,7 @@ class CloudTier:
         # the edge, which answers it from its queue or from the reconciled answer.
         if request_id is not None and not any(r.get("escalation") for r in results):
             self._remember(request_id, body, results)
+            self._sent.pop(request_id, None)
         return results
 
     async def _release_extra_holds(self, plans: list[_Plan]) -> None:
@@ -766,6 +780,13 @@ class CloudTier:
             if kind == "region":
                 plan.stages.append(_stage("cloud", "global", "escalated", f"try {site}: {why}"))
         call = self.edges[site] if kind == "edge" else self.regions[site]
+        if request_id is not None and kind == "region":
+            sent = self._sent.setdefault(request_id, [])
+            if site not in sent:
+                sent.append(site)
+            self._sent.move_to_end(request_id)
+            while len(self._sent) > IDEMPOTENCY_KEEP:
+                self._sent.popitem(last=False)
         res = await call(pods, ttl_s, rid, validate)
         by_id = {r["pod_id"]: r for r in res}
         for plan in bucket:
