@@ -1319,6 +1319,8 @@ def _reload_or_undo(client: Any, st: Any, names: Sequence[str], served_as: str,
                     version: str, before: str) -> None:
     """Reload ``names`` with ``version``; when one fails, put the store and the sites
     reloaded so far back on ``before`` and raise, saying what holds now."""
+    import contextlib
+
     from smartsched.rl.learning import served_profile
 
     done: list[str] = []
@@ -1331,6 +1333,10 @@ def _reload_or_undo(client: Any, st: Any, names: Sequence[str], served_as: str,
                 st.promote(before)
                 for s in done:
                     client.set_profile(s, served_profile(served_as, before))
+                # the failed site too, as far as it answers: its reload may have applied
+                # before the answer was lost (a timeout on every retry)
+                with contextlib.suppress(SmartSchedError):
+                    client.set_profile(site, served_profile(served_as, before))
             except SmartSchedError as undo:
                 raise ValidationError("service", f"{why}, and putting it back failed too "
                                       f"({undo}): the store is at {st.current()}; check what "
@@ -1594,8 +1600,9 @@ def bench_fgd(variants: str, schedulers: str, seeds: list[int], inflate: float, 
     """The FGD paper's fill experiment on openb-gpu, beside the published medians."""
     from smartsched.bench.fgd import run_fgd_bench
 
-    _openb_variants([v.strip() for v in variants.split(",") if v.strip()])
-    res = run_fgd_bench([v for v in variants.split(",") if v],
+    names = [v.strip() for v in variants.split(",") if v.strip()]
+    _openb_variants(names)
+    res = run_fgd_bench(names,
                         [s for s in schedulers.split(",") if s], seeds, inflate,
                         workers, echo=click.echo)
     _write_json(json_path, res)
@@ -2013,7 +2020,7 @@ def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str
     if "speed" in parts:
         out["speed"] = bench_mod.run_speed(window=window, echo=click.echo)
     if "fill" in parts:
-        names = [v for v in variants.split(",") if v]
+        names = [v.strip() for v in variants.split(",") if v.strip()]
         out["fill"] = bench_mod.run_fill(names, fill_seeds, ["fgd", fill_spec],
                                          workers=workers, echo=click.echo)
     if "gangs" in parts:

@@ -170,4 +170,5 @@ def test_a_rollback_that_cannot_reload_the_service_leaves_the_store_as_it_was(
     assert res.exit_code == 2 and "put back" in res.output, res.output
     assert store.current() == before
     older = store.log()[-1]["previous"]
-    assert puts == [("a", older), ("b", older), ("a", before)]  # a serves `before` again
+    # a serves `before` again, and b is asked to as well (a lost answer may hide a reload)
+    assert puts == [("a", older), ("b", older), ("a", before), ("b", before)]

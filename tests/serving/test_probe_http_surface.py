@@ -64,7 +64,8 @@ class FakeIngress(Authorizer):
         self.trail = Trail(None)
         self.metrics = ServiceMetrics()
         self.cfg = SimpleNamespace(max_body_bytes=1 << 20, models_dir=models_dir,
-                                   max_body_reads_per_credential=256,
+                                   max_body_reads_per_credential=1024,
+                                   max_body_reads_per_address=256,
                                    default_ttl_s=60.0)
         self.sites = {} if site is None else {"region-a": site}
         self.placed: list[Any] = []

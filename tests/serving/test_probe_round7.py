@@ -169,11 +169,12 @@ def test_a_server_without_a_cap_closes_nothing(monkeypatch, answered_first: bool
 
 
 def test_one_credential_cannot_hold_every_slot_with_bodies_that_never_finish() -> None:
-    """Bodies still arriving are counted by credential: past the config's
-    ``max_body_reads_per_credential`` the next one is a 429 at once (body unread), from
-    any address (a few addresses let one token hold every slot again), while another
-    credential is read as before; a slot is given back when its body has arrived (or
-    timed out)."""
+    """Bodies still arriving are counted by credential (``max_body_reads_per_credential``,
+    from any address: a few addresses let one token hold every slot again) and by
+    credential and address (``max_body_reads_per_address``: one stalled client behind a
+    shared token does not lock out its other holders). Past either the next is a 429 at
+    once (body unread); another credential is read as before; a slot is given back when
+    its body has arrived (or timed out)."""
     import json
 
     from smartsched.serving import replica
@@ -181,7 +182,8 @@ def test_one_credential_cannot_hold_every_slot_with_bodies_that_never_finish() -
     from tests.serving.test_probe_http_surface import BODY, CLIENT, OPERATOR, FakeIngress
 
     ing = FakeIngress()
-    ing.cfg.max_body_reads_per_credential = 3
+    ing.cfg.max_body_reads_per_credential = 5
+    ing.cfg.max_body_reads_per_address = 3
 
     async def scenario() -> dict[str, Any]:
         stall = asyncio.Event()
@@ -216,8 +218,12 @@ def test_one_credential_cannot_hold_every_slot_with_bodies_that_never_finish() -
         await asyncio.sleep(0.05)
         out: dict[str, Any] = {
             "over": await request(CLIENT, "10.0.0.1", BODY),
-            "other address": await request(CLIENT, "10.0.0.2", BODY),  # the same cap
+            "other address": await request(CLIENT, "10.0.0.2", BODY),
             "other credential": await request(OPERATOR, "10.0.0.1", BODY)}
+        stalled += [asyncio.create_task(request(CLIENT, f"10.0.1.{i}", None))
+                    for i in range(2)]
+        await asyncio.sleep(0.05)
+        out["credential full"] = await request(CLIENT, "10.0.0.9", BODY)
         stall.set()
         await asyncio.gather(*stalled, return_exceptions=True)
         out["after"] = await request(CLIENT, "10.0.0.1", BODY)
@@ -233,8 +239,8 @@ def test_one_credential_cannot_hold_every_slot_with_bodies_that_never_finish() -
     assert status == 429, headers
     assert headers[b"retry-after"] == b"1" and headers[b"connection"] == b"close"
     assert json.loads(headers["body"])["detail"][0]["loc"] == ["body"]
-    assert out["other address"][0] == 429
-    for k in ("other credential", "after"):
+    assert out["credential full"][0] == 429  # 5 arriving from three addresses
+    for k in ("other address", "other credential", "after"):
         assert out[k][0] == 200, (k, out[k])
 
 

@@ -79,7 +79,8 @@ def test_the_ingress_answers_every_unknown_id_under_the_same_field(medium: Hiera
         def __init__(self) -> None:
             self.sites = {"region-a": site}
             self.cfg = SimpleNamespace(max_body_bytes=1 << 20, default_ttl_s=60.0,
-                                       max_body_reads_per_credential=256)
+                                       max_body_reads_per_credential=1024,
+                                       max_body_reads_per_address=256)
             self.trail = Trail(None)
             self.metrics = ServiceMetrics()
 

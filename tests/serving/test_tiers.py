@@ -730,3 +730,38 @@ def test_a_retry_after_a_try_that_booked_and_failed_goes_back_to_that_region(
     (r,) = asyncio.run(cloud.place([_pod("once")], 60, "rid"))
     assert r["placed"] and r["region"] == calls[0] and calls == [calls[0], calls[0]]
     assert sum(len(s.placer.reservations) for s in sites.values()) == 1
+
+
+def test_a_batch_retried_after_a_lost_answer_meets_each_site_under_its_first_key(
+        medium: Hierarchy) -> None:
+    """A review of the retry routing: with the regions of the whole failed try put first
+    for every pod, a two-pod batch reached the sites in other combinations, under new
+    keys, and was booked again (4 reservations for 2 pods). Each pod now goes where it
+    went, and every call of the failed try ended before it was raised."""
+    sites: dict[str, SiteTier] = {r: SiteTier(medium, r, "k8s-default") for r in medium.regions}
+    lost = {"on": True}
+    busy: set[str] = set()
+
+    def region(name: str) -> Any:
+        async def place(*a: Any, **k: Any) -> Any:
+            got = await sites[name].place(*a, **k)
+            if lost["on"] and name == "region-b":
+                raise ConnectionError("the answer was lost")
+            return got
+        return place
+
+    async def free() -> dict[str, dict[str, float]]:
+        return {r: ({k: 0.01 for k in sites[r].free()} if r in busy else sites[r].free())
+                for r in medium.regions}
+
+    cloud = CloudTier(medium, {r: region(r) for r in medium.regions}, {}, free)
+    pods = [_pod("a"), _pod("b")]
+    with pytest.raises(ConnectionError):
+        asyncio.run(cloud.place(pods, 60, "rid"))
+    first = {s: len(t.placer.reservations) for s, t in sites.items()}
+    assert sum(first.values()) == 2  # both booked; one answer lost
+    lost["on"] = False
+    busy.add("region-a")  # a fresh ranking would send both elsewhere
+    res = asyncio.run(cloud.place(pods, 60, "rid"))
+    assert all(r["placed"] for r in res)
+    assert {s: len(t.placer.reservations) for s, t in sites.items()} == first

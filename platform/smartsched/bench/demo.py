@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smartsched.model.errors import ValidationError
 from smartsched.outputs import json_text
 
 SHIPPED_POLICY = "models/ppo_mixed_small"  # relative to the working directory
@@ -55,6 +56,11 @@ def run_demo(out: str | Path, *, cluster: str = "small", hours: float = 24.0, se
 
     out = Path(out)
     names = default_schedulers() if schedulers is None else list(schedulers)
+    folders = [report_folder_name(n) for n in names]
+    for i, f in enumerate(folders):  # rl:a/b and rl:a_b: the second replaced the first
+        if f in folders[:i]:
+            raise ValidationError("schedulers", f"{names[folders.index(f)][:64]!r} and "
+                                  f"{names[i][:64]!r} would share one report folder ({f!r})")
     reports = []
     for name in names:
         echo(f"simulating {name} on {cluster} for {hours:g} h of the mixed workload ...")

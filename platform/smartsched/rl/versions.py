@@ -234,10 +234,9 @@ class PolicyStore:
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".store-", dir=self.root)
         # mkstemp makes it 0600: a service running as another user could list the versions
-        # but not read which is current; the pointer follows the umask as the log does
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
+        # but not read which is current. The pointer is as readable as the store's folder
+        # (made under the umask; reading the umask itself would set it, process-wide).
+        os.fchmod(fd, self.root.stat().st_mode & 0o444 | 0o200)
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f)
             f.flush()

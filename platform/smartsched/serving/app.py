@@ -362,9 +362,9 @@ class BodyLimit:
     def __init__(self, app: Any, owner: Any = None) -> None:
         self.app = app
         self.owner = owner or _current
-        # Bodies still arriving, by credential: AuthFirst, outside this, has put the
-        # request's principal in its scope.
-        self.reading: dict[str, int] = {}
+        # Bodies still arriving, by credential and by (credential, client address):
+        # AuthFirst, outside this, has put the request's principal in its scope.
+        self.reading: dict[Any, int] = {}
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -379,22 +379,28 @@ class BodyLimit:
             return await resp(scope, receive, send)
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
-        # By credential, not by address: a few addresses (an IPv6 /64 is 2^64) let one
-        # token hold every slot again, while clients behind one NAT shared one cap.
+        # Counted by credential (a few addresses -- an IPv6 /64 is 2^64 of them -- let one
+        # token hold every slot) and by credential and address (one stalled client behind
+        # a shared token does not lock out its other holders).
         who = getattr((scope.get("state") or {}).get("principal"), "name", "unauthenticated")
-        if self.reading.get(who, 0) >= cfg.max_body_reads_per_credential:
-            resp = _error(429, "body", f"this credential already has "
-                          f"{cfg.max_body_reads_per_credential} request bodies arriving: "
-                          "send each body whole, then the next")
-            resp.headers["Retry-After"] = "1"
-            resp.headers["Connection"] = "close"  # its unread body is not a next request
-            return await resp(scope, receive, send)
-        self.reading[who] = self.reading.get(who, 0) + 1
+        keys = (who, (who, str((scope.get("client") or ("", 0))[0])))
+        for key, most, what in ((keys[0], cfg.max_body_reads_per_credential, ""),
+                                (keys[1], cfg.max_body_reads_per_address,
+                                 " from this address")):
+            if self.reading.get(key, 0) >= most:
+                resp = _error(429, "body", f"this credential already has {most} request "
+                              f"bodies arriving{what}: send each body whole, then the next")
+                resp.headers["Retry-After"] = "1"
+                resp.headers["Connection"] = "close"  # its unread body is not a next request
+                return await resp(scope, receive, send)
+        for key in keys:
+            self.reading[key] = self.reading.get(key, 0) + 1
         try:
             buffered = await self._read(scope, receive, send, limit)
         finally:
-            if (left := self.reading.pop(who) - 1) > 0:
-                self.reading[who] = left
+            for key in keys:
+                if (left := self.reading.pop(key) - 1) > 0:
+                    self.reading[key] = left
         if buffered is None:
             return None
 
@@ -711,8 +717,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "body over the size limit"),
         (415, "body not JSON, or encoded"),
         (417, "an Expect header other than 100-continue"),
-        (429, "this credential already has max_body_reads_per_credential bodies arriving: "
-              "retry after Retry-After seconds"),
+        (429, "this credential already has max_body_reads_per_credential bodies arriving "
+              "(max_body_reads_per_address from one address): retry after Retry-After "
+              "seconds"),
         (503, "a site is restarting or unreachable: retry after Retry-After seconds"))}
 
 

@@ -160,11 +160,14 @@ class ServiceConfig(BaseModel):
     # A placement's reservation lifetime when its request gives no ttl_s.
     default_ttl_s: float = Field(60.0, ge=MIN_TTL_S, le=86_400)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=1024**3)
-    # Request bodies one credential may have arriving at once (more is a 429): a body holds
-    # one of the ingress's 2,000 request slots until it has arrived, so without this one
-    # token's stalled bodies held them all (a placement waited 22 s). Requests without a
-    # valid token are answered before their bodies are read.
-    max_body_reads_per_credential: int = Field(256, ge=1, le=100_000)
+    # Request bodies one credential may have arriving at once, in all and from one client
+    # address (more is a 429): a body holds one of the ingress's 2,000 request slots until
+    # it has arrived, so one token's stalled bodies held them all (a placement waited
+    # 22 s). By address alone a few addresses held them all again; by credential alone
+    # one stalled client locked out every other holder of a shared token. Requests without
+    # a valid token are answered before their bodies are read.
+    max_body_reads_per_credential: int = Field(1024, ge=1, le=100_000)
+    max_body_reads_per_address: int = Field(256, ge=1, le=100_000)
     auth: Auth = Auth()
     replica_cpus: float = Field(0.1, gt=0, le=64)
     journal_dir: str | None = None

@@ -588,11 +588,13 @@ class CloudTier:
         # waits for it and gets its answer (it ranked the regions afresh and could be
         # booked in another region: one request, two reservations).
         self._in_flight: dict[str, asyncio.Future[None]] = {}
-        # request key -> the regions its tries were sent to, until it has an answer: a try
-        # that failed (a 503: the region booked, then its answer was lost) is retried
-        # there first, where the site's own key answers with that booking, instead of
-        # wherever a fresh ranking points (one pod, two bookings until a TTL ran out).
-        self._sent: OrderedDict[str, list[str]] = OrderedDict()
+        # request key -> each group's (gang's or pod's) regions, in the order its tries
+        # reached them, until the request has an answer: a retry after a try that failed
+        # (a 503: a region booked, then its answer was lost) sends each group where it
+        # went before, in the same order, so each site meets the same pods under the
+        # same key and answers with its booking, instead of wherever a fresh ranking
+        # points (one pod, two bookings until a TTL ran out).
+        self._sent: OrderedDict[str, dict[str, list[str]]] = OrderedDict()
         self.journal = journal
         if journal is not None:
             for e in journal.replay():
@@ -664,12 +666,13 @@ class CloudTier:
         plans = [self._plan(members, free, now, ranked) for members in groups.values()]
         if self.division == "by_capacity" and len(plans) > 1:
             divide_by_capacity(self.h, plans, free)
-        for region in reversed(self._sent.get(request_id, []) if request_id else []):
-            for plan in plans:  # an earlier try's regions first (after the edge site)
+        sent = self._sent.get(request_id, {}) if request_id else {}
+        for plan in plans:  # an earlier try's regions first, in its order (after the edge)
+            lead = 1 if plan.seq and plan.seq[0][0] == "edge" else 0
+            for region in reversed(sent.get(_group_of(plan), [])):
                 at = [i for i, (kind, site, _) in enumerate(plan.seq)
                       if kind == "region" and site == region]
                 if at:
-                    lead = 1 if plan.seq and plan.seq[0][0] == "edge" else 0
                     kind, site, why = plan.seq.pop(at[0])
                     plan.seq.insert(lead, (kind, site, f"{why}; an earlier try went here"))
         # Rounds: every group still unplaced goes to its next target; groups with the
@@ -682,9 +685,15 @@ class CloudTier:
                     buckets.setdefault((kind, site), []).append(plan)
             if not buckets:
                 break
-            await asyncio.gather(*(self._call(kind, site, bucket, ttl_s, request_id, rnd,
-                                              validate, body)
-                                   for (kind, site), bucket in buckets.items()))
+            # Every call of the round ends before a failure is raised: a retry waiting for
+            # this try must not start while its other calls are still booking.
+            done = await asyncio.gather(*(self._call(kind, site, bucket, ttl_s, request_id,
+                                                     rnd, validate, body)
+                                          for (kind, site), bucket in buckets.items()),
+                                        return_exceptions=True)
+            for got in done:
+                if isinstance(got, BaseException):
+                    raise got
         out: dict[str, dict[str, Any]] = {}
         for plan in plans:
             res = plan.result or [{**_unplaced(p, [*plan.stages, _stage(
@@ -781,9 +790,11 @@ class CloudTier:
                 plan.stages.append(_stage("cloud", "global", "escalated", f"try {site}: {why}"))
         call = self.edges[site] if kind == "edge" else self.regions[site]
         if request_id is not None and kind == "region":
-            sent = self._sent.setdefault(request_id, [])
-            if site not in sent:
-                sent.append(site)
+            sent = self._sent.setdefault(request_id, {})
+            for plan in bucket:
+                went = sent.setdefault(_group_of(plan), [])
+                if site not in went:
+                    went.append(site)
             self._sent.move_to_end(request_id)
             while len(self._sent) > IDEMPOTENCY_KEEP:
                 self._sent.popitem(last=False)
@@ -825,6 +836,12 @@ class _Escalation:
     validate: bool
     queued_at: float
     attempts: int = 0
+
+
+def _group_of(plan: _Plan) -> str:
+    """The group a plan places: its gang, or its one pod."""
+    lead = plan.members[0]
+    return f"gang:{lead.gang_id}" if lead.gang_id else f"pod:{lead.id}"
 
 
 @dataclass
