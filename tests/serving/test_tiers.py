@@ -658,6 +658,15 @@ def test_regions_rank_by_green_score_and_sites_report_it(medium: Hierarchy) -> N
     assert busy_min > idle_max and all(0 <= v <= 1 for v in per_node.values())
 
 
+def _loads(sites: dict[str, SiteTier], busy: set[str]) -> Any:
+    """The cloud's view of the regions' loads, with the ``busy`` ones (as it changes
+    between two tries) shown nearly full."""
+    async def free() -> dict[str, dict[str, float]]:
+        return {r: ({k: 0.01 for k in t.free()} if r in busy else t.free())
+                for r, t in sites.items()}
+    return free
+
+
 def test_a_retry_while_the_first_try_is_in_flight_gets_its_answer(medium: Hierarchy) -> None:
     """A retry with the same request id while the first try still waited at its region
     ranked the regions afresh: when the loads had changed it was booked in the other
@@ -676,9 +685,7 @@ def test_a_retry_while_the_first_try_is_in_flight_gets_its_answer(medium: Hierar
             return await sites[name].place(*a, **k)
         return place
 
-    async def free() -> dict[str, dict[str, float]]:
-        return {r: ({k: 0.01 for k in sites[r].free()} if r in busy else sites[r].free())
-                for r in medium.regions}
+    free = _loads(sites, busy)
 
     cloud = CloudTier(medium, {r: region(r) for r in medium.regions}, {}, free)
 
@@ -719,9 +726,7 @@ def test_a_retry_after_a_try_that_booked_and_failed_goes_back_to_that_region(
             return got
         return place
 
-    async def free() -> dict[str, dict[str, float]]:
-        return {r: ({k: 0.01 for k in sites[r].free()} if r in busy else sites[r].free())
-                for r in medium.regions}
+    free = _loads(sites, busy)
 
     cloud = CloudTier(medium, {r: region(r) for r in medium.regions}, {}, free)
     with pytest.raises(ConnectionError):
@@ -750,9 +755,7 @@ def test_a_batch_retried_after_a_lost_answer_meets_each_site_under_its_first_key
             return got
         return place
 
-    async def free() -> dict[str, dict[str, float]]:
-        return {r: ({k: 0.01 for k in sites[r].free()} if r in busy else sites[r].free())
-                for r in medium.regions}
+    free = _loads(sites, busy)
 
     cloud = CloudTier(medium, {r: region(r) for r in medium.regions}, {}, free)
     pods = [_pod("a"), _pod("b")]
