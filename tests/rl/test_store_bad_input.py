@@ -172,3 +172,18 @@ def test_a_rollback_that_cannot_reload_the_service_leaves_the_store_as_it_was(
     older = store.log()[-1]["previous"]
     # a serves `before` again, and b is asked to as well (a lost answer may hide a reload)
     assert puts == [("a", older), ("b", older), ("a", before), ("b", before)]
+
+
+def test_a_store_inside_the_policy_folder_it_takes_is_refused_at_once(tmp_path: Path
+                                                                       ) -> None:
+    """``policy stage --store pol/st pol`` copied the folder into itself until a path was
+    too long (12 s), then refused, leaving an empty ``candidates/`` (probe round 7)."""
+    import shutil
+
+    pol = tmp_path / "pol"
+    shutil.copytree(SHIPPED, pol)
+    store = PolicyStore(pol / "st")
+    for act in (store.stage, store.add):
+        with pytest.raises(ValidationError, match="inside the policy folder"):
+            act(pol)
+    assert not (pol / "st").exists()

@@ -153,6 +153,7 @@ class PolicyStore:
 
         src = Path(policy_dir)
         self._writable()
+        self._outside(src)
         RLScheduler(src)  # loads (no pickle) or raises a ValidationError naming it
         self.versions_dir.mkdir(parents=True, exist_ok=True)
         existing = self.versions()
@@ -165,6 +166,15 @@ class PolicyStore:
             raise
         self._append({"event": "add", "version": version, "source": str(src), **(note or {})})
         return version
+
+    def _outside(self, src: Path) -> None:
+        """A policy folder that holds this store is refused before anything is made: its
+        copy went on copying itself into itself until a path was too long (12 s), then
+        left an empty folder behind."""
+        inner, outer = self.root.resolve(), src.resolve()
+        if inner == outer or outer in inner.parents:
+            raise ValidationError("store", f"{self.root} is inside the policy folder "
+                                  f"{src}: give a store outside it")
 
     def promote(self, version: str, figures: dict[str, Any] | None = None) -> str:
         """Make ``version`` current; the one before it stays in the history. Everything is
@@ -189,6 +199,7 @@ class PolicyStore:
 
         src = Path(policy_dir)
         self._writable()
+        self._outside(src)
         RLScheduler(src)  # loads (no pickle) or raises a ValidationError naming it
         root = self.root / CANDIDATES
         root.mkdir(parents=True, exist_ok=True)
