@@ -124,12 +124,8 @@ def _name_list(_ctx: click.Context, _param: click.Parameter, value: str | None
     over no variants printed an empty table and exited 0; so is one naming something
     twice (``--variants k8s-default,k8s-default`` merged both runs into one row: twice
     the failures and downtime under a header saying one night)."""
-    if value is None:
-        return value
-    names = [x.strip() for x in value.split(",") if x.strip()]
-    if not names:
-        raise click.BadParameter("names nothing (a comma-separated list of names)")
-    _refuse_twice(names)
+    if _names_paired(_ctx, _param, value) is not None:
+        _refuse_twice([x.strip() for x in value.split(",") if x.strip()])
     return value
 
 

@@ -62,11 +62,11 @@ def run_demo(out: str | Path, *, cluster: str = "small", hours: float = 24.0, se
             raise ValidationError("schedulers", f"{names[folders.index(f)][:64]!r} and "
                                   f"{names[i][:64]!r} would share one report folder ({f!r})")
     reports = []
-    for name in names:
+    for name, folder in zip(names, folders, strict=True):
         echo(f"simulating {name} on {cluster} for {hours:g} h of the mixed workload ...")
         reports.append(simulate(
             cluster, DEMO_WORKLOAD, name, seed=seed, hours=hours, warmup_hours=warmup_hours,
-            out=out / report_folder_name(name), progress=progress,
+            out=out / folder, progress=progress,
         ))
     table = comparison_table(reports)
     out.mkdir(parents=True, exist_ok=True)

@@ -80,12 +80,10 @@ class PolicyStore:
         path = self.root / POINTER
         if not path.exists():
             return {"current": None, "history": []}
+        text = _read_text(path, MAX_POINTER_BYTES)
         try:
-            doc = json.loads(read_regular_file(path, MAX_POINTER_BYTES).decode("utf-8"))
-        except OSError as e:  # a FIFO waited for a writer for ever
-            raise ValidationError("store", f"{path}: {e.strerror or type(e).__name__}"
-                                  ) from None
-        except ValueError as e:  # not JSON, or not UTF-8 text
+            doc = json.loads(text)
+        except ValueError as e:  # not JSON
             raise ValidationError("store", f"{path}: unreadable ({type(e).__name__})") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("history"), list) \
                 or not all(isinstance(v, str) for v in doc["history"]) \
@@ -117,13 +115,7 @@ class PolicyStore:
         path = self.root / LOG
         if not path.exists():
             return []
-        try:
-            lines = read_regular_file(path, MAX_LOG_BYTES).decode("utf-8").splitlines()
-        except OSError as e:  # a FIFO waited for a writer for ever
-            raise ValidationError("store", f"{path}: {e.strerror or type(e).__name__}"
-                                  ) from None
-        except ValueError as e:  # not UTF-8 text
-            raise ValidationError("store", f"{path}: unreadable ({type(e).__name__})") from None
+        lines = _read_text(path, MAX_LOG_BYTES).splitlines()
         events = []
         for no, line in enumerate(lines, 1):
             if not line.strip():
@@ -283,6 +275,17 @@ class PolicyStore:
             f.write(json.dumps({"time": time.time(), **event}, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+
+def _read_text(path: Path, limit: int) -> str:
+    """A store file's text; refused naming it when it is not a regular file (a FIFO was
+    waited on for ever), too large, or not UTF-8."""
+    try:
+        return read_regular_file(path, limit).decode("utf-8")
+    except OSError as e:
+        raise ValidationError("store", f"{path}: {e.strerror or type(e).__name__}") from None
+    except ValueError as e:  # not UTF-8 text
+        raise ValidationError("store", f"{path}: unreadable ({type(e).__name__})") from None
 
 
 def _copy_policy(src: Path, into: Path, prefix: str) -> Path:

@@ -124,9 +124,8 @@ class Reservation:
     request_id: str | None = None
 
 
-class NodeUpdateConflict(SmartSchedError):
-    """A node update that would leave a live reservation no room (HTTP 409 naming the
-    update's ``field``)."""
+class FieldConflict(SmartSchedError):
+    """A request that conflicts with the service's state (HTTP 409 naming ``field``)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(field, message)  # the args rebuild it (errors cross Ray workers)
@@ -134,6 +133,11 @@ class NodeUpdateConflict(SmartSchedError):
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
+
+
+class NodeUpdateConflict(FieldConflict):
+    """A node update that would leave a live reservation no room (HTTP 409 naming the
+    update's ``field``)."""
 
 
 def _as_shown(e: Exception, profile: str, label: str) -> ValidationError:

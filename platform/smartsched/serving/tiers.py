@@ -47,6 +47,7 @@ from smartsched.serving.journal import Journal
 from smartsched.serving.site import (
     IDEMPOTENCY_KEEP,
     AnswerCache,
+    FieldConflict,
     SitePlacer,
     SiteResult,
     site_subspec,
@@ -65,12 +66,8 @@ RECENT_MAX_BYTES = 2 * 1024 * 1024
 
 
 
-class IdempotencyConflict(SmartSchedError):
+class IdempotencyConflict(FieldConflict):
     """A request id reused with a different body (HTTP 409 naming ``request_id``)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(field, message)  # the args rebuild it (errors cross Ray workers)
-        self.field, self.message = field, message
 
     def __str__(self) -> str:
         return self.message
