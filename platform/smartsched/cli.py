@@ -1999,13 +1999,14 @@ def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str
                                  "gangs", param_hint="--part")
     _refuse_options_of_other_parts(click.get_current_context(), set(parts))
     if "fill" in parts:  # a typo failed only after the gap part's minutes
-        _openb_variants([v.strip() for v in variants.split(",") if v.strip()])
         try:
             _scheduler_names(click.get_current_context(), click.Option(["--fill-spec"]),
                              fill_spec)
         except click.BadParameter as e:
             e.param_hint = "'--fill-spec'"
             raise
+        fill_variants = [v.strip() for v in variants.split(",") if v.strip()]
+        _openb_variants(fill_variants)
     out: dict[str, Any] = {}
     if "gap" in parts:
         out["gap"] = bench_mod.run_gap(seeds, nodes=nodes, pods=pods,
@@ -2016,8 +2017,7 @@ def bench_anneal(part: str, seeds: list[int], nodes: int, pods: int, sweeps: str
     if "speed" in parts:
         out["speed"] = bench_mod.run_speed(window=window, echo=click.echo)
     if "fill" in parts:
-        names = [v.strip() for v in variants.split(",") if v.strip()]
-        out["fill"] = bench_mod.run_fill(names, fill_seeds, ["fgd", fill_spec],
+        out["fill"] = bench_mod.run_fill(fill_variants, fill_seeds, ["fgd", fill_spec],
                                          workers=workers, echo=click.echo)
     if "gangs" in parts:
         out["gangs"] = bench_mod.run_gangs(seeds, nodes=nodes, pods=pods,
