@@ -256,3 +256,30 @@ def test_a_device_given_as_a_data_file_is_named_as_one(tmp_path) -> None:
     for read in (load_any, read_frame):  # forecast data; traces and tables
         with pytest.raises(ValidationError, match="not a regular file"):
             read(link)
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_a_typed_timestamp_column_is_read_by_its_own_unit(tmp_path: Path, unit: str) -> None:
+    """pandas writes a datetime column to Parquet as a timestamp type (us or ns); read
+    as a number it looked like readings years apart ("milliseconds?")."""
+    df = _table(columns=("cpu",))
+    plain = load_long(_csv(tmp_path, df))
+    typed = df.assign(timestamp=pd.to_datetime(df["timestamp"], unit="s")
+                      .astype(f"datetime64[{unit}]").dt.tz_localize("UTC")
+                      .dt.tz_convert("Europe/Berlin"))
+    f = tmp_path / "typed.parquet"
+    typed.to_parquet(f)
+    got = load_long(f)
+    assert [(s.id, s.start_s, s.step_s) for s in got] == \
+        [(s.id, s.start_s, s.step_s) for s in plain]
+    np.testing.assert_array_equal(got[0].values, plain[0].values)
+
+
+def test_a_missing_typed_timestamp_is_named_with_its_row(tmp_path: Path) -> None:
+    df = _table(columns=("cpu",))
+    df["timestamp"] = pd.to_datetime(df["timestamp"], unit="s")
+    df.loc[3, "timestamp"] = pd.NaT
+    f = tmp_path / "nat.parquet"
+    df.to_parquet(f)
+    with pytest.raises(ValidationError, match=r"timestamp.*row 3.*not a time"):
+        load_long(f)

@@ -91,6 +91,30 @@ def _numeric(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
     return vals
 
 
+def _seconds(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    """Column ``col`` as epoch seconds. A typed timestamp (a datetime column, as
+    pandas writes one to Parquet, in whatever unit and time zone) is converted by its
+    own unit: read as a plain number it would be micro- or nanoseconds and look like
+    a series sampled once every few years."""
+    kind = df[col].dtype.kind
+    if kind == "M":
+        t = pd.to_datetime(df[col], utc=True)
+        return _finite((t - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1),
+                       df[col], col, source)
+    if kind == "m":
+        return _finite(df[col] / pd.Timedelta(seconds=1), df[col], col, source)
+    return _numeric(df, col, source)
+
+
+def _finite(secs: pd.Series, raw: pd.Series, col: str, source: str) -> np.ndarray:
+    vals = secs.to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = np.flatnonzero(~np.isfinite(vals))
+    if bad.size:
+        raise ValidationError(col, f"not a time: {raw.iloc[bad[0]]!r}", row=int(bad[0]),
+                              source=source)
+    return vals
+
+
 def _utilization(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
     """Column ``col`` as numbers within [0, ``MAX_UTIL_PCT``]: utilization is never
     negative, and an absurd value would turn the float32 models' figures into nan."""
@@ -123,7 +147,7 @@ def series_from_long(df: pd.DataFrame, targets: Sequence[str], source: str = "ta
     _require(df, [*LONG_COLUMNS, *targets], source)
     if df.empty:
         raise ValidationError("data", "no rows (a header only?)", source=source)
-    ts = _numeric(df, "timestamp", source)
+    ts = _seconds(df, "timestamp", source)
     vals = np.stack([_utilization(df, t, source) for t in targets], axis=1)
     ids = df["series_id"]
     missing = np.flatnonzero((ids.isna() | ids.astype(object).map(str).str.strip().eq(""))

@@ -88,17 +88,72 @@ def read_cluster(path: str | Path) -> ClusterSpec:
                               source=src) from None
 
 
-def _cluster_of(table: pa.Table, meta: dict, src: str) -> ClusterSpec:
-    sites = []
-    for s in meta["sites"]:
-        c = s.pop("carbon")
-        sites.append(Site(**{**s, "coords_km": tuple(s["coords_km"])},
-                          carbon=CarbonSeries(
-                              np.asarray(c["values"]), c["step_s"], c["name"],
-                              float(c.get("offset_s", 0.0)),
-                              None if c.get("renewable") is None else np.asarray(c["renewable"]),
-                              float(c.get("fossil_g_per_kwh", GAS_G_PER_KWH)))))
-    zones = [Zone(**z) for z in meta["zones"]]
+def _need(value: object, kind: type | tuple[type, ...], field: str, src: str) -> object:
+    """``value`` if it has the JSON type the writer gives ``field``, else a
+    ValidationError naming the field (an edited file's string where a list belongs
+    would otherwise fail deep inside a constructor, named by nothing)."""
+    if isinstance(value, bool) or not isinstance(value, kind):
+        want = {dict: "an object", list: "a list", str: "a string"}.get(kind, "a number")
+        raise ValidationError(field, f"expected {want}, got {type(value).__name__}",
+                              source=src)
+    return value
+
+
+def _numbers(value: object, field: str, src: str) -> np.ndarray:
+    arr = np.asarray(_need(value, list, field, src), dtype=object)
+    ok = np.array([isinstance(v, int | float) and not isinstance(v, bool) for v in arr],
+                  dtype=bool)
+    if arr.ndim != 1 or not ok.all():
+        raise ValidationError(field, "expected a list of numbers", source=src)
+    return arr.astype(np.float64)
+
+
+_SITE_SCALARS: dict[str, type | tuple[type, ...]] = {
+    "name": str, "kind": str, "access_latency_ms": (int, float), "pue": (int, float),
+    "price_core_hour": (int, float), "price_gpu_hour": (int, float)}
+
+
+def _site_of(s: object, field: str, src: str) -> Site:
+    s = dict(_need(s, dict, field, src))
+    c = _need(s.pop("carbon", None), dict, f"{field}.carbon", src)
+    renewable = c.get("renewable")
+    carbon = CarbonSeries(
+        _numbers(c.get("values"), f"{field}.carbon.values", src),
+        float(_need(c.get("step_s"), (int, float), f"{field}.carbon.step_s", src)),
+        _need(c.get("name"), str, f"{field}.carbon.name", src),
+        float(_need(c.get("offset_s", 0.0), (int, float), f"{field}.carbon.offset_s", src)),
+        None if renewable is None else _numbers(renewable, f"{field}.carbon.renewable", src),
+        float(_need(c.get("fossil_g_per_kwh", GAS_G_PER_KWH), (int, float),
+                    f"{field}.carbon.fossil_g_per_kwh", src)))
+    for key, kind in _SITE_SCALARS.items():
+        if key in s:
+            _need(s[key], kind, f"{field}.{key}", src)
+    coords = _numbers(s.get("coords_km"), f"{field}.coords_km", src)
+    if coords.size != 2:
+        raise ValidationError(f"{field}.coords_km", "expected two numbers", source=src)
+    try:
+        return Site(**{**s, "coords_km": tuple(coords.tolist())}, carbon=carbon)
+    except TypeError as e:  # a key the writer never writes, or one it always does
+        raise ValidationError(field, str(e).split(") ", 1)[-1][:200],
+                              source=src) from None
+
+
+def _cluster_of(table: pa.Table, meta: object, src: str) -> ClusterSpec:
+    meta = _need(meta, dict, "metadata", src)
+    sites = [_site_of(s, f"metadata.sites[{i}]", src)
+             for i, s in enumerate(_need(meta.get("sites"), list, "metadata.sites", src))]
+    zones = []
+    for i, z in enumerate(_need(meta.get("zones"), list, "metadata.zones", src)):
+        try:
+            z = _need(z, dict, f"metadata.zones[{i}]", src)
+            for key in ("name", "site"):
+                _need(z.get(key), str, f"metadata.zones[{i}].{key}", src)
+            zones.append(Zone(**z))
+        except TypeError as e:
+            raise ValidationError(f"metadata.zones[{i}]",
+                                  str(e).split(") ", 1)[-1][:200],
+                                  source=src) from None
+    name = _need(meta.get("name"), str, "metadata.name", src)
     nodes = []
     for i, r in enumerate(table.to_pylist()):
         try:
@@ -107,7 +162,7 @@ def _cluster_of(table: pa.Table, meta: dict, src: str) -> ClusterSpec:
             nodes.append(NodeSpec(**r))
         except ValidationError as e:
             raise ValidationError(e.field, e.message, row=i, source=src) from None
-    return ClusterSpec(meta["name"], tuple(sites), tuple(zones), tuple(nodes))
+    return ClusterSpec(name, tuple(sites), tuple(zones), tuple(nodes))
 
 
 def load_openb_nodes(path: str | Path, zone: str, rack_size: int = 32) -> list[NodeSpec]:
