@@ -180,7 +180,16 @@ def _protocol(name: str) -> type:
     """The guarded protocol class ``name`` (made once; uvicorn imported only here)."""
     if name not in _PROTOCOLS:
         if name == "GuardedH11Protocol":
+            from uvicorn.protocols.http import h11_impl
             from uvicorn.protocols.http.h11_impl import H11Protocol as base
+
+            # At its cap uvicorn answers with this module-level app, named in h11_impl's
+            # globals: a bare text/plain "Service Unavailable" without Retry-After, which
+            # our clients could neither read nor time. Only our own servers (the edge
+            # entry, the extender) speak h11 in their processes; Serve's proxy runs
+            # httptools, in its own process, without a cap.
+            if hasattr(h11_impl, "service_unavailable"):
+                h11_impl.service_unavailable = over_capacity
         elif name == "GuardedHttpToolsProtocol":
             from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
         else:
@@ -220,6 +229,20 @@ async def send_json(send: Any, status: int, doc: Any,
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()), *headers]})
     await send({"type": "http.response.body", "body": body})
+
+
+# How long a client turned away at the cap is asked to wait (idle connections are closed
+# for new ones at once, so a place frees as soon as one request in flight is answered).
+OVER_CAPACITY_RETRY_S = 1
+
+
+async def over_capacity(scope: dict, receive: Any, send: Any) -> None:
+    """The answer at our servers' cap on connections and requests in flight: the
+    service's JSON error shape with Retry-After, as the ingress's 429 has."""
+    await send_json(send, 503, {"detail": [{"loc": ["service"], "msg": (
+        f"over capacity: {MAX_CONCURRENCY} connections or requests at once; retry in "
+        f"{OVER_CAPACITY_RETRY_S} s"), "type": "over_capacity"}]},
+        ((b"retry-after", str(OVER_CAPACITY_RETRY_S).encode()), (b"connection", b"close")))
 
 
 class DeclaredBodyLimit:

@@ -55,6 +55,15 @@ def _serve(app: Any) -> Any:
     return uvicorn.Server(listen.guarded_server_config(app, log_level="warning"))
 
 
+async def _started(app: Any, sock: Any) -> tuple[Any, Any]:
+    """``app`` served on ``sock`` under our servers' settings, once it accepts."""
+    server = _serve(app)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    return server, task
+
+
 def test_idle_sockets_at_the_cap_give_way_to_a_request(monkeypatch) -> None:
     """At the connection cap a new connection closes idle ones: never-used ones first,
     oldest first, then kept-alive ones between requests; one with a request in flight
@@ -62,10 +71,7 @@ def test_idle_sockets_at_the_cap_give_way_to_a_request(monkeypatch) -> None:
     app, sock, port, release = _capped_app(monkeypatch)
 
     async def scenario() -> dict[str, Any]:
-        server = _serve(app)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            await asyncio.sleep(0.01)
+        server, task = await _started(app, sock)
         out: dict[str, Any] = {}
         kept = await asyncio.open_connection("127.0.0.1", port)
         out["kept first"] = await _request(port, keep=kept)  # then idle between requests
@@ -109,10 +115,7 @@ def test_a_pipelined_request_in_flight_is_not_taken_for_idle_at_the_cap(monkeypa
     app, sock, port, release = _capped_app(monkeypatch)
 
     async def scenario() -> bytes:
-        server = _serve(app)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            await asyncio.sleep(0.01)
+        server, task = await _started(app, sock)
         pr, pw = await asyncio.open_connection("127.0.0.1", port)
         pw.write(b"GET /ok HTTP/1.1\r\nHost: t\r\n\r\nGET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
         await pw.drain()

@@ -52,6 +52,7 @@ from smartsched.serving.audit_trail import (
     OPERATOR_PRINCIPAL,
     Principal,
     Trail,
+    idempotency_scope,
     tenant_principal,
 )
 from smartsched.serving.config import (
@@ -1468,9 +1469,9 @@ class Ingress(Authorizer):
         pods = request_pods(specs, who)
         for i, pod in enumerate(pods):
             self._check_refs(pod, i)
-        # Idempotency keys per tenant ('*' for the shared tokens: not a tenant name's
-        # character), so one tenant's request id never answers another's.
-        key = f"{who.tenant or '*'}:{rid}" if rid else None
+        # Idempotency keys per tenant (per role for the shared tokens), so one tenant's
+        # request id never answers another's, nor a client's the operator's.
+        key = f"{idempotency_scope(who)}:{rid}" if rid else None
         results = await self.cloud.place(pods, ttl_s, key, validate, shown_id=rid)
         self.metrics.observe_placements(results)
         self.trail.placements(who, rid, results, {p.id: p.tenant for p in pods})

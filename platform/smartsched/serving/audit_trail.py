@@ -47,6 +47,18 @@ def tenant_principal(tenant: str) -> Principal:
     return Principal(f"tenant:{tenant}", tenant)
 
 
+def idempotency_scope(who: Principal) -> str:
+    """The space ``who``'s request ids live in: its tenant's, or, for a shared token, one
+    per role. The operator shares no ids with the placement clients (a client's id sent by
+    the operator answered with the client's booking, and the audit log filed that
+    placement under the operator). The client token and auth switched off keep the '*'
+    their keys always had, so a retry across an upgrade still finds its answer. A tenant
+    name is a-z, 0-9 and '-', so no tenant's scope is one of these."""
+    if who.tenant:
+        return who.tenant
+    return "*" if who.name in (CLIENT_PRINCIPAL.name, ANONYMOUS.name) else f"*{who.name}"
+
+
 class Trail:
     """The service's audit records; a no-op without ``service.audit``.
 

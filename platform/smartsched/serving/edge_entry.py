@@ -45,7 +45,7 @@ from smartsched.serving.app import (
     make_fastapi,
     request_pods,
 )
-from smartsched.serving.audit_trail import ANONYMOUS, Principal, Trail
+from smartsched.serving.audit_trail import ANONYMOUS, Principal, Trail, idempotency_scope
 from smartsched.serving.config import Audit, ServiceConfig, load_credentials
 from smartsched.serving.journal import Journal
 from smartsched.serving.metrics import ServiceMetrics
@@ -127,7 +127,7 @@ class EdgeEntry(Authorizer):
         # Its own key space: the cloud's keys for this site are derived differently, so a
         # request id used at both entries never answers one with the other's result.
         # '!' starts no tenant name, so no cloud key (``<tenant>:...``) can be one of these.
-        key = f"!edge:{who.tenant or '*'}:{rid}" if rid else None
+        key = f"!edge:{idempotency_scope(who)}:{rid}" if rid else None
         if key is not None and rid is not None:  # the key binds the content, as at the cloud
             body = request_fingerprint(pods, ttl_s, validate)
             bind_body(self._bodies, key, body, rid)
