@@ -38,6 +38,7 @@ from smartsched.audit.keys import key_id
 from smartsched.audit.store import (
     CLOSED_SUFFIX,
     LOG_ID_FILE,
+    LOG_ID_FILE_MAX,
     OPEN_SUFFIX,
     SCHEMA,
     SignedHead,
@@ -49,7 +50,7 @@ from smartsched.audit.store import (
     write_closed,
 )
 from smartsched.model.errors import ValidationError
-from smartsched.paths import lock_exclusive
+from smartsched.paths import lock_exclusive, read_regular_file
 
 MAX_BLOCK_RECORDS = 4096
 
@@ -149,7 +150,10 @@ class AuditLog:
         path = self.dir / LOG_ID_FILE
         if path.exists():
             try:
-                got = parse_log_id(path.read_text(encoding="utf-8"))
+                got = parse_log_id(read_regular_file(path, LOG_ID_FILE_MAX).decode("utf-8"))
+            except OSError as e:  # a FIFO would wait for a writer forever
+                raise ValidationError("audit.log", f"{path}: {e.strerror or 'unreadable'}"
+                                      ) from None
             except ValueError:  # not UTF-8 text
                 got = None
             if got is None:

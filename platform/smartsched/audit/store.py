@@ -37,6 +37,7 @@ SCHEMA = pa.schema([
 COLUMNS = tuple(SCHEMA.names)
 OPEN_SUFFIX, CLOSED_SUFFIX = ".arrows", ".parquet"
 LOG_ID_FILE = "log_id"  # the log's random id (hex), made when the log is created
+LOG_ID_FILE_MAX = 256  # bytes read of it at most (32 hex digits and a newline)
 
 
 def parse_log_id(text: str) -> bytes | None:

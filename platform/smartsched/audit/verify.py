@@ -51,6 +51,7 @@ from smartsched.audit.store import (
     CLOSED_SUFFIX,
     COLUMNS,
     LOG_ID_FILE,
+    LOG_ID_FILE_MAX,
     SignedHead,
     first_seq_of,
     parse_log_id,
@@ -59,6 +60,7 @@ from smartsched.audit.store import (
     segment_files,
 )
 from smartsched.model.errors import ValidationError
+from smartsched.paths import read_regular_file
 
 PROOF_MAGIC = b"SSPROOF1"
 _PROOF = struct.Struct("<qI")
@@ -249,8 +251,10 @@ def _own_log_id(log_dir: Path) -> bytes | None:
                                   "file and no segments (seg-*.parquet, seg-*.arrows)")
         return None
     try:
-        got = parse_log_id(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:  # ValueError: not UTF-8 text
+        got = parse_log_id(read_regular_file(path, LOG_ID_FILE_MAX).decode("utf-8"))
+    except OSError as e:  # a FIFO waited for a writer forever, /dev/zero never ended
+        raise ValidationError("log", f"{path}: {e.strerror or 'unreadable'}") from None
+    except ValueError as e:  # not UTF-8 text
         raise ValidationError("log", f"{path}: unreadable ({type(e).__name__})") from None
     if got is None:
         raise ValidationError("log", f"{path}: not a log id ({LOG_ID_BYTES * 2} hex digits)")
@@ -304,6 +308,9 @@ def prove(log_dir: str | Path, heads_path: str | Path, seq: int) -> tuple[dict[s
     if found is None:
         raise ValidationError("seq", f"no signed block holds record {seq}")
     h = found.head
+    if not 1 <= h.count <= MAX_BLOCK_RECORDS:  # unverified here: bound it before reading
+        raise ValidationError("heads", f"{heads_path} line {no}: covers {h.count} records "
+                              f"(1..{MAX_BLOCK_RECORDS} allowed): verify the log")
     rec = _records_between(Path(log_dir), h.first_seq, h.last_seq)
     if rec["seq"] != list(range(h.first_seq, h.last_seq + 1)):
         raise ValidationError("log", f"block {h.block} is incomplete in the log: verify it")

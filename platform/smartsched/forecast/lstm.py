@@ -26,6 +26,10 @@ from typing import Any
 import numpy as np
 
 from smartsched.forecast.windows import Windows, time_features
+from smartsched.paths import read_regular_file
+
+# The most a forecaster.json may hold (a few settings and provenance).
+MAX_META_BYTES = 1 << 20
 
 QUANTILES = (0.1, 0.5, 0.9)
 
@@ -240,7 +244,7 @@ class LSTMForecaster:
 
         folder = Path(folder)
         try:
-            meta = json.loads((folder / "forecaster.json").read_text())
+            meta = json.loads(read_regular_file(folder / "forecaster.json", MAX_META_BYTES))
         except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
             raise ValidationError("model", f"no forecaster at {folder}: {e}") from None
         if not isinstance(meta, dict):

@@ -372,7 +372,8 @@ def export_student(module: Any, like: str | Path, out: str | Path,
     it observes and within which shortlist it acts) and ``record`` under ``distilled``;
     files ``like``'s description attaches (a forecaster, a telemetry projection) are
     copied along. Written beside and renamed, so a reader never sees half a policy."""
-    from smartsched.rl.artifact import export_module
+    from smartsched.paths import read_regular_file
+    from smartsched.rl.artifact import MAX_SPEC_BYTES, export_module
     from smartsched.rl.policy import POLICY_META, resolve_policy_dir
 
     src = resolve_policy_dir(like)
@@ -383,7 +384,7 @@ def export_student(module: Any, like: str | Path, out: str | Path,
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o777 & ~umask)  # a policy folder as any other (mkdtemp makes it 0700)
-        meta = json.loads((src / POLICY_META).read_text())
+        meta = json.loads(read_regular_file(src / POLICY_META, MAX_SPEC_BYTES))
         for key in ("forecaster", "telemetry"):
             sub = meta.get("env", {}).get(key)
             if sub:

@@ -215,10 +215,13 @@ class LearningLoop:
 
     def fine_tune(self, incumbent: Path, workload: str, out: Path) -> Path:
         """PPO from the incumbent's weights with its env and model settings; the export."""
+        from smartsched.paths import read_regular_file
+        from smartsched.rl.artifact import MAX_SPEC_BYTES
         from smartsched.rl.config import TrainConfig
+        from smartsched.rl.policy import POLICY_META
         from smartsched.rl.train import train
 
-        meta = json.loads((incumbent / "smartsched_policy.json").read_text())
+        meta = json.loads(read_regular_file(incumbent / POLICY_META, MAX_SPEC_BYTES))
         ft = self.cfg.fine_tune
         env = {**meta.get("env", {}), "workload": workload, "mode": "replay",
                "max_decisions": ft.max_decisions}

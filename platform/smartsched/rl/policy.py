@@ -45,7 +45,8 @@ import numpy as np
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.objectives.reward import COMPONENTS, RewardWeights
-from smartsched.rl.artifact import SPEC_FILE, read_module
+from smartsched.paths import read_regular_file
+from smartsched.rl.artifact import MAX_SPEC_BYTES, SPEC_FILE, read_module
 from smartsched.rl.observation import POD_COLUMNS, Observer, node_columns
 from smartsched.rl.shortlist import Shortlist
 from smartsched.scheduling.base import TwinNeeds, refuse_repeated_options
@@ -82,10 +83,12 @@ def read_policy_meta(policy_dir: Path, field: str) -> tuple[dict[str, Any], list
     meta_path = policy_dir / POLICY_META
     try:
         meta: dict[str, Any] = (
-            json.loads(meta_path.read_text()) if meta_path.exists() else {"env": {}})
+            json.loads(read_regular_file(meta_path, MAX_SPEC_BYTES)) if meta_path.exists()
+            else {"env": {}})
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
         raise ValidationError(field, f"{meta_path}: not a readable policy "
-                              f"description ({type(e).__name__})") from None
+                              f"description ({why})") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("env", {}), dict):
         raise ValidationError(field, f"{meta_path}: not a policy description")
     _check_meta(meta, policy_dir, meta_path, field)

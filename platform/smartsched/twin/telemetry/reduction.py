@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from smartsched.model.errors import ValidationError
+from smartsched.paths import read_regular_file
 
 PROJECTION_FILE = "projection.npz"
 PROJECTION_META = "projection.json"
@@ -80,7 +81,7 @@ class TelemetryProjection:
     def load(folder: str | Path) -> TelemetryProjection:
         folder = Path(folder)
         try:
-            meta = json.loads((folder / PROJECTION_META).read_text())
+            meta = json.loads(read_regular_file(folder / PROJECTION_META, 1 << 20))
             with np.load(folder / PROJECTION_FILE) as z:  # allow_pickle=False: data only
                 arrays = {k: np.asarray(z[k], dtype=np.float64)
                           for k in ("mean", "scale", "components", "explained")}

@@ -1,0 +1,86 @@
+"""Round 8 of the command-line and data-input probe: files that hang or eat memory where a
+one-line refusal belongs, unverified figures trusted, and references checked too late."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from smartsched.audit.log import AuditLog
+from smartsched.audit.store import LOG_ID_FILE
+from smartsched.audit.verify import prove, verify_log
+from smartsched.model.errors import ValidationError
+from tests.audit.test_log import _write_log
+
+
+@pytest.fixture(scope="module")
+def key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.generate()
+
+
+def _heads(root: Path) -> Path:
+    return root / "heads" / "heads.jsonl"
+
+
+def test_prove_bounds_an_unverified_heads_range_before_reading(tmp_path: Path, key) -> None:
+    """One edited ``last_seq`` (4e18) made ``prove`` build a list as long as the claimed
+    block: a MemoryError traceback (1e8: 4 GB and 16 s)."""
+    _write_log(tmp_path, key, 40, block_records=16)
+    lines = _heads(tmp_path).read_text().splitlines()
+    d = json.loads(lines[0])
+    d["last_seq"] = 4_000_000_000_000_000_000
+    lines[0] = json.dumps(d, separators=(",", ":"))
+    _heads(tmp_path).write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValidationError, match=r"covers \d+ records \(1\.\.4096 allowed\)"):
+        prove(tmp_path / "log", _heads(tmp_path), 2)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_log_id_that_is_no_regular_file_is_refused_not_waited_on(tmp_path: Path, key,
+                                                                     kind: str) -> None:
+    """verify, prove and every writer read the log's id file whole: a FIFO waited for a
+    writer forever, a link to /dev/zero ate memory until the machine ran out."""
+    _write_log(tmp_path, key, 20, block_records=16)
+    lid = tmp_path / "log" / LOG_ID_FILE
+    lid.unlink()
+    if kind == "fifo":
+        os.mkfifo(lid)
+    else:
+        lid.symlink_to("/dev/zero")
+    why = "not a regular file"
+    with pytest.raises(ValidationError, match=why):
+        verify_log(tmp_path / "log", _heads(tmp_path), key.public_key())
+    with pytest.raises(ValidationError, match=why):
+        prove(tmp_path / "log", _heads(tmp_path), 2)
+    with pytest.raises(ValidationError, match=why) as e:
+        AuditLog(tmp_path / "log", _heads(tmp_path), key, autoseal=False, fsync=False)
+    assert e.value.field == "audit.log"
+
+
+@pytest.mark.parametrize("what", ["forecaster", "policy", "telemetry"])
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_models_own_description_that_is_no_regular_file_is_refused(
+        tmp_path: Path, what: str, kind: str) -> None:
+    """A model folder's JSON description was read with a bare read: a FIFO hung every
+    command that loads the model (simulate, forecast evaluate, policy stage), a link to
+    /dev/zero ate memory without bound."""
+    from smartsched.forecast.lstm import LSTMForecaster
+    from smartsched.rl.policy import POLICY_META, read_policy_meta
+    from smartsched.twin.telemetry.reduction import PROJECTION_META, TelemetryProjection
+
+    name = {"forecaster": "forecaster.json", "policy": POLICY_META,
+            "telemetry": PROJECTION_META}[what]
+    target = tmp_path / name
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/zero")
+    load = {"forecaster": LSTMForecaster.load,
+            "policy": lambda f: read_policy_meta(f, "scheduler"),
+            "telemetry": TelemetryProjection.load}[what]
+    with pytest.raises(ValidationError, match="not a regular file"):
+        load(tmp_path)
