@@ -8,10 +8,13 @@ and the audit log take on what they write.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import fcntl
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 DATA_DIR_ENV = "SMARTSCHED_DATA_DIR"
@@ -20,6 +23,31 @@ DATA_DIR_ENV = "SMARTSCHED_DATA_DIR"
 def data_dir() -> Path:
     """The public-trace root: ``$SMARTSCHED_DATA_DIR`` or ``../shared/data``."""
     return Path(os.environ.get(DATA_DIR_ENV, "../shared/data")).expanduser()
+
+
+# The folder a relative scheduler reference is read from while a file that names it is
+# being built (a split profile's routes): None for the working directory.
+_RELATIVE_TO: contextvars.ContextVar[Path | None] = contextvars.ContextVar(
+    "smartsched_relative_to", default=None)
+
+
+def user_path(path: str | Path) -> Path:
+    """``path`` as the file being read means it: a relative path is taken from that
+    file's folder while one is set (``relative_to``), else from the working directory."""
+    p = Path(path).expanduser()
+    base = _RELATIVE_TO.get()
+    return p if base is None or p.is_absolute() else base / p
+
+
+@contextmanager
+def relative_to(folder: Path | None) -> Iterator[None]:
+    """Relative references (``user_path``) are read from ``folder`` within this block
+    (None: from the working directory)."""
+    token = _RELATIVE_TO.set(folder)
+    try:
+        yield
+    finally:
+        _RELATIVE_TO.reset(token)
 
 
 def read_regular_file(path: str | Path, limit: int) -> bytes:

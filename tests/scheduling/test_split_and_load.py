@@ -114,3 +114,48 @@ def test_a_routes_relative_file_is_read_beside_the_split_file(tmp_path: Path,
     with pytest.raises(ValidationError) as e:
         make_scheduler("prof/split.yaml")
     assert e.value.field == "s.routes.default" and e.value.source == "prof/split.yaml"
+
+
+@pytest.mark.parametrize("route", ["lookahead:mine.yaml?samples=1&horizon=2",
+                                   "lookahead:mine.yaml", "sandboxed:mine.yaml",
+                                   "lookahead:sandboxed:mine.yaml"])
+def test_a_wrapped_routes_file_is_read_beside_the_split_file(tmp_path: Path, monkeypatch,
+                                                             route: str) -> None:
+    """Only a bare ``*.yaml`` route was read beside the split: a wrapped one
+    (``lookahead:mine.yaml?...``) was read from the working directory, silently, and
+    ``lookahead:mine.yaml`` became ``prof/lookahead:mine.yaml``, unknown (probe round 8)."""
+    import yaml
+
+    from smartsched.scheduling.registry import builtin_profiles
+
+    prof = tmp_path / "prof"
+    prof.mkdir()
+    for folder, base in ((prof, "bestfit"), (tmp_path, "random")):
+        doc = yaml.safe_load(builtin_profiles()[base].read_text())
+        doc["name"] = f"mine-{base}"
+        (folder / "mine.yaml").write_text(yaml.safe_dump(doc))
+    (prof / "split.yaml").write_text(f"name: s\nroutes: {{default: '{route}'}}\n")
+    monkeypatch.chdir(tmp_path)
+    inner = make_scheduler("prof/split.yaml").routes["default"]
+    while hasattr(inner, "base"):
+        inner = inner.base
+    assert inner.name == "mine-bestfit"
+    assert make_scheduler(route.replace("mine.yaml", "prof/mine.yaml")).name
+    (prof / "mine.yaml").unlink()  # the working directory's is never the fallback
+    with pytest.raises(ValidationError) as e:
+        make_scheduler("prof/split.yaml")
+    assert e.value.field == "s.routes.default"
+
+
+def test_an_rl_routes_policy_folder_is_read_beside_the_split_file(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    import shutil
+
+    repo = Path(__file__).resolve().parents[2]
+    prof = tmp_path / "prof"
+    prof.mkdir()
+    shutil.copytree(repo / "models" / "ppo_mixed_small", prof / "pol")
+    (prof / "split.yaml").write_text("name: s\nroutes: {default: 'rl:pol'}\n")
+    monkeypatch.chdir(tmp_path)
+    route = make_scheduler("prof/split.yaml").routes["default"]
+    assert Path(route.dir).is_relative_to(prof / "pol")

@@ -45,7 +45,7 @@ import numpy as np
 from smartsched.model.errors import UnknownReferenceError, ValidationError
 from smartsched.model.pod import POD_CLASS_IDS, Pod, PodClass
 from smartsched.objectives.reward import COMPONENTS, RewardWeights
-from smartsched.paths import read_regular_file
+from smartsched.paths import read_regular_file, user_path
 from smartsched.rl.artifact import MAX_SPEC_BYTES, SPEC_FILE, read_module
 from smartsched.rl.observation import POD_COLUMNS, Observer, node_columns
 from smartsched.rl.shortlist import Shortlist
@@ -64,7 +64,7 @@ MODULE_SUBPATH = Path("learner_group") / "learner" / "rl_module" / "default_poli
 
 
 def resolve_policy_dir(path: str | Path) -> Path:
-    p = Path(path).expanduser().resolve()  # RLlib's loader wants an absolute path
+    p = user_path(path).resolve()  # RLlib's loader wants an absolute path
     for cand in (p, p / "policy", p / MODULE_SUBPATH):
         if any((cand / f).exists() for f in (SPEC_FILE, "module_state.pkl", "module_state")):
             return cand

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from smartsched.model.errors import ValidationError
 from smartsched.model.pod import Pod
+from smartsched.paths import relative_to
 from smartsched.twin.decision import Decision, Migration
 from smartsched.twin.state import ClusterState, PodRequest
 
@@ -229,16 +230,13 @@ def _profile_key(source: str) -> str:
     return str(path.resolve()) if path.is_file() else source
 
 
-def _beside(target: str, source: str) -> str:
-    """A route's profile file as the split file names it: a relative path is read beside
-    the split file, whatever the working directory (a same-named file there was used
-    silently). Packaged names, absolute paths and the routes of a packaged split are as
-    given."""
+def _split_folder(source: str) -> Path | None:
+    """Where a split's routes read their relative files and policy folders: beside the
+    split file, whatever the working directory (a same-named file there was used
+    silently), in wrapped routes (``lookahead:``, ``sandboxed:``, ``anneal:``) and
+    ``rl:`` ones alike. A packaged split's routes are packaged names (None)."""
     src = Path(source)
-    if (target.endswith((".yaml", ".yml")) and not Path(target).is_absolute()
-            and src.suffix in (".yaml", ".yml") and src.is_file()):
-        return str(src.parent / target)
-    return target
+    return src.parent if src.suffix in (".yaml", ".yml") and src.is_file() else None
 
 
 class SplitScheduler:
@@ -280,7 +278,8 @@ class SplitScheduler:
                 if target in cache:
                     continue
                 try:
-                    cache[target] = make_scheduler(_beside(target, source), seed)
+                    with relative_to(_split_folder(source)):
+                        cache[target] = make_scheduler(target, seed)
                 except ValidationError as e:
                     if ".routes" in e.field:
                         raise  # a nested split's own route, named already

@@ -37,6 +37,7 @@ from smartsched.model.configfile import (
     validate,
 )
 from smartsched.model.errors import UnknownReferenceError, ValidationError
+from smartsched.paths import user_path
 from smartsched.scheduling.framework import (
     BindPlugin,
     DeferPlugin,
@@ -267,7 +268,7 @@ def read_profile_doc(spec: str) -> tuple[dict[str, Any], str]:
         source = spec
         doc = read_yaml_text(builtin[spec].read_text(), "profile", source=source)
     else:
-        path = Path(spec)
+        path = user_path(spec)
         if path.suffix not in (".yaml", ".yml") or not path.is_file():
             raise UnknownReferenceError(
                 "scheduler",
