@@ -90,11 +90,9 @@ def test_load_aware_uses_usage_and_recent_placements() -> None:
     assert la.filter(ctx).passing.tolist() == [False, False]
 
 
-def test_a_routes_relative_file_is_read_beside_the_split_file(tmp_path: Path,
-                                                              monkeypatch) -> None:
-    """A route ``mine.yaml`` was read from the working directory: a same-named file there
-    (here: random) was used silently instead of the one beside the split (bestfit), and
-    with none there the error named neither the route nor the split (probe round 7)."""
+def _two_mines(tmp_path: Path) -> Path:
+    """``prof/mine.yaml`` (bestfit, renamed) beside a split to be written in ``prof/``, and
+    ``mine.yaml`` (random, renamed) in ``tmp_path``, the working directory: ``prof/``."""
     import yaml
 
     from smartsched.scheduling.registry import builtin_profiles
@@ -105,6 +103,15 @@ def test_a_routes_relative_file_is_read_beside_the_split_file(tmp_path: Path,
         doc = yaml.safe_load(builtin_profiles()[base].read_text())
         doc["name"] = f"mine-{base}"
         (folder / "mine.yaml").write_text(yaml.safe_dump(doc))
+    return prof
+
+
+def test_a_routes_relative_file_is_read_beside_the_split_file(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """A route ``mine.yaml`` was read from the working directory: a same-named file there
+    (here: random) was used silently instead of the one beside the split (bestfit), and
+    with none there the error named neither the route nor the split (probe round 7)."""
+    prof = _two_mines(tmp_path)
     (prof / "split.yaml").write_text("name: s\nroutes: {default: mine.yaml}\n")
     monkeypatch.chdir(tmp_path)
     split = make_scheduler("prof/split.yaml")
@@ -124,16 +131,7 @@ def test_a_wrapped_routes_file_is_read_beside_the_split_file(tmp_path: Path, mon
     """Only a bare ``*.yaml`` route was read beside the split: a wrapped one
     (``lookahead:mine.yaml?...``) was read from the working directory, silently, and
     ``lookahead:mine.yaml`` became ``prof/lookahead:mine.yaml``, unknown (probe round 8)."""
-    import yaml
-
-    from smartsched.scheduling.registry import builtin_profiles
-
-    prof = tmp_path / "prof"
-    prof.mkdir()
-    for folder, base in ((prof, "bestfit"), (tmp_path, "random")):
-        doc = yaml.safe_load(builtin_profiles()[base].read_text())
-        doc["name"] = f"mine-{base}"
-        (folder / "mine.yaml").write_text(yaml.safe_dump(doc))
+    prof = _two_mines(tmp_path)
     (prof / "split.yaml").write_text(f"name: s\nroutes: {{default: '{route}'}}\n")
     monkeypatch.chdir(tmp_path)
     inner = make_scheduler("prof/split.yaml").routes["default"]
