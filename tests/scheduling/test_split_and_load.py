@@ -92,7 +92,7 @@ def test_load_aware_uses_usage_and_recent_placements() -> None:
 
 def _two_mines(tmp_path: Path) -> Path:
     """``prof/mine.yaml`` (bestfit, renamed) beside a split to be written in ``prof/``, and
-    ``mine.yaml`` (random, renamed) in ``tmp_path``, the working directory: ``prof/``."""
+    ``mine.yaml`` (random, renamed) in ``tmp_path``, the tests' working directory."""
     import yaml
 
     from smartsched.scheduling.registry import builtin_profiles
