@@ -147,3 +147,15 @@ def test_seasonal_naive_reads_a_day_back_at_the_datas_own_step(tmp_path: Path) -
     assert day_steps([S(step_s=300.0), S(step_s=300.0000001)]) == 288  # one step
     with pytest.raises(ValidationError, match="different steps"):
         day_steps([S(step_s=300.0), S(step_s=60.0)])
+
+
+def test_mape_leaves_zero_actuals_out_and_does_not_depend_on_the_unit() -> None:
+    """One idle machine's 0 % reading, divided by a 1e-9 guard, made every MAPE tens of
+    billions of percent; values below the guard (any tiny unit) read as nearly exact
+    (probe round 8)."""
+    y = np.array([10.0, 0.0, 20.0, 0.0])
+    f = np.array([12.0, 3.0, 18.0, 0.0])
+    m = point_metrics(y, f)
+    assert m["MAPE"] == pytest.approx(100 * (0.2 + 0.1) / 2)
+    assert point_metrics(y * 1e-12, f * 1e-12)["MAPE"] == pytest.approx(m["MAPE"])
+    assert np.isnan(point_metrics(np.zeros(3), np.ones(3))["MAPE"])

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from smartsched.forecast.evaluate import mape_pct
 from smartsched.model.carbon import CarbonSeries
 
 DAY = 24
@@ -133,7 +134,7 @@ def errors(y: np.ndarray, tables: list[ForecastTable], origins: np.ndarray
             err = np.abs(f[:, sl] - truth[:, sl])
             res[f"h{lo}-{min(hi, horizon)}"] = {
                 "mae": float(err.mean()),
-                "mape_pct": float(100 * (err / np.maximum(truth[:, sl], 1e-9)).mean()),
+                "mape_pct": mape_pct(err, truth[:, sl]),
             }
         out[tb.name] = res
     return out

@@ -5,7 +5,9 @@ the prediction for the last horizon step (15 minutes ahead at 5-minute steps),
 per target:
 
   MAE    mean |y - f|
-  MAPE   100 * mean |y - f| / |y|
+  MAPE   100 * mean |y - f| / |y| over the points whose actual is not zero (an idle
+         machine's 0 % has no percentage error: divided by a tiny guard, one such
+         reading made every MAPE tens of billions of percent); nan when every one is
   sMAPE  100 * mean 2 |y - f| / (|y| + |f|)
   MASE   MAE / MAE of seasonal naive on the same points (< 1: better than it)
   coverage  share of y inside the forecaster's interval (when it has one)
@@ -38,11 +40,22 @@ def point_metrics(y: np.ndarray, f: np.ndarray, ref: np.ndarray | None = None
     f = np.asarray(f, dtype=np.float64)
     err = np.abs(y - f)
     out = {"MAE": float(err.mean()),
-           "MAPE": float(100 * (err / np.maximum(np.abs(y), 1e-9)).mean()),
+           "MAPE": mape_pct(err, y),
            "sMAPE": float(100 * (2 * err / np.maximum(np.abs(y) + np.abs(f), 1e-9)).mean())}
     if ref is not None:
         out["MASE"] = _ratio(out["MAE"], float(np.abs(y - np.asarray(ref)).mean()))
     return out
+
+
+def mape_pct(err: np.ndarray, actual: np.ndarray) -> float:
+    """100 * mean(err / |actual|) over the points whose actual is not zero (see the module
+    docstring); nan where none is. No floor: the figure does not depend on the unit."""
+    a = np.abs(np.asarray(actual, dtype=np.float64))
+    keep = a > 0
+    if not keep.any():
+        return float("nan")
+    with np.errstate(over="ignore"):  # err / a past 1e308 is inf: a figure, not a warning
+        return float(100 * (np.asarray(err, dtype=np.float64)[keep] / a[keep]).mean())
 
 
 def _ratio(mae: float, ref_mae: float) -> float:
@@ -114,11 +127,14 @@ def format_table(res: dict[str, Any]) -> str:
             m, a = row[target]["machine"], row[target]["aggregate"]
             cov = f"{100 * m['coverage']:.1f} %" if "coverage" in m else "-"
             undefined |= bool(np.isnan(m["MASE"]) or np.isnan(a["MASE"]))
-            lines.append(f"| {name} | {m['MAE']:.3f} | {m['MAPE']:.2f} | {m['sMAPE']:.2f} | "
-                         f"{_shown(m['MASE'], '.3f')} | {a['MAPE']:.2f} | "
+            lines.append(f"| {name} | {m['MAE']:.3f} | {_shown(m['MAPE'], '.2f')} | "
+                         f"{m['sMAPE']:.2f} | "
+                         f"{_shown(m['MASE'], '.3f')} | {_shown(a['MAPE'], '.2f')} | "
                          f"{_shown(a['MASE'], '.3f')} | {cov} |")
         lines.append("")
     if undefined:
         lines += ["MASE n/a: seasonal naive forecast those points exactly (constant series), "
                   "so a ratio to its error is undefined.", ""]
+    lines += ["MAPE leaves out the points whose actual is 0 (they have no percentage error; "
+              "n/a when every one is); sMAPE and MAE count them.", ""]
     return "\n".join(lines)
