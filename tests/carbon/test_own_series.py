@@ -172,3 +172,30 @@ def test_a_cluster_files_series_is_read_beside_it_and_a_bad_one_names_the_site(
     with pytest.raises(ValidationError, match="unknown series") as e:
         load_cluster(str(folder / "bad.yaml"))
     assert (e.value.field, e.value.source) == ("sites.s1.carbon", str(folder / "bad.yaml"))
+
+
+def test_a_value_column_named_twice_is_refused_by_name_or_found(tmp_path: Path,
+                                                               data_dir: Path) -> None:
+    """Named by FILE:TIME:VALUE, a series whose header holds ``ci`` twice was read as the
+    first ``ci`` silently (``ci.1``, a name the file does not have, as the second), where a
+    trace's header is refused (probe round 8)."""
+    dup = tmp_path / "dup.csv"
+    dup.write_text("timestamp,ci,ci\n" + "".join(
+        f"2020-01-01 {h:02d}:00,{100 + h},900\n" for h in range(24)))
+    for spec in (f"{dup}:timestamp:ci", f"{dup}:timestamp:ci.1", str(dup)):
+        with pytest.raises(ValidationError, match="ci: column appears twice in the header"):
+            load_series(spec, data_dir)
+
+
+def test_a_named_column_empty_in_its_first_rows_is_still_found(tmp_path: Path,
+                                                               data_dir: Path) -> None:
+    """An export that starts with 300 missing readings was refused as "cannot tell which
+    column is the carbon intensity (candidates: none)": the name was looked for only among
+    columns with a number in the first 200 rows."""
+    f = tmp_path / "late.csv"
+    start = pd.Timestamp("2020-01-01", tz="UTC")
+    rows = [f"{(start + pd.Timedelta(hours=h)).isoformat()},{'' if h < 300 else 100 + h % 7}"
+            for h in range(1500)]
+    f.write_text("timestamp,ci\n" + "\n".join(rows) + "\n")
+    got = load_series(str(f), data_dir)
+    assert got.values.size >= 1200 and np.isfinite(got.values).all()

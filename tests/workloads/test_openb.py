@@ -125,6 +125,15 @@ def test_node_list_bad_model(tmp_path: Path) -> None:
     assert e.value.row == 0 and "gpu_model" in e.value.field
 
 
+def test_node_list_with_a_name_twice_names_the_file_and_both_rows(tmp_path: Path) -> None:
+    f = tmp_path / "nodes.csv"
+    f.write_text("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,0,\nn1,64000,262144,0,\n"
+                 "n0,64000,262144,0,\n")
+    with pytest.raises(ValidationError, match=r"duplicate node name .n0. \(also row 0\)") as e:
+        load_openb_nodes(f, zone="z")
+    assert e.value.field == "sn" and e.value.row == 2 and e.value.source == str(f)
+
+
 def test_a_trace_with_no_pods_or_a_name_twice_is_refused(data_dir: Path, tmp_path: Path) -> None:
     from smartsched.model.presets import load_cluster
     from smartsched.workloads.resolve import load_workload

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from smartsched.model.errors import ValidationError
+from smartsched.model.table import check_column_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -160,7 +162,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
     import pandas as pd
 
     try:
-        return pd.read_csv(path)
+        df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         raise ValidationError("file", "empty (no header row)", source=str(path)) from None
     except UnicodeDecodeError as e:
@@ -168,6 +170,10 @@ def _read_csv(path: Path) -> pd.DataFrame:
                               source=str(path)) from None
     except (ValueError, OSError) as e:  # pandas' parser errors derive from ValueError
         raise ValidationError("file", f"cannot read: {e}", source=str(path)) from None
+    # A column named twice was read as its first (the second renamed ``x.1``), as a
+    # trace's would be refused.
+    check_column_names([str(c) for c in df.columns], str(path), renamed=True)
+    return df
 
 
 def load_carbon_csv(
@@ -275,7 +281,9 @@ def _timestamps(df: pd.DataFrame, column: str, path: Path) -> pd.Series:
         raise ValidationError(column, "numbers must all be seconds or all milliseconds since "
                               f"1970 (dates from 1973 on), got {x[odd]:g}", row=odd,
                               source=str(path))
-    ts = pd.to_datetime(col, utc=True, errors="coerce")
+    with warnings.catch_warnings():  # "could not infer format": the refusal below says it
+        warnings.simplefilter("ignore", UserWarning)
+        ts = pd.to_datetime(col, utc=True, errors="coerce")
     if ts.isna().any():
         raise ValidationError(column, "not a timestamp",
                               row=int(np.flatnonzero(ts.isna().to_numpy())[0]), source=str(path))
@@ -426,6 +434,7 @@ def _series_columns(path: Path) -> tuple[str, str]:
     except (ValueError, OSError, UnicodeDecodeError):
         head = _read_csv(path)  # names the problem
     columns = [str(c) for c in head.columns]
+    check_column_names(columns, str(path), renamed=True)
 
     def words(c: str) -> set[str]:
         return {w for w in re.split(r"[^a-z0-9]+", c.lower()) if w}
@@ -440,7 +449,11 @@ def _series_columns(path: Path) -> tuple[str, str]:
     numeric = [c for c in columns if c != times[0]
                and pd.to_numeric(head[c], errors="coerce").notna().any()]
     named = [c for c in numeric if words(c) & set(_VALUE_WORDS)]
-    values = named if named else numeric
+    # A named column empty in the rows read here (an export that starts with missing
+    # readings) is still the one: its values are checked where the whole file is read.
+    empty = [c for c in columns if c != times[0] and words(c) & set(_VALUE_WORDS)
+             and head[c].isna().all()]
+    values = named or empty or numeric
     if len(values) != 1:
         raise ValidationError("carbon", f"cannot tell which column is the carbon intensity "
                               f"(candidates: {', '.join(values)[:300] or 'none'}): give "

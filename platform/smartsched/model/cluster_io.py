@@ -172,6 +172,12 @@ def load_openb_nodes(path: str | Path, zone: str, rack_size: int = 32) -> list[N
     df = read_frame(path)
     require_columns(df, NODE_COLUMNS, src)
     names = text_column(df, "sn", src)
+    seen: dict[str, int] = {}
+    for i, name in enumerate(map(str, names)):
+        if name in seen:  # named with both rows here, not later by the cluster alone
+            raise ValidationError("sn", f"duplicate node name {name!r} (also row "
+                                  f"{seen[name]})", row=i, source=src)
+        seen[name] = i
     cpu = numeric_column(df, "cpu_milli", src, integral=True).astype(np.int64)
     mem = numeric_column(df, "memory_mib", src, integral=True).astype(np.int64)
     gpu = numeric_column(df, "gpu", src, integral=True).astype(np.int64)
