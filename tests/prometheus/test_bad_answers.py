@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -188,3 +189,70 @@ def test_for_state_bounds_values_by_the_nodes_capacity() -> None:
     src = PrometheusSource.for_state("http://127.0.0.1:1", st)
     np.testing.assert_array_equal(src.capacity, st.capacity[:, [CPU, MEM, GPU]])
     assert PrometheusSource.for_state("http://127.0.0.1:1", st, reuse=src) is src
+
+
+class _Streaming:
+    """A server whose answer streams: ``size`` bytes of JSON text at once, or one byte every
+    ``every_s`` (never ending)."""
+
+    def __init__(self, size: int = 0, every_s: float = 0.0) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                try:
+                    self.wfile.write(b'{"status":"success","data":{"x":"')
+                    if every_s:
+                        for _ in range(1000):
+                            self.wfile.write(b"A")
+                            self.wfile.flush()
+                            time.sleep(every_s)
+                    else:
+                        for _ in range(size // 65536 + 1):
+                            self.wfile.write(b"A" * 65536)
+                except OSError:  # the client stopped reading
+                    pass
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_answer_past_the_byte_cap_is_refused_not_read_whole(monkeypatch) -> None:
+    """A 200 whose body never ends (a URL that is not Prometheus's) was read whole into
+    memory: 2 GB and climbing (probe round 8)."""
+    import smartsched.prometheus.source as source
+
+    monkeypatch.setattr(source, "MAX_ANSWER_BYTES", 1 << 20)
+    srv = _Streaming(size=8 << 20)
+    try:
+        with PrometheusSource(srv.url, ["a"], timeout_s=2.0) as src, \
+                pytest.raises(PrometheusQueryError, match="passed 1,048,576 bytes") as e:
+            src.instant("up")
+        assert e.value.reason == "too_large" and e.value.attempts == 1
+    finally:
+        srv.close()
+
+
+def test_an_answer_that_trickles_is_cut_at_its_deadline() -> None:
+    """One byte every few seconds kept each socket read under its timeout and held the
+    command for ever (probe round 8)."""
+    srv = _Streaming(every_s=0.1)
+    try:
+        t0 = time.monotonic()
+        with PrometheusSource(srv.url, ["a"], timeout_s=0.5, retries=1,
+                              backoff_s=0.01) as src, \
+                pytest.raises(PrometheusQueryError, match="did not end within 2 s") as e:
+            src.instant("up")
+        assert e.value.reason == "timeout" and time.monotonic() - t0 < 10
+    finally:
+        srv.close()

@@ -64,6 +64,10 @@ def _legend(fmt: str, labels: dict[str, str]) -> str:
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt) or str(labels)
 
 
+# The most series one panel draws (a status-history panel gives each a row).
+MAX_PANEL_ROWS = 400
+
+
 def render_panel(url: str, dashboard: str | Path, title: str, out: str | Path, *,
                  minutes: float = 10.0, step_s: float = 5.0) -> dict[str, Any]:
     """Query the panel's targets over the last ``minutes`` and save a PNG; returns a summary."""
@@ -90,6 +94,9 @@ def render_panel(url: str, dashboard: str | Path, title: str, out: str | Path, *
     if not rows:
         raise ValidationError("prometheus", f"no data for panel {title!r} in the last "
                               f"{minutes:g} minutes")
+    if len(rows) > MAX_PANEL_ROWS:  # a row each: 20,000 made a 9,000-inch figure
+        raise ValidationError("prometheus", f"panel {title!r}: {len(rows):,} series; at most "
+                              f"{MAX_PANEL_ROWS} can be drawn (narrow the query)")
     # Simulated time on the x axis when the twin's clock is in the same Prometheus and ran
     # forward over the whole window (a restarted twin resets it: then wall minutes).
     grid = np.arange(start, end + step_s / 2, step_s)
@@ -113,7 +120,9 @@ def render_panel(url: str, dashboard: str | Path, title: str, out: str | Path, *
         # restarted twin), so columns get their real width.
         mid = (x[1:] + x[:-1]) / 2
         edges = np.concatenate([[x[0]], mid, [x[-1]]])
-        im = ax.pcolormesh(edges, np.arange(len(rows) + 1) - 0.5, M * scale, cmap="RdYlGn_r",
+        with np.errstate(over="ignore"):  # a 1e308 sample is drawn as the scale's end
+            cells = M * scale
+        im = ax.pcolormesh(edges, np.arange(len(rows) + 1) - 0.5, cells, cmap="RdYlGn_r",
                            vmin=0, vmax=100 if unit == "percentunit" else None)
         ax.invert_yaxis()
         ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=8)

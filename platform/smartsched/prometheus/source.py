@@ -23,6 +23,7 @@ it); pass other ``queries`` where a cluster's names or labels differ.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -254,9 +255,19 @@ class PrometheusSource:
                 time.sleep(self.backoff_s * 2 ** (attempts - 1))
             attempts += 1
             try:
-                r = self.http.get(self.url + path, params=params, timeout=self.timeout_s)
+                r = self.http.get(self.url + path, params=params, timeout=self.timeout_s,
+                                  stream=True)
+                text = _bounded_body(r, time.monotonic() + ANSWER_DEADLINE_FACTOR
+                                     * self.timeout_s)
+            except _AnswerTooLarge as e:  # not Prometheus, or a query far too wide
+                self.failures += 1
+                raise PrometheusQueryError(expr, "too_large", str(e), attempts) from None
             except requests.Timeout as e:
                 reason, detail = "timeout", f"no answer within {self.timeout_s} s ({e})"
+                continue
+            except _AnswerTooSlow:
+                reason, detail = "timeout", (f"the answer did not end within "
+                                             f"{ANSWER_DEADLINE_FACTOR * self.timeout_s:g} s")
                 continue
             except requests.ConnectionError as e:
                 reason, detail = "connection", f"cannot reach {self.url} ({_short(e)})"
@@ -264,17 +275,17 @@ class PrometheusSource:
             except requests.RequestException as e:  # a malformed URL, a broken stream
                 self.failures += 1
                 raise PrometheusQueryError(expr, "request", _short(e), attempts) from None
-            body = _json(r)
+            body = _json(text)
             if r.status_code >= 500 or r.status_code == 429:
                 reason = f"http {r.status_code}"
-                detail = body.get("error", r.text[:200]) if body else r.text[:200]
+                detail = body.get("error", text[:200]) if body else text[:200]
                 if body.get("errorType") == "timeout":
                     reason = "timeout"
                 continue
             if r.status_code != 200 or body.get("status") != "success":
                 self.failures += 1
                 raise PrometheusQueryError(expr, body.get("errorType", f"http {r.status_code}"),
-                                           body.get("error", r.text[:200]), attempts)
+                                           body.get("error", text[:200]), attempts)
             if not isinstance(body.get("data"), dict):  # "success" without an answer
                 self.failures += 1
                 raise PrometheusQueryError(expr, "bad_data", "the answer has no 'data' object",
@@ -479,9 +490,44 @@ def _point(p: Any, where: str, expr: str) -> tuple[float, float]:
     return t, _float(p[1])
 
 
-def _json(r: Any) -> dict[str, Any]:
+# The most of one answer this client reads (a whole cluster's per-pod range query is a
+# few MB; a URL that is not Prometheus -- a log endpoint, a file server -- may never end),
+# and how long the whole answer may take, in request timeouts (``timeout_s`` bounds each
+# socket read only: a server sending a byte every few seconds held a command for ever).
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+ANSWER_DEADLINE_FACTOR = 4
+
+
+class _AnswerTooLarge(Exception):
+    pass
+
+
+class _AnswerTooSlow(Exception):
+    pass
+
+
+def _bounded_body(r: Any, deadline: float) -> str:
+    """The answer's text, read in chunks: at most ``MAX_ANSWER_BYTES``, by ``deadline``."""
+    chunks, size = [], 0
     try:
-        body = r.json()
+        # One socket read at a time (``read1``): a fixed-size read waits to fill its chunk,
+        # and an answer without a length or chunks is read to its end by one call.
+        while chunk := r.raw.read1(1 << 16, decode_content=True):
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                raise _AnswerTooLarge(f"the answer passed {MAX_ANSWER_BYTES:,} bytes: narrow "
+                                      "the query (or the URL is not Prometheus's)")
+            if time.monotonic() > deadline:
+                raise _AnswerTooSlow
+            chunks.append(chunk)
+    finally:
+        r.close()
+    return b"".join(chunks).decode(r.encoding or "utf-8", errors="replace")
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        body = json.loads(text)
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}
