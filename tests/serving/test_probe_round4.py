@@ -322,7 +322,7 @@ def test_scrapes_read_the_sites_once_a_second_and_the_counters_stay_current() ->
     asked: list[str] = []
 
     def method(name: str, answer: Any) -> Any:
-        async def remote() -> Any:
+        async def remote(*args: Any) -> Any:
             asked.append(name)
             return answer
         return SimpleNamespace(remote=remote)

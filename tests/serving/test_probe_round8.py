@@ -12,6 +12,8 @@ import contextlib
 import json
 from typing import Any
 
+import pytest
+
 from tests.serving.test_probe_round7 import _capped_app, _started
 
 
@@ -93,3 +95,68 @@ def test_each_shared_role_has_its_own_scope_and_the_clients_keep_theirs() -> Non
     assert idempotency_scope(CLIENT_PRINCIPAL) == idempotency_scope(ANONYMOUS) == "*"
     assert idempotency_scope(OPERATOR_PRINCIPAL) == "*operator"
     assert idempotency_scope(tenant_principal("bank")) == "bank"
+
+
+def test_per_node_lists_cross_the_site_hop_in_pages() -> None:
+    """A site of 20,000 nodes with 253-character names (~5 MB of names) passed the hop's
+    4 MiB: /metrics answered 503 for good, and after an ingress restart every node update
+    a 413 'send fewer pods' (probe round 8). Each call now carries a page."""
+    from types import SimpleNamespace
+
+    from smartsched.serving.app import NODE_PAGE, SiteDeployment, paged
+
+    names = [f"{i:05d}-" + "n" * 247 for i in range(2 * NODE_PAGE + 17)]
+    state = SimpleNamespace(names=names)
+    tier = SimpleNamespace(placer=SimpleNamespace(state=state),
+                           node_green=lambda: {n: 0.5 for n in names})
+    site = SiteDeployment.func_or_class.__new__(SiteDeployment.func_or_class)
+    site.tier = tier
+    sizes: list[int] = []
+
+    def remote_of(fn: Any) -> Any:
+        async def remote(start: int, count: int) -> Any:
+            page = await fn(site, start, count)
+            sizes.append(len(json.dumps(page)))
+            return page
+        return SimpleNamespace(remote=remote)
+
+    cls = SiteDeployment.func_or_class
+    got_names = asyncio.run(paged(remote_of(cls.node_names)))
+    got_green = asyncio.run(paged(remote_of(cls.node_green)))
+    assert got_names == names and dict(got_green) == {n: 0.5 for n in names}
+    assert max(sizes) < 2 * 1024 * 1024, max(sizes)  # well under the hop's 4 MiB
+
+
+def test_a_live_lookahead_reload_is_held_to_a_decisions_worth_of_rollouts(tmp_path) -> None:
+    """``lookahead:k8s-default?k=64&horizon=100&samples=100`` (within the scheduler's own
+    bounds) was accepted live; its ninth placement held the region ~2 minutes, Serve's
+    health check restarted it into the same journaled profile: a crash loop (probe
+    round 8)."""
+    from smartsched.model.errors import ValidationError
+    from smartsched.serving.config import RELOAD_LOOKAHEAD_ROLLOUTS, resolve_reload_profile
+
+    root = str(tmp_path)
+    for spec in ("lookahead:k8s-default?k=64&horizon=100&samples=100",
+                 "lookahead:fgd?k=64", "lookahead:fgd?rollout=lookahead:fgd"):
+        with pytest.raises(ValidationError) as e:
+            resolve_reload_profile(spec, root)
+        assert e.value.field == "profile", spec
+    with pytest.raises(ValidationError, match=f"at most {RELOAD_LOOKAHEAD_ROLLOUTS} in a live"):
+        resolve_reload_profile("lookahead:fgd?k=64", root)  # 64 x 8 x 2 by default
+    for spec in ("lookahead:fgd", "lookahead:fgd?k=8&horizon=8&samples=4",
+                 "lookahead:fgd?rollout=bestfit"):
+        assert resolve_reload_profile(spec, root).startswith("lookahead:fgd"), spec
+
+
+def test_a_method_nobody_routes_is_one_metrics_label() -> None:
+    """The edge entry (h11) takes any token as a method, and each made 16 new series: 300
+    requests grew its /metrics from 65 KB to 10 MB (probe round 8)."""
+    from smartsched.serving.metrics import ServiceMetrics
+
+    m = ServiceMetrics()
+    for i in range(50):
+        m.request(f"M{i:06d}" + "X" * 2000, "unmatched", 405, 0.001)
+    m.request("GET", "/healthz", 200, 0.001)
+    text = m.render()[0].decode()
+    assert 'method="other"' in text and 'method="GET"' in text and "XXXX" not in text
+    assert len(text) < 64 * 1024

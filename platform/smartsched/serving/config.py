@@ -334,6 +334,8 @@ def resolve_reload_profile(profile: str, models_dir: str | None) -> str:
         if prefix == "anneal":
             parsed = _anneal_reload_options(parsed)
             query = "&".join(f"{k}={v[-1]}" for k, v in parsed.items())
+        elif prefix == "lookahead":
+            _check_lookahead_reload(parsed)
         if not parsed:  # a base's own last part must not read as the wrapper's
             return f"{prefix}:{target}?" if "?" in target else f"{prefix}:{target}"
         ambiguous = "?" not in target and set(parsed) <= (option_names(target) or set())
@@ -376,6 +378,36 @@ def _anneal_reload_options(parsed: dict[str, list[str]]) -> dict[str, list[str]]
                               f"{RELOAD_ANNEAL_TIME_S:g}] seconds in a live reload (a site "
                               "answers nobody while it searches)")
     return parsed
+
+
+# A live reload's ``lookahead:`` rolls out at most this many pods per decision (k x
+# horizon x samples; the defaults: 64): the site answers nobody while it rolls out, and
+# k=64, horizon=100, samples=100 held a region ~2 minutes a decision, past Serve's health
+# check, which restarted it into the same journaled profile.
+RELOAD_LOOKAHEAD_ROLLOUTS = 256
+
+
+def _check_lookahead_reload(parsed: dict[str, list[str]]) -> None:
+    """A ``lookahead:`` reload's rollout work within RELOAD_LOOKAHEAD_ROLLOUTS, and its
+    rollout profile not another search (a wrapper); else a ValidationError naming
+    ``profile``. Malformed values are left to the scheduler's own checks."""
+    import inspect
+
+    from smartsched.scheduling.lookahead import LookaheadScheduler
+
+    defaults = inspect.signature(LookaheadScheduler).parameters
+    work = 1
+    for key in ("k", "horizon", "samples"):
+        raw = parsed.get(key, [None])[-1]
+        work *= int(raw) if raw is not None and raw.isdigit() else defaults[key].default
+    if work > RELOAD_LOOKAHEAD_ROLLOUTS:
+        raise ValidationError("profile", f"lookahead: k x horizon x samples is {work:,} "
+                              f"pods a decision; at most {RELOAD_LOOKAHEAD_ROLLOUTS} in a "
+                              "live reload (a site answers nobody while it rolls out)")
+    rollout = parsed.get("rollout", [""])[-1]
+    if rollout.partition(":")[0] in WRAPPER_PREFIXES:
+        raise ValidationError("profile", "lookahead: in a live reload the rollout profile "
+                              "cannot be another search (sandboxed:, lookahead:, anneal:)")
 
 
 def _held_options(query: str, models_dir: str, inside: Callable[[str], Path]) -> str:
