@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -735,6 +736,43 @@ def test_a_retry_after_a_try_that_booked_and_failed_goes_back_to_that_region(
     (r,) = asyncio.run(cloud.place([_pod("once")], 60, "rid"))
     assert r["placed"] and r["region"] == calls[0] and calls == [calls[0], calls[0]]
     assert sum(len(s.placer.reservations) for s in sites.values()) == 1
+
+
+def test_a_retry_after_the_ingress_died_mid_request_goes_back_to_that_region(
+        medium: Hierarchy, tmp_path: Path) -> None:
+    """Where a failed try went was kept in the ingress's memory only: when the ingress
+    itself died mid-request (the case its 503 asks clients to retry), the new one ranked
+    afresh and booked the pod in a second region (probe round 8: 1 live round in 6). It is
+    journaled before each call, as the answers are."""
+    from smartsched.serving.journal import Journal
+
+    sites: dict[str, SiteTier] = {r: SiteTier(medium, r, "k8s-default") for r in medium.regions}
+    calls: list[str] = []
+    busy: set[str] = set()
+
+    def region(name: str) -> Any:
+        async def place(*a: Any, **k: Any) -> Any:
+            calls.append(name)
+            got = await sites[name].place(*a, **k)
+            if len(calls) == 1:
+                raise ConnectionError("the ingress died")  # booked, never answered
+            return got
+        return place
+
+    free = _loads(sites, busy)
+    handles = {r: region(r) for r in medium.regions}
+    first = CloudTier(medium, handles, {}, free, journal=Journal(tmp_path / "cloud.jsonl"))
+    with pytest.raises(ConnectionError):
+        asyncio.run(first.place([_pod("once")], 60, "rid"))
+    first.journal.close()
+    busy.add(calls[0])  # a fresh ranking now puts the other region first
+    again = CloudTier(medium, handles, {}, free, journal=Journal(tmp_path / "cloud.jsonl"))
+    (r,) = asyncio.run(again.place([_pod("once")], 60, "rid"))
+    assert r["placed"] and r["region"] == calls[0] and calls == [calls[0], calls[0]]
+    assert sum(len(s.placer.reservations) for s in sites.values()) == 1
+    again.journal.close()  # the answer is kept; the note of where it went is not
+    third = CloudTier(medium, handles, {}, free, journal=Journal(tmp_path / "cloud.jsonl"))
+    assert "rid" in third.answers and not third._sent
 
 
 def test_a_batch_retried_after_a_lost_answer_meets_each_site_under_its_first_key(

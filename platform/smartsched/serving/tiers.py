@@ -590,13 +590,19 @@ class CloudTier:
         # (a 503: a region booked, then its answer was lost) sends each group where it
         # went before, in the same order, so each site meets the same pods under the
         # same key and answers with its booking, instead of wherever a fresh ranking
-        # points (one pod, two bookings until a TTL ran out).
+        # points (one pod, two bookings until a TTL ran out). Journaled before each call
+        # ("sent"), so a retry after this replica died mid-request -- the case its 503
+        # asks clients to retry -- goes where the first try did too.
         self._sent: OrderedDict[str, dict[str, list[str]]] = OrderedDict()
         self.journal = journal
         if journal is not None:
             for e in journal.replay():
                 if e.get("op") == "answer":
                     self._remember(e["key"], e["body"], e["results"], log=False)
+                elif e.get("op") == "sent":
+                    self._note_sent(e["key"], e["group"], e["site"])
+            for key in [k for k in self._sent if k in self.answers]:
+                del self._sent[key]
             journal.rewrite(self._answer_events())
 
     def _remember(self, key: str, body: str, results: list[dict[str, Any]],
@@ -613,8 +619,23 @@ class CloudTier:
                 self.journal.rewrite(self._answer_events())
 
     def _answer_events(self) -> list[dict[str, Any]]:
-        return [{"op": "answer", "key": k, "body": body, "results": res}
-                for k, (body, res) in self.answers.items()]
+        return [*({"op": "answer", "key": k, "body": body, "results": res}
+                  for k, (body, res) in self.answers.items()),
+                *({"op": "sent", "key": k, "group": g, "site": s}
+                  for k, groups in self._sent.items()
+                  for g, sites in groups.items() for s in sites)]
+
+    def _note_sent(self, key: str, group: str, site: str) -> bool:
+        """Record that ``group`` of request ``key`` was sent to ``site``; whether that is
+        new (the last IDEMPOTENCY_KEEP requests are kept)."""
+        went = self._sent.setdefault(key, {}).setdefault(group, [])
+        self._sent.move_to_end(key)
+        while len(self._sent) > IDEMPOTENCY_KEEP:
+            self._sent.popitem(last=False)
+        if site in went:
+            return False
+        went.append(site)
+        return True
 
     async def place(self, pods: Sequence[Pod], ttl_s: float,
                     request_id: str | None, validate: bool = False,
@@ -787,14 +808,12 @@ class CloudTier:
                 plan.stages.append(_stage("cloud", "global", "escalated", f"try {site}: {why}"))
         call = self.edges[site] if kind == "edge" else self.regions[site]
         if request_id is not None and kind == "region":
-            sent = self._sent.setdefault(request_id, {})
-            for plan in bucket:
-                went = sent.setdefault(_group_of(plan), [])
-                if site not in went:
-                    went.append(site)
-            self._sent.move_to_end(request_id)
-            while len(self._sent) > IDEMPOTENCY_KEEP:
-                self._sent.popitem(last=False)
+            new = [g for g in map(_group_of, bucket) if self._note_sent(request_id, g, site)]
+            if new and self.journal is not None:  # on disk before the site can book
+                with self.journal.group():
+                    for g in new:
+                        self.journal.append({"op": "sent", "key": request_id, "group": g,
+                                             "site": site})
         res = await call(pods, ttl_s, rid, validate)
         by_id = {r["pod_id"]: r for r in res}
         for plan in bucket:
