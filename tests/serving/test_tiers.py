@@ -707,6 +707,20 @@ def test_a_retry_while_the_first_try_is_in_flight_gets_its_answer(medium: Hierar
     assert sum(len(s.placer.reservations) for s in sites.values()) == 1
 
 
+def _first_answer_lost(sites: dict[str, SiteTier], calls: list[str]) -> Any:
+    """A handle maker for each region: the call books at the site, and the first call's
+    answer is lost (the hop broke, or the ingress died) after the site booked."""
+    def region(name: str) -> Any:
+        async def place(*a: Any, **k: Any) -> Any:
+            calls.append(name)
+            got = await sites[name].place(*a, **k)
+            if len(calls) == 1:
+                raise ConnectionError("the answer was lost")
+            return got
+        return place
+    return region
+
+
 def test_a_retry_after_a_try_that_booked_and_failed_goes_back_to_that_region(
         medium: Hierarchy) -> None:
     """The region booked the pod, then its answer was lost (the request failed: a 503 to
@@ -718,14 +732,7 @@ def test_a_retry_after_a_try_that_booked_and_failed_goes_back_to_that_region(
     calls: list[str] = []
     busy: set[str] = set()
 
-    def region(name: str) -> Any:
-        async def place(*a: Any, **k: Any) -> Any:
-            calls.append(name)
-            got = await sites[name].place(*a, **k)
-            if len(calls) == 1:
-                raise ConnectionError("the answer was lost")  # booked, then the hop broke
-            return got
-        return place
+    region = _first_answer_lost(sites, calls)
 
     free = _loads(sites, busy)
 
@@ -750,14 +757,7 @@ def test_a_retry_after_the_ingress_died_mid_request_goes_back_to_that_region(
     calls: list[str] = []
     busy: set[str] = set()
 
-    def region(name: str) -> Any:
-        async def place(*a: Any, **k: Any) -> Any:
-            calls.append(name)
-            got = await sites[name].place(*a, **k)
-            if len(calls) == 1:
-                raise ConnectionError("the ingress died")  # booked, never answered
-            return got
-        return place
+    region = _first_answer_lost(sites, calls)
 
     free = _loads(sites, busy)
     handles = {r: region(r) for r in medium.regions}
