@@ -160,3 +160,28 @@ def test_a_method_nobody_routes_is_one_metrics_label() -> None:
     text = m.render()[0].decode()
     assert 'method="other"' in text and 'method="GET"' in text and "XXXX" not in text
     assert len(text) < 64 * 1024
+
+
+def test_one_tenants_answers_evict_only_its_own() -> None:
+    """The answer caches were shared and bounded by pods answered: tenant retail's 101
+    batches of unplaceable pods flushed tenant bank's answer, whose retry then booked its
+    pod a second time (probe round 8). The scope holding the most now gives way."""
+    from smartsched.serving.site import AnswerCache, idempotency_scope_of
+
+    assert idempotency_scope_of("bank:r1#region-a#abc") == "bank"
+    assert idempotency_scope_of("!edge:*:r1#f00") == "*"
+    assert idempotency_scope_of("plain") == ""
+    cache = AnswerCache(keep=50, keep_pods=100, size=len)
+    cache["bank:once"] = [{}]
+    cache.trim()
+    for i in range(40):  # retail: 40 answers of 10 pods, four times the bound
+        cache[f"retail:b{i}"] = [{}] * 10
+        cache.trim()
+        assert cache.pods <= 100
+    assert "bank:once" in cache and "retail:b39" in cache and "retail:b0" not in cache
+    cache.move_to_end("bank:once")
+    for i in range(60):  # the count bound too: the client token's many small answers
+        cache[f"*:c{i}"] = [{}]
+        cache.trim()
+    assert "bank:once" in cache and len(cache) <= 50
+    assert cache.pods == sum(len(v) for v in cache.values())

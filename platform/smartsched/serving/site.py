@@ -51,51 +51,101 @@ IDEMPOTENCY_KEEP = 10_000  # answers remembered per site for retries
 IDEMPOTENCY_KEEP_PODS = 100_000
 
 
+def idempotency_scope_of(key: str) -> str:
+    """The scope an answer's key belongs to (``audit_trail.idempotency_scope``: a tenant,
+    or a shared token's role): the part before its first ':' (past an edge entry's
+    ``!edge:``); '' for a key without one."""
+    k = key.removeprefix("!edge:")
+    scope, sep, _ = k.partition(":")
+    return scope if sep else ""
+
+
 class AnswerCache(OrderedDict):
     """Answers kept for retries, oldest first: at most ``keep`` answers and ``keep_pods``
-    pods answered in all (``size`` of an answer: its pods), the newest always kept."""
+    pods answered in all (``size`` of an answer: its pods), the newest always kept.
+
+    Past a bound, the answers that go are the oldest of the scope (tenant, or shared
+    role: ``idempotency_scope_of``) holding the most: one tenant's traffic -- 101 batches
+    of unplaceable pods -- flushed every other tenant's answers, and a victim's retry was
+    booked a second time. A scope evicts only its own unless another holds more."""
 
     def __init__(self, keep: int = IDEMPOTENCY_KEEP, keep_pods: int = IDEMPOTENCY_KEEP_PODS,
                  size: Callable[[Any], int] = len) -> None:
         super().__init__()
         self.keep, self.keep_pods, self.size = keep, keep_pods, size
         self.pods = 0
+        self._scopes: dict[str, OrderedDict[str, int]] = {}  # scope -> key -> its pods
+        self._scope_pods: dict[str, int] = {}
+
+    def _forget(self, key: str) -> None:
+        scope = idempotency_scope_of(key)
+        keys = self._scopes[scope]
+        n = keys.pop(key)
+        self.pods -= n
+        self._scope_pods[scope] -= n
+        if not keys:
+            del self._scopes[scope], self._scope_pods[scope]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        old = dict.get(self, key)
-        if old is not None:
-            self.pods -= self.size(old)
+        if dict.__contains__(self, key):
+            self._forget(key)
         super().__setitem__(key, value)
-        self.pods += self.size(value)
+        n = self.size(value)
+        scope = idempotency_scope_of(key)
+        self._scopes.setdefault(scope, OrderedDict())[key] = n
+        self._scope_pods[scope] = self._scope_pods.get(scope, 0) + n
+        self.pods += n
 
     def __delitem__(self, key: str) -> None:
-        self.pods -= self.size(self[key])
         super().__delitem__(key)
+        self._forget(key)
 
     def popitem(self, last: bool = True) -> tuple[str, Any]:
         key, value = super().popitem(last)
-        self.pods -= self.size(value)
+        self._forget(key)
         return key, value
 
     def pop(self, key: str, *default: Any) -> Any:  # type: ignore[override]
         if key in self:
             value = super().pop(key)
-            self.pods -= self.size(value)
+            self._forget(key)
             return value
         return super().pop(key, *default)
+
+    def move_to_end(self, key: str, last: bool = True) -> None:
+        super().move_to_end(key, last)
+        self._scopes[idempotency_scope_of(key)].move_to_end(key, last)
 
     def __reduce__(self) -> Any:  # copies and pickles count their pods once
         return (type(self), (self.keep, self.keep_pods, self.size), None, None,
                 iter(list(self.items())))
 
     def trim(self) -> None:
-        """Forget the oldest answers until both bounds hold (the newest stays)."""
-        while len(self) > self.keep or (self.pods > self.keep_pods and len(self) > 1):
-            self.popitem(last=False)
+        """Forget answers until both bounds hold: each time the oldest of the scope that
+        holds the most (pods past the pod bound, answers past the count); the newest
+        answer stays."""
+        while len(self) > 1 and (len(self) > self.keep or self.pods > self.keep_pods):
+            by_pods = self.pods > self.keep_pods
+            newest = next(reversed(self))
+            for scope in sorted(self._scopes, key=lambda s: -(
+                    self._scope_pods[s] if by_pods else len(self._scopes[s]))):
+                key = next((k for k in self._scopes[scope] if k != newest), None)
+                if key is not None:
+                    del self[key]
+                    break
 
     def recount(self) -> None:
         """Count the pods again (after answers were extended in place)."""
-        self.pods = sum(self.size(v) for v in self.values())
+        self._scopes, self._scope_pods = {}, {}
+        self.pods = 0
+        for key, value in list(self.items()):
+            n = self.size(value)
+            scope = idempotency_scope_of(key)
+            self._scopes.setdefault(scope, OrderedDict())[key] = n
+            self._scope_pods[scope] = self._scope_pods.get(scope, 0) + n
+            self.pods += n
+
+
 # Nodes one site may hold (Kubernetes supports 5,000 per cluster): node updates add nodes
 # request by request, and every node costs each decision a row.
 MAX_SITE_NODES = 20_000
