@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from smartsched.k8s.snapshot import build_snapshot, gpu_model, pod_model
@@ -178,3 +179,25 @@ def test_required_affinity_the_model_cannot_express_is_refused_where_we_bind() -
         assert pod_model(bad).id == "default/p"  # the extender's reading: kube-scheduler checks
         with pytest.raises(ValueError, match="nodeAffinity"):
             pod_model(bad, enforce_affinity=True)
+
+
+@pytest.mark.parametrize(("selector", "why"), [
+    ({f"k{i}": "v" for i in range(65)}, "at most 64"),
+    ({"disk": "x" * 64}, "label values"),
+    ({"bad key!": "ssd"}, "label keys"),
+    ({"Example.COM/disk": "ssd"}, "label keys"),
+])
+def test_a_node_selector_the_api_server_would_refuse_is_refused(selector: dict,
+                                                                  why: str) -> None:
+    """The extender kept every pod it saw for its workload view, selector as sent: a
+    selector of 790,000 keys of 63-character values (a 59 MB body) held ~220 MiB a
+    request, 2,000 requests kept (probe round 8). The API server's rules apply now."""
+    from smartsched.k8s.snapshot import pod_model
+
+    obj = {"metadata": {"name": "p", "namespace": "default"},
+           "spec": {"nodeSelector": selector, "containers": [
+               {"name": "c", "resources": {"requests": {"cpu": "100m"}}}]}}
+    with pytest.raises(ValueError, match=f"spec.nodeSelector: .*{why}"):
+        pod_model(obj)
+    obj["spec"]["nodeSelector"] = {"example.com/disk": "ssd", "zone": ""}
+    assert dict(pod_model(obj).node_selector) == {"example.com/disk": "ssd", "zone": ""}

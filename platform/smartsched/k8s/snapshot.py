@@ -40,6 +40,7 @@ from typing import Any
 from smartsched.k8s.names import name_problem
 from smartsched.model.cluster import ClusterSpec, NodeSpec, Site, Zone
 from smartsched.model.errors import InfeasibleDecisionError, SmartSchedError, ValidationError
+from smartsched.model.labels import MAX_SELECTOR_LABELS, label_problem
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.resources import (
     GPU_MODEL_NAMES,
@@ -553,6 +554,12 @@ def _pod_model(obj: Mapping[str, Any], arrival: float,
     selector = dict(_mapping(spec, "nodeSelector", "spec.nodeSelector"))
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items()):
         raise ValueError("spec.nodeSelector: keys and values must be strings")
+    if len(selector) > MAX_SELECTOR_LABELS:  # a pod the extender keeps for its workload view
+        raise ValueError(f"spec.nodeSelector: {len(selector):,} entries; at most "
+                         f"{MAX_SELECTOR_LABELS}")
+    for k, v in selector.items():  # the API server's rules: it would refuse such a pod
+        if (why := label_problem(k, v)) is not None:
+            raise ValueError(f"spec.nodeSelector: {why}")
     aff = _mapping(_mapping(_mapping(spec, "affinity", "spec.affinity"), "nodeAffinity",
                             "spec.affinity.nodeAffinity"),
                    "requiredDuringSchedulingIgnoredDuringExecution",

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StringConstraints
 
+from smartsched.model.labels import DNS_SUBDOMAIN, MAX_SELECTOR_LABELS, label_problem
 from smartsched.model.pod import Pod, PodClass
 from smartsched.model.resources import (
     MAX_DEVICES_PER_NODE,
@@ -101,12 +102,10 @@ Toleration = Annotated[str, AfterValidator(_text), AfterValidator(_toleration)]
 # subdomain prefix and '/' then a name of at most 63 characters; a value the same
 # characters, possibly empty. (Names like " ", "../x" or an RTL override would otherwise
 # be stored, journaled and shown to every client.)
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
 
 def _node_name(v: str) -> str:
-    if len(v) > 253 or not _DNS_SUBDOMAIN.fullmatch(v):
+    if len(v) > 253 or not DNS_SUBDOMAIN.fullmatch(v):
         raise ValueError("must be a DNS-1123 subdomain (lowercase letters, digits, '-' and "
                          "'.', starting and ending with a letter or digit), as Kubernetes "
                          "names nodes")
@@ -115,16 +114,8 @@ def _node_name(v: str) -> str:
 
 def _labels(v: dict[str, str] | None) -> dict[str, str] | None:
     for key, value in (v or {}).items():
-        prefix, _, name = key.rpartition("/")
-        if (not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name)
-                or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)))
-                or (not prefix and "/" in key)):
-            raise ValueError("label keys are [prefix/]name: name 1-63 characters of "
-                             "letters, digits, '-', '_' and '.', starting and ending with a "
-                             "letter or digit; prefix a DNS subdomain")
-        if len(value) > 63 or not _LABEL_NAME.fullmatch(value):
-            raise ValueError("label values are at most 63 characters of letters, digits, "
-                             "'-', '_' and '.', starting and ending with a letter or digit")
+        if (why := label_problem(key, value)) is not None:
+            raise ValueError(why)
     return v
 
 
@@ -156,7 +147,7 @@ class PodSpec(BaseModel):
     # 64 values of 15,000 characters each was kept, with every pod a site was asked to
     # place, for the learner's experience -- ~1 MB a request in each region's memory.
     node_selector: Annotated[dict[Text, Text], AfterValidator(_labels)] = Field(
-        default_factory=dict, max_length=64)
+        default_factory=dict, max_length=MAX_SELECTOR_LABELS)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
     allowed_regions: list[Name] = Field(default_factory=list, max_length=64)
     origin_site: Name | None = None
