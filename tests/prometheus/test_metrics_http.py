@@ -64,3 +64,44 @@ def test_errors_echo_nothing_and_a_silent_client_is_dropped(server: Any) -> None
     t0 = time.monotonic()
     assert _raw(port, b"GET /metr") == b""  # closed by the server, not held open
     assert time.monotonic() - t0 < 4
+
+
+def test_a_dripping_head_is_cut_and_connections_are_capped(monkeypatch) -> None:
+    """One byte every few seconds kept each read under the idle timeout and a server thread
+    for ever, and every such client got one more (probe round 8)."""
+    monkeypatch.setattr(http._Handler, "timeout", 1.0)
+    monkeypatch.setattr(http, "HEAD_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(http, "MAX_CONNECTIONS", 4)
+    reg = CollectorRegistry()
+    Counter("probe_total", "a counter", registry=reg).inc()
+    s = http.serve_registry(reg, 0)
+    try:
+        port = s.server_port
+        with socket.create_connection(("127.0.0.1", port)) as k:
+            t0 = time.monotonic()
+            closed = False
+            for ch in b"GET /metrics HTTP/1.1\r\nHost: x\r\n":
+                try:
+                    k.sendall(bytes([ch]))
+                except OSError:
+                    closed = True
+                    break
+                time.sleep(0.5)
+                k.settimeout(0.01)
+                try:
+                    if k.recv(1) == b"":
+                        closed = True
+                        break
+                except TimeoutError:
+                    pass
+            assert closed and time.monotonic() - t0 < 4
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        time.sleep(0.2)
+        assert _raw(port, b"GET /metrics HTTP/1.0\r\n\r\n", wait=2.0) == b""  # no place
+        for k in held:
+            k.close()
+        time.sleep(0.3)
+        assert b"probe_total" in _raw(port, b"GET /metrics HTTP/1.0\r\n\r\n")
+    finally:
+        s.shutdown()
+        s.server_close()

@@ -6,11 +6,15 @@ metrics on every path (``/../../etc/passwd`` included), refused HEAD with a 405,
 request line back into its error page, named the Python version in a ``Server`` header,
 and kept a thread for every client that stopped sending, for ever. Here: ``/metrics``
 (and ``/``) only, HEAD as GET without the body, plain errors that echo nothing, no
-version header, and a connection that sends nothing for ``IDLE_TIMEOUT_S`` is dropped.
+version header, a connection that sends nothing for ``IDLE_TIMEOUT_S`` is dropped, and so
+is one whose request head is not whole ``HEAD_TIMEOUT_S`` after it opened (one byte every
+10 s kept a thread for ever); at most ``MAX_CONNECTIONS`` are served at once, the next
+closed unanswered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -19,11 +23,29 @@ from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer,
 
 # How long a connection may send nothing before it is dropped (a stalled client's thread).
 IDLE_TIMEOUT_S = 15.0
+HEAD_TIMEOUT_S = 15.0  # ... and the longest a whole request head may take to arrive
+MAX_CONNECTIONS = 64  # a scrape is one short request; no Prometheus needs more at once
 PATHS = ("/metrics", "/")
 
 
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):  # full: no thread for this one
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that timed out or went away: nothing to report, no traceback
@@ -40,14 +62,32 @@ class _Handler(WSGIRequestHandler):
 
     def handle(self) -> None:
         """wsgiref's own, with the answer's ``Server`` header our name (as the stdlib's
-        loop: one request a connection)."""
+        loop: one request a connection), and the head's deadline: the socket is shut when
+        the request line and headers are not in ``HEAD_TIMEOUT_S`` after the connection
+        opened (the idle timeout bounds each read only)."""
+        import socket
+
+        def too_slow() -> None:
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(HEAD_TIMEOUT_S, too_slow)
+        timer.daemon = True
+        timer.start()
+        try:
+            self._read_and_answer(timer)
+        finally:
+            timer.cancel()
+
+    def _read_and_answer(self, timer: threading.Timer) -> None:
         self.raw_requestline = self.rfile.readline(65537)
         if len(self.raw_requestline) > 65536:
             self.requestline, self.request_version, self.command = "", "", ""
             self.send_error(414)
             return
-        if not self.parse_request():
+        if not self.parse_request():  # (parse_request reads the headers too)
             return
+        timer.cancel()  # the head is whole: the answer is ours to write
         answer = _Answer(self.rfile, self.wfile, self.get_stderr(), self.get_environ(),
                          multithread=False)
         answer.request_handler = self
