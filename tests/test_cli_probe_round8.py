@@ -84,3 +84,42 @@ def test_a_models_own_description_that_is_no_regular_file_is_refused(
             "telemetry": TelemetryProjection.load}[what]
     with pytest.raises(ValidationError, match="not a regular file"):
         load(tmp_path)
+
+
+DEEP = "[" * 30_000 + "]" * 30_000
+
+
+def test_json_nested_thousands_deep_is_refused_in_one_line(tmp_path: Path, key) -> None:
+    """json.loads raises RecursionError, not ValueError, on 30,000 nested arrays: a
+    traceback from audit verify (exit 1, as FAILED), the policy store, cluster files and
+    model folders (probe round 8)."""
+    from smartsched.forecast.lstm import LSTMForecaster
+    from smartsched.rl.policy import POLICY_META, read_policy_meta
+    from smartsched.rl.versions import PolicyStore
+
+    _write_log(tmp_path, key, 20, block_records=16)
+    with _heads(tmp_path).open("a") as f:
+        f.write(DEEP + "\n")
+    rep = verify_log(tmp_path / "log", _heads(tmp_path), key.public_key())
+    assert not rep.ok and "not a head" in rep.problem.reason
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "store.json").write_text(DEEP)
+    with pytest.raises(ValidationError, match="unreadable"):
+        PolicyStore(store).current()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "forecaster.json").write_text(DEEP)
+    (model / POLICY_META).write_text(DEEP)
+    with pytest.raises(ValidationError):
+        LSTMForecaster.load(model)
+    with pytest.raises(ValidationError, match="not a readable policy description"):
+        read_policy_meta(model, "scheduler")
+
+
+def test_a_number_past_pythons_digit_cap_is_a_yaml_error() -> None:
+    from smartsched.model.configfile import read_yaml_text
+
+    with pytest.raises(ValidationError, match="a number of more than 4,300 digits") as e:
+        read_yaml_text("count: " + "1" * 5000 + "\n", "cluster")
+    assert e.value.field == "cluster"

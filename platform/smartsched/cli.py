@@ -1540,7 +1540,7 @@ def audit_check_proof(proof: str, record_path: str, public_key: str,
 
     try:  # a FIFO or /dev/zero given as a file is refused, not waited on or read forever
         record = json.loads(read_regular_file(record_path, MAX_PROOF_BYTES).decode("utf-8"))
-    except ValueError as e:  # not JSON, or not UTF-8 text
+    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8 text, nested too deep
         raise ValidationError("record", f"not a JSON record ({type(e).__name__}: {e})",
                               source=record_path) from None
     except OSError as e:

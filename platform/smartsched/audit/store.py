@@ -170,7 +170,8 @@ class SignedHead:
                         bytes.fromhex(d["prev_head"]), bytes.fromhex(d["log_id"]))
             sig = bytes.fromhex(d["sig"])
             key = d["key_id"]
-        except (ValueError, KeyError, TypeError, OverflowError) as e:  # (int(1e400): inf)
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError) as e:
+            # (int(1e400): inf; RecursionError: JSON nested thousands deep)
             raise ValueError(f"not a head ({type(e).__name__}: {e})") from None
         # A head is signed as packed int64s: a number past them (1e30) failed the packing
         # with a traceback instead of being named as not a head.

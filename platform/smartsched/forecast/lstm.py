@@ -245,7 +245,7 @@ class LSTMForecaster:
         folder = Path(folder)
         try:
             meta = json.loads(read_regular_file(folder / "forecaster.json", MAX_META_BYTES))
-        except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8 text
+        except (OSError, ValueError, RecursionError) as e:  # not JSON, not UTF-8, too deep
             raise ValidationError("model", f"no forecaster at {folder}: {e}") from None
         if not isinstance(meta, dict):
             raise ValidationError("model", f"{folder}/forecaster.json must hold a mapping of "

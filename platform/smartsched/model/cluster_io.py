@@ -82,7 +82,8 @@ def read_cluster(path: str | Path) -> ClusterSpec:
         return _cluster_of(table, json.loads(raw), src)
     except ValidationError:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError, pa.ArrowException) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError,
+            pa.ArrowException) as e:
         what = f"{type(e).__name__}: {e}"[:200]
         raise ValidationError("metadata", f"malformed cluster file ({what})",
                               source=src) from None
@@ -158,6 +159,10 @@ def _cluster_of(table: pa.Table, meta: object, src: str) -> ClusterSpec:
     for i, r in enumerate(table.to_pylist()):
         try:
             r["labels"] = json.loads(r["labels"])
+        except (ValueError, TypeError, RecursionError) as e:  # not JSON, or too deep
+            raise ValidationError("labels", f"not a JSON object ({type(e).__name__})",
+                                  row=i, source=src) from None
+        try:
             r["taints"] = tuple(r["taints"] or ())
             nodes.append(NodeSpec(**r))
         except ValidationError as e:

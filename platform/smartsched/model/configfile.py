@@ -115,6 +115,10 @@ def read_yaml_text(text: str, field: str, source: str | None = None, *,
     except RecursionError:
         raise ValidationError(field, f"not valid {kind}: nested deeper than "
                               f"{MAX_YAML_DEPTH} levels", source=source) from None
+    except ValueError as e:  # Python's cap on a number's digits (4,300), met in the loader
+        what = ("a number of more than 4,300 digits" if "digits" in str(e)
+                else str(e)[:120])
+        raise ValidationError(field, f"not valid {kind}: {what}", source=source) from None
     # Each value written out takes a character at least: only aliases make more.
     _check_size(doc, max(MAX_YAML_VALUES, len(text)), field, source)
     return doc

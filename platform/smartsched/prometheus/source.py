@@ -528,7 +528,7 @@ def _bounded_body(r: Any, deadline: float) -> str:
 def _json(text: str) -> dict[str, Any]:
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested thousands deep
         return {}
     return body if isinstance(body, dict) else {}
 

@@ -85,7 +85,7 @@ def read_policy_meta(policy_dir: Path, field: str) -> tuple[dict[str, Any], list
         meta: dict[str, Any] = (
             json.loads(read_regular_file(meta_path, MAX_SPEC_BYTES)) if meta_path.exists()
             else {"env": {}})
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
         raise ValidationError(field, f"{meta_path}: not a readable policy "
                               f"description ({why})") from None

@@ -83,7 +83,7 @@ class PolicyStore:
         text = _read_text(path, MAX_POINTER_BYTES)
         try:
             doc = json.loads(text)
-        except ValueError as e:  # not JSON
+        except (ValueError, RecursionError) as e:  # not JSON, or nested too deep
             raise ValidationError("store", f"{path}: unreadable ({type(e).__name__})") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("history"), list) \
                 or not all(isinstance(v, str) for v in doc["history"]) \
@@ -122,7 +122,7 @@ class PolicyStore:
                 continue
             try:
                 event = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 event = None
             if not isinstance(event, dict) or not isinstance(event.get("event"), str):
                 raise ValidationError("store", f"{path} line {no}: not a log event")

@@ -85,7 +85,7 @@ class TelemetryProjection:
             with np.load(folder / PROJECTION_FILE) as z:  # allow_pickle=False: data only
                 arrays = {k: np.asarray(z[k], dtype=np.float64)
                           for k in ("mean", "scale", "components", "explained")}
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             # ValueError: not JSON, an object array (pickle, refused), not numbers
             raise ValidationError("telemetry", f"no telemetry projection at {folder}: "
                                   f"{type(e).__name__}: {str(e)[:200]}") from None
