@@ -781,6 +781,9 @@ def _regular_file(_ctx: click.Context, _param: click.Parameter, value: str | Non
 @click.option("--kubeconfig", default=None, type=click.Path(dir_okay=False, exists=True),
               callback=_regular_file,
               help="Default: in-cluster config, else ~/.kube/config.")
+@click.option("--allow-exec-auth", is_flag=True,
+              help="Allow a kubeconfig whose user runs a command for its credentials (exec, "
+                   "auth-provider): the client runs it, as this user, while loading.")
 @click.option("--scheduler-name", default="smartsched", show_default=True,
               callback=_k8s_name("subdomain"),
               help="Pods' schedulerName this scheduler takes, and its Lease's name.")
@@ -815,7 +818,8 @@ def _regular_file(_ctx: click.Context, _param: click.Parameter, value: str | Non
               "--audit-key).")
 @click.option("--audit-heads", default=None, type=click.Path(dir_okay=False))
 @click.option("--audit-key", default=None, type=click.Path(dir_okay=False, exists=True))
-def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, interval: float,
+def k8s_scheduler(kubeconfig: str | None, allow_exec_auth: bool, scheduler_name: str,
+                  profile: str, interval: float,
                   lease_namespace: str, identity: str | None, once: bool,
                   metrics_port: int | None, metrics_host: str, prometheus: str | None,
                   preemption: bool, gang_reservations: bool, compliance: str | None,
@@ -829,7 +833,8 @@ def k8s_scheduler(kubeconfig: str | None, scheduler_name: str, profile: str, int
 
     if (audit_log or audit_heads or audit_key) and not (audit_log and audit_heads and audit_key):
         raise click.UsageError("--audit-log, --audit-heads and --audit-key go together")
-    core, coord = kube_clients(kubeconfig)  # a bad kubeconfig fails before the log opens
+    # A bad kubeconfig fails before the log opens.
+    core, coord = kube_clients(kubeconfig, allow_exec_auth)
     # ... and so does a bad profile or policy: the log opened first left its id, lock and
     # a segment in whatever folder --audit-log named (a model folder, say).
     loop = SchedulerLoop(core, scheduler_name, profile, prometheus_url=prometheus,

@@ -41,7 +41,7 @@ def test_a_malformed_kubeconfig_is_one_line_exit_2(tmp_path: Path, text: str,
         kube_clients(str(kc))
     assert e.value.field == "kubeconfig" and says in e.value.message
     r = _scheduler("--kubeconfig", str(kc))
-    assert r.exit_code == 2 and "error: kubeconfig:" in r.output
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "kubeconfig: " in r.output
     assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 
@@ -93,3 +93,36 @@ def test_names_that_go_into_api_paths_are_checked(option: str, value: str, says:
 ])
 def test_kubernetes_names_pass(value: str, kind: str) -> None:
     assert check_name("--x", value, kind) == value
+
+
+def test_a_kubeconfig_that_runs_a_command_needs_allow_exec_auth(tmp_path: Path) -> None:
+    """A --kubeconfig whose user has an exec credential ran its command while it was
+    loaded (the kubernetes client's way): a kubeconfig handed over is code (probe round
+    8). It is refused unless --allow-exec-auth says so."""
+    import yaml
+
+    flag = tmp_path / "ran"
+    kc = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{_free_port()}")
+    doc = yaml.safe_load(kc.read_text())
+    doc["users"][0]["user"] = {"exec": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": "/bin/sh",
+        "args": ["-c", f"touch {flag}; echo '{{\"apiVersion\": "
+                 "\"client.authentication.k8s.io/v1\", \"kind\": \"ExecCredential\", "
+                 "\"status\": {\"token\": \"t\"}}'"]}}
+    kc.write_text(yaml.safe_dump(doc))
+    r = _scheduler("--kubeconfig", str(kc))
+    assert r.exit_code == 2 and "--allow-exec-auth" in r.output and not flag.exists()
+    r = _scheduler("--kubeconfig", str(kc), "--allow-exec-auth")
+    assert r.exit_code == 1 and "cannot reach" in r.output  # loaded, the command run
+    assert flag.exists()
+
+
+def test_a_kubeconfigs_token_file_must_be_a_small_regular_file(tmp_path: Path) -> None:
+    import yaml
+
+    kc = write_kubeconfig(tmp_path / "kc", "http://127.0.0.1:1")
+    doc = yaml.safe_load(kc.read_text())
+    doc["users"][0]["user"] = {"tokenFile": "/dev/zero"}  # the client read it whole
+    kc.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ValidationError, match="tokenFile '/dev/zero': not a regular file"):
+        kube_clients(str(kc))

@@ -52,17 +52,65 @@ class DaemonStats:
     pass_errors: int = 0  # lease attempts or passes that failed (then retried after a backoff)
 
 
-def kube_clients(kubeconfig: str | None = None) -> tuple[Any, Any]:
+# The most a file a kubeconfig names may hold (a token, a certificate, a key): the client
+# reads each whole, and a tokenFile of /dev/zero grew without end.
+MAX_CREDENTIAL_BYTES = 1 << 20
+# A user's credential that runs a command (kubectl's exec plugins, the old auth-provider
+# hooks): the kubernetes client runs it while loading the config.
+COMMAND_CREDENTIALS = ("exec", "auth-provider")
+CREDENTIAL_FILES = ("tokenFile", "client-certificate", "client-key")
+
+
+def check_kubeconfig(path: str, allow_exec: bool = False) -> None:
+    """Refuse, naming ``kubeconfig``, a config whose users run a command to get their
+    credentials unless ``allow_exec`` (a kubeconfig is then code, run as this user: say
+    so on purpose), and one naming a credential file that is not a regular file of at
+    most MAX_CREDENTIAL_BYTES. Read with SmartSched's own YAML reader (safe types only)."""
+    from pathlib import Path
+
+    from smartsched.model.configfile import read_yaml
+    from smartsched.paths import read_regular_file
+
+    doc = read_yaml(path, "kubeconfig")
+    users = doc.get("users") if isinstance(doc, dict) else None
+    for i, entry in enumerate(users if isinstance(users, list) else []):
+        user = entry.get("user") if isinstance(entry, dict) else None
+        if not isinstance(user, dict):
+            continue
+        name = entry.get("name", i)
+        runs = [k for k in COMMAND_CREDENTIALS if user.get(k)]
+        if runs and not allow_exec:
+            raise ValidationError("kubeconfig", f"user {name!r} gets its credentials by "
+                                  f"running a command ({runs[0]}): the client would run it "
+                                  "while loading the config; give --allow-exec-auth to allow "
+                                  "that")
+        for key in CREDENTIAL_FILES:
+            named = user.get(key)
+            if not isinstance(named, str) or not named:
+                continue
+            target = Path(named) if Path(named).is_absolute() else Path(path).parent / named
+            try:
+                read_regular_file(target, MAX_CREDENTIAL_BYTES)
+            except OSError as e:
+                raise ValidationError("kubeconfig", f"user {name!r}: {key} {named!r}: "
+                                      f"{e.strerror or e}") from None
+
+
+def kube_clients(kubeconfig: str | None = None, allow_exec: bool = False
+                 ) -> tuple[Any, Any]:
     """(CoreV1Api, CoordinationV1Api) from ``kubeconfig``; without one, the in-cluster
     service account, else ``~/.kube/config`` (or ``$KUBECONFIG``). A config that cannot be
     read, parsed or used is a ``ValidationError`` naming ``kubeconfig`` (the client raises
     YAML parser errors, ConfigException, or a TypeError for a document of the wrong
-    shape)."""
+    shape); a named one whose users run a command is refused unless ``allow_exec``
+    (``check_kubeconfig``)."""
     import yaml
     from kubernetes import client, config
 
     cfg = client.Configuration()  # the clients' own: the process-wide default stays as it is
     where = kubeconfig or "the default kubeconfig (~/.kube/config or $KUBECONFIG)"
+    if kubeconfig:  # a file handed to us; the user's own default config is theirs
+        check_kubeconfig(kubeconfig, allow_exec)
     try:
         if kubeconfig:
             config.load_kube_config(kubeconfig, client_configuration=cfg)
