@@ -1175,13 +1175,14 @@ def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
     import ray
 
     from smartsched.model.configfile import read_config
-    from smartsched.rl.learning import load_learn_config, start_learner
+    from smartsched.rl.learning import check_references, load_learn_config, start_learner
     from smartsched.rl.versions import PolicyStore
 
     doc = read_config(config_path, "learn")
     cfg = load_learn_config(doc)
     PolicyStore(cfg.store).path_of()  # a current version, or an error naming the store,
     # before Ray starts (the learner actor found it only once it was up)
+    check_references(cfg)  # ... and so every workload, cluster and profile it names
     names = _service_sites(service, sites, served_as)
     svc = ({"url": service, "sites": names,
             "served_as": served_as or cfg.store} if service else None)
@@ -1195,6 +1196,7 @@ def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
     actor = start_learner(doc, svc)
     ref = actor.run.remote(rounds)
     seen = 0
+    errors = 0
     try:
         while True:
             done, _ = ray.wait([ref], timeout=5.0)
@@ -1205,6 +1207,7 @@ def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
                            f"{out.get('gain_lower', float('nan')):+.3f}, "
                            f"{out['seconds']:.0f} s) {'; '.join(out.get('reasons', []))}"
                            f"{out.get('error', '')}")
+                errors += out["outcome"] == "error"
             seen = st["total"]
             if done:
                 break
@@ -1212,6 +1215,8 @@ def learn(config_path: str, rounds: int | None, service: str | None, sites: str,
         actor.stop.remote()
         click.echo("stopping after the current round")
         ray.get(ref)
+    if rounds is not None and seen and errors == seen:  # nothing ran to its end
+        raise click.exceptions.Exit(1)
 
 
 @main.group()

@@ -91,6 +91,8 @@ def test_experience_becomes_a_workload(tmp_path: Path) -> None:
     ({"store": "s", "gate": {"confidence": 2}}, "learn.gate.confidence"),
     ({"store": "s", "fine_tune": {"iterations": 0}}, "learn.fine_tune.iterations"),
     ({"interval_s": 5}, "learn.store"),
+    ({"store": "s", "fine_tune": {"minibatch_size": 100_000,
+                                  "train_batch_size_per_learner": 8}}, "learn.fine_tune"),
 ])
 def test_bad_learning_settings_name_the_field(doc: dict, field: str) -> None:
     with pytest.raises(ValidationError) as e:
@@ -118,6 +120,24 @@ def test_the_learn_command_checks_its_store_before_ray_starts(tmp_path: Path) ->
     f.write_text(f"store: {tmp_path / 'empty-store'}\n")
     r = CliRunner().invoke(main, ["learn", "--config", str(f), "--rounds", "1"])
     assert r.exit_code == 2 and "no current policy version" in r.output, r.output
+
+
+@pytest.mark.parametrize(("doc", "field"), [
+    ({"workload": "nosuchworkload"}, "learn.workload"),
+    ({"gate": {"workload": "nosuch"}}, "learn.gate.workload"),
+    ({"gate": {"cluster": "nosuch"}}, "learn.gate.cluster"),
+    ({"gate": {"filters": "nosuch"}}, "learn.gate.filters"),
+])
+def test_every_name_in_the_settings_is_resolved_before_ray(doc: dict, field: str) -> None:
+    """A workload or gate cluster that does not exist was found inside the first round,
+    after Ray started (the gate's after a fine-tune), and the command exited 0 (probe
+    round 8)."""
+    from smartsched.rl.learning import check_references
+
+    check_references(load_learn_config({"store": "s"}))  # the defaults resolve
+    with pytest.raises(ValidationError) as e:
+        check_references(load_learn_config({"store": "s", **doc}))
+    assert e.value.field == field
 
 
 def test_a_store_without_a_current_policy_is_refused(tmp_path: Path) -> None:

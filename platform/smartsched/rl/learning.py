@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from smartsched.model.configfile import read_token_file, read_yaml, validate
 from smartsched.model.errors import ValidationError
@@ -58,6 +58,13 @@ class FineTune(BaseModel):
     max_decisions: int = Field(200, ge=1, le=1_000_000)
     seed: int = Field(0, ge=0)  # round n trains with seed + n
 
+    @model_validator(mode="after")
+    def _minibatch_fits(self) -> FineTune:
+        # as ``train --config`` refuses it: PPO cannot cut a larger minibatch from a batch
+        if self.minibatch_size > self.train_batch_size_per_learner:
+            raise ValueError("minibatch_size must be <= train_batch_size_per_learner")
+        return self
+
 
 class LearnConfig(BaseModel):
     """``smartsched learn`` settings (YAML; errors name ``learn.<field>``)."""
@@ -79,6 +86,27 @@ class LearnConfig(BaseModel):
         if not v.strip():
             raise ValueError("is empty: give a folder")
         return v
+
+
+def check_references(cfg: LearnConfig) -> None:
+    """Every name the settings give -- the workloads, the gate's cluster and filter
+    profile -- resolved now, errors named ``learn.<field>``: found inside the first round,
+    they came after Ray had started (and, for the gate, after a fine-tune), and the
+    command exited 0. A workload is drawn for a few minutes only."""
+    from smartsched.model.presets import load_cluster
+    from smartsched.scheduling.registry import load_profile
+    from smartsched.workloads.resolve import load_workload
+
+    def named(field: str, check: Any) -> Any:
+        try:
+            return check()
+        except ValidationError as e:
+            raise ValidationError(f"learn.{field}", e.message, source=e.source) from None
+
+    cluster = named("gate.cluster", lambda: load_cluster(cfg.gate.cluster))
+    for field, spec in (("workload", cfg.workload), ("gate.workload", cfg.gate.workload)):
+        named(field, lambda spec=spec: load_workload(spec, cluster, 0.05, 0))
+    named("gate.filters", lambda: load_profile(cfg.gate.filters))
 
 
 def load_learn_config(path: Path | Any) -> LearnConfig:
