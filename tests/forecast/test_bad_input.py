@@ -283,3 +283,17 @@ def test_a_missing_typed_timestamp_is_named_with_its_row(tmp_path: Path) -> None
     df.to_parquet(f)
     with pytest.raises(ValidationError, match=r"timestamp.*row 3.*not a time"):
         load_long(f)
+
+
+def test_windows_too_large_for_memory_are_refused_before_they_are_built(monkeypatch) -> None:
+    """At 10-s steps a day's window is 8,643 steps: a 14 MB file's windows passed 5 GB,
+    still growing, before anything was said (probe round 8)."""
+    import smartsched.forecast.windows as windows
+
+    monkeypatch.setattr(windows, "MAX_WINDOW_BYTES", 1 << 20)
+    s = Series("a", 0.0, 10.0, ("cpu",), np.ones((2 * 8640, 1), np.float32))
+    with pytest.raises(ValidationError, match=r"windows of 8,643 steps would need .*"
+                       r"10-s steps .* resample") as e:
+        make_windows([s], 8640, 3, stride=3)
+    assert e.value.field == "data"
+    assert len(make_windows([s], 8, 3, stride=100)) > 0  # a small lookback still fits

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from smartsched.forecast.data import Series
+from smartsched.model.errors import ValidationError
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class Windows:
         return int(self.past.shape[0])
 
 
+# The most the windows of one call may hold: the window is a day of the data's own steps
+# (the seasonal baseline's reach), so memory grows with the square of the steps per day.
+MAX_WINDOW_BYTES = 2 << 30
+
+
 def make_windows(series: Sequence[Series], lookback: int, horizon: int,
                  stride: int = 1) -> Windows:
     """All windows of ``series`` (each long enough for ``lookback + horizon`` steps)."""
@@ -38,6 +44,17 @@ def make_windows(series: Sequence[Series], lookback: int, horizon: int,
     if not series:
         raise ValueError("no series")
     k = series[0].values.shape[1]
+    count = sum(len(range(lookback - 1, len(s) - horizon, stride)) for s in series
+                if lookback + horizon <= len(s))
+    need = count * (lookback + horizon) * k * 4  # float32
+    if need > MAX_WINDOW_BYTES:  # (a day of 10-s steps is 8,640: windows that long grew
+        # past 5 GB for a 14 MB file before anything said so)
+        step = series[0].step_s
+        raise ValidationError("data", f"{count:,} windows of {lookback + horizon:,} steps "
+                              f"would need {need / 2**30:,.1f} GiB (at most "
+                              f"{MAX_WINDOW_BYTES / 2**30:g}): the data's {step:g}-s steps "
+                              "make a day's window that long; resample to coarser steps "
+                              "(e.g. 5 minutes)")
     past, fut, org, idx = [], [], [], []
     for i, s in enumerate(series):
         T = len(s)
