@@ -199,3 +199,18 @@ def test_a_named_column_empty_in_its_first_rows_is_still_found(tmp_path: Path,
     f.write_text("timestamp,ci\n" + "\n".join(rows) + "\n")
     got = load_series(str(f), data_dir)
     assert got.values.size >= 1200 and np.isfinite(got.values).all()
+
+
+def test_two_series_files_of_one_name_are_refused(own_file: Path, tmp_path: Path,
+                                                  data_dir: Path) -> None:
+    """Rows and forecast errors are keyed by the file's name: a second ``my_grid.csv``
+    from another folder dropped the first one's errors from the table (probe round 8)."""
+    from smartsched.bench.carbon import run_carbon
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / own_file.name).write_bytes(own_file.read_bytes())
+    with pytest.raises(ValidationError, match="two series named 'my_grid'") as e:
+        run_carbon([str(own_file), str(other / own_file.name)], (24,), 5, 0,
+                   data_dir=data_dir, echo=lambda _: None)
+    assert e.value.field == "series"

@@ -110,9 +110,14 @@ def run_carbon(series: Sequence[str] = SERIES, slacks: Sequence[int] = (24, 48),
     horizon = max(slacks)
     rows: list[dict[str, Any]] = []
     forecast_errors: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for spec in series:
         loaded = load_series(spec, root)
         name = loaded.name
+        if name in given:  # rows and errors are keyed by it: the first's errors were lost
+            raise ValidationError("series", f"two series named {name!r} ({given[name]}, "
+                                  f"{spec}): give files of different names")
+        given[name] = spec
         y = hourly(loaded)
         if y.size <= WARMUP_H + horizon + 1:  # (a file of one's own may be short)
             raise ValidationError("series", f"{name} holds {y.size} h; the benchmark needs "
