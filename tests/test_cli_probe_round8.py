@@ -123,3 +123,23 @@ def test_a_number_past_pythons_digit_cap_is_a_yaml_error() -> None:
     with pytest.raises(ValidationError, match="a number of more than 4,300 digits") as e:
         read_yaml_text("count: " + "1" * 5000 + "\n", "cluster")
     assert e.value.field == "cluster"
+
+
+def test_a_forecasters_weights_that_are_a_fifo_are_refused(tmp_path: Path) -> None:
+    import shutil
+
+    from smartsched.forecast.lstm import LSTMForecaster
+
+    repo = Path(__file__).resolve().parents[1]
+    model = tmp_path / "fc"
+    shutil.copytree(repo / "models" / "forecast", model)
+    (model / "forecaster.pt").unlink()
+    os.mkfifo(model / "forecaster.pt")  # torch.load waited for a writer forever
+    with pytest.raises(ValidationError, match="cannot load the forecaster weights"):
+        LSTMForecaster.load(model)
+
+
+def test_a_huge_cell_is_cut_where_it_is_named(tmp_path: Path) -> None:
+    from smartsched.model.table import _shown
+
+    assert len(_shown("1" * 5000)) < 100 and _shown("abc") == "'abc'"

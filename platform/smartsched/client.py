@@ -249,4 +249,10 @@ def pod_specs(pods: Sequence[Mapping[str, Any]], source: str | None = None
             raise ValidationError(".".join(str(x) for x in err["loc"]) or POD_FILE,
                                   err["msg"], row=i if len(pods) > 1 else None,
                                   source=source) from None
+    first: dict[str, int] = {}
+    for i, spec in enumerate(out):  # as the service refuses them, before it is asked
+        if spec.id in first:
+            raise ValidationError("id", f"the id of row {first[spec.id]} again: give each "
+                                  "pod its own", row=i, source=source)
+        first[spec.id] = i
     return out

@@ -86,7 +86,9 @@ def _numeric(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
     vals = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
     bad = np.flatnonzero(~np.isfinite(vals))
     if bad.size:
-        raise ValidationError(col, f"not a finite number: {df[col].iloc[bad[0]]!r}",
+        cell = df[col].iloc[bad[0]]
+        shown = repr(cell)[:80] if isinstance(cell, str) else str(cell)[:80]
+        raise ValidationError(col, f"not a finite number: {shown}",
                               row=int(bad[0]), source=source)
     return vals
 

@@ -16,6 +16,7 @@ calibration, training record) in one folder.
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Callable
@@ -28,8 +29,10 @@ import numpy as np
 from smartsched.forecast.windows import Windows, time_features
 from smartsched.paths import read_regular_file
 
-# The most a forecaster.json may hold (a few settings and provenance).
+# The most a forecaster.json may hold (a few settings and provenance), and its weights
+# (the largest network ``forecast train`` makes is a few MB).
 MAX_META_BYTES = 1 << 20
+MAX_WEIGHTS_BYTES = 256 << 20
 
 QUANTILES = (0.1, 0.5, 0.9)
 
@@ -262,7 +265,9 @@ class LSTMForecaster:
         fc = LSTMForecaster(s)
         try:
             fc.net = _net(s, len(s.targets))
-            fc.net.load_state_dict(torch.load(folder / "forecaster.pt", weights_only=True,
+            # a FIFO waited for a writer forever: the bytes of a regular file, bounded
+            raw = read_regular_file(folder / "forecaster.pt", MAX_WEIGHTS_BYTES)
+            fc.net.load_state_dict(torch.load(io.BytesIO(raw), weights_only=True,
                                               map_location="cpu"))
         except Exception as e:  # missing, damaged or mismatched weights: name them
             raise ValidationError("model", f"cannot load the forecaster weights at "

@@ -201,8 +201,8 @@ def numeric_column(
 
 def _shown(cell: object) -> str:
     """A bad cell as a user would write it ('' for an empty CSV cell, inf, [1])."""
-    if isinstance(cell, str):
-        return repr(cell)
+    if isinstance(cell, str):  # cut as specs are: a 5,000-digit cell was a 5 KB line
+        return repr(cell) if len(cell) <= 80 else repr(cell[:77] + "...")
     if isinstance(cell, np.ndarray):
         return repr(cell.tolist())[:80]
     return str(cell)[:80]
