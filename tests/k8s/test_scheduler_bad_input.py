@@ -126,3 +126,81 @@ def test_a_kubeconfigs_token_file_must_be_a_small_regular_file(tmp_path: Path) -
     kc.write_text(yaml.safe_dump(doc))
     with pytest.raises(ValidationError, match="tokenFile '/dev/zero': not a regular file"):
         kube_clients(str(kc))
+
+
+@pytest.mark.parametrize("answer", ["deep"])
+def test_an_api_answer_that_is_no_answer_is_one_line(tmp_path: Path, monkeypatch,
+                                                     answer: str) -> None:
+    """An API server (or proxy) answering JSON nested 30,000 deep gave a RecursionError
+    traceback (probe round 8). (A trickling answer is cut by ``read_json_answer`` where the
+    scheduler reads lists itself; the client's own reads, the Lease's, are not.)"""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import smartsched.k8s.scheduler as scheduler
+
+    monkeypatch.setattr(scheduler, "API_ANSWER_DEADLINE_S", 1.0)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            try:
+                if answer == "deep":
+                    self.wfile.write(b"[" * 30_000 + b"]" * 30_000)
+                    return
+                for _ in range(100):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(0.2)
+            except OSError:
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        kc = write_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{srv.server_address[1]}")
+        t0 = time.monotonic()
+        r = _scheduler("--kubeconfig", str(kc))
+        assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+        assert r.output.startswith("error: the Kubernetes API at ") and \
+            len(r.output.strip().splitlines()) == 1, r.output
+        assert time.monotonic() - t0 < 20
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_list_answer_is_read_within_its_size_and_time(monkeypatch) -> None:
+    """Where the scheduler reads the API's lists itself: an endless body was read whole
+    into memory, and a trickle held the pass for ever (probe round 8)."""
+    import time
+
+    import smartsched.k8s.scheduler as scheduler
+
+    class Resp:
+        def __init__(self, chunk: bytes, every_s: float = 0.0) -> None:
+            self.chunk, self.every_s, self.released = chunk, every_s, False
+
+        def read1(self, n: int) -> bytes:
+            time.sleep(self.every_s)
+            return self.chunk
+
+        def release_conn(self) -> None:
+            self.released = True
+
+    monkeypatch.setattr(scheduler, "MAX_API_ANSWER_BYTES", 1 << 20)
+    monkeypatch.setattr(scheduler, "API_ANSWER_DEADLINE_S", 0.5)
+    big = Resp(b"x" * 65536)
+    with pytest.raises(scheduler.ApiAnswerError, match="more than 1,048,576 bytes"):
+        scheduler.read_json_answer(big)
+    slow = Resp(b" ", every_s=0.1)
+    with pytest.raises(scheduler.ApiAnswerError, match=r"within 0\.5 s"):
+        scheduler.read_json_answer(slow)
+    assert big.released and slow.released

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from smartsched.k8s.scheduler import LeaseLock, SchedulerLoop, retry_after
+from smartsched.k8s.scheduler import ApiAnswerError, LeaseLock, SchedulerLoop, retry_after
 from smartsched.model.errors import ValidationError
 
 MAX_BACKOFF_S = 60.0
@@ -143,6 +143,10 @@ def api_failure(e: BaseException, host: str) -> str | None:
     from kubernetes.client.rest import ApiException
     from urllib3.exceptions import HTTPError, MaxRetryError
 
+    if isinstance(e, ApiAnswerError):
+        return f"the Kubernetes API at {host} {e}"
+    if isinstance(e, RecursionError):  # the client's own reading of an answer (a Lease)
+        return f"the Kubernetes API at {host} answered with JSON nested too deep to read"
     if isinstance(e, ApiException):
         hint = (" (check the kubeconfig's credentials and RBAC)" if e.status in (401, 403)
                 else "")

@@ -62,6 +62,42 @@ HOLD_GRACE_S = 300.0
 # Seconds any API call may take (a watch: its own timeout plus this), so a half-open
 # connection raises instead of blocking the loop forever.
 API_TIMEOUT_S = 30.0
+# The most of one API answer this scheduler reads, and how long the whole answer may take
+# (the timeout above bounds each socket read: a proxy sending a byte every few seconds
+# held a pass, and its lease renewal, for ever; an endless body was read into memory).
+MAX_API_ANSWER_BYTES = 512 << 20
+API_ANSWER_DEADLINE_S = 4 * API_TIMEOUT_S
+
+
+class ApiAnswerError(Exception):
+    """An API answer that is not one: too large, too slow, or not JSON."""
+
+
+def read_json_answer(resp: Any) -> Any:
+    """The JSON of an API answer read unparsed (``_preload_content=False``), one socket
+    read at a time within MAX_API_ANSWER_BYTES and API_ANSWER_DEADLINE_S; its connection
+    given back either way. ``ApiAnswerError`` for anything that is not a JSON answer
+    (JSON nested thousands deep raised a RecursionError traceback)."""
+    import json
+
+    chunks: list[bytes] = []
+    size, deadline = 0, time.monotonic() + API_ANSWER_DEADLINE_S
+    try:
+        while chunk := resp.read1(1 << 16):
+            size += len(chunk)
+            if size > MAX_API_ANSWER_BYTES:
+                raise ApiAnswerError(f"answered with more than {MAX_API_ANSWER_BYTES:,} "
+                                     "bytes")
+            if time.monotonic() > deadline:
+                raise ApiAnswerError(f"did not finish its answer within "
+                                     f"{API_ANSWER_DEADLINE_S:g} s")
+            chunks.append(chunk)
+    finally:
+        resp.release_conn()
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, RecursionError):
+        raise ApiAnswerError("answered with something that is not JSON") from None
 # A pod's unchanged FailedScheduling event is recorded again after this long at most
 # (the reason is checked every pass; a new Event each pass would flood the API server).
 EVENT_REPEAT_S = 300.0
@@ -210,13 +246,7 @@ class SchedulerLoop:
     def _list(self, call: Callable[..., Any]) -> dict[str, Any]:
         """A list as the API's plain JSON (the client's models refuse some objects the
         API holds, and one such object must not stop every pass)."""
-        import json
-
-        resp = call(_preload_content=False, _request_timeout=API_TIMEOUT_S)
-        try:
-            doc = json.loads(resp.data)
-        finally:
-            resp.release_conn()
+        doc = read_json_answer(call(_preload_content=False, _request_timeout=API_TIMEOUT_S))
         if not isinstance(doc, dict) or not isinstance(doc.get("items") or [], list):
             raise ValueError("the API server's list is not a list object")
         return doc
@@ -641,7 +671,6 @@ class SchedulerLoop:
         STATUS_FORBIDDEN_RETRY_S later), and no call when the pod
         already says so (the list carries its status) or this loop already sent it: an
         unchanged pending pod costs no call per pass."""
-        import json
 
         import urllib3
         from kubernetes.client.rest import ApiException
@@ -686,11 +715,9 @@ class SchedulerLoop:
                 meta["name"], meta.get("namespace") or "default", body,
                 _preload_content=False, _request_timeout=API_TIMEOUT_S)
             try:
-                rv = (json.loads(resp.data).get("metadata") or {}).get("resourceVersion")
-            except (ValueError, AttributeError):
+                rv = (read_json_answer(resp).get("metadata") or {}).get("resourceVersion")
+            except (ApiAnswerError, AttributeError):
                 rv = None
-            finally:
-                resp.release_conn()
             if isinstance(rv, str):
                 self._own_writes.add(rv)
         except ApiException as e:
