@@ -115,6 +115,12 @@ def test_a_kubeconfig_that_runs_a_command_needs_allow_exec_auth(tmp_path: Path) 
     r = _scheduler("--kubeconfig", str(kc), "--allow-exec-auth")
     assert r.exit_code == 1 and "cannot reach" in r.output  # loaded, the command run
     assert flag.exists()
+    flag.unlink()  # a user no context uses is never loaded: its plugin does not count
+    doc["users"].append({"name": "unused", "user": doc["users"][0]["user"]})
+    doc["users"][0]["user"] = {"token": "t"}
+    kc.write_text(yaml.safe_dump(doc))
+    r = _scheduler("--kubeconfig", str(kc))
+    assert r.exit_code == 1 and "cannot reach" in r.output and not flag.exists(), r.output
 
 
 def test_a_kubeconfigs_token_file_must_be_a_small_regular_file(tmp_path: Path) -> None:
@@ -175,14 +181,17 @@ def test_a_list_answer_is_read_within_its_size_and_time(monkeypatch) -> None:
 
     class Resp:
         def __init__(self, chunk: bytes, every_s: float = 0.0) -> None:
-            self.chunk, self.every_s, self.released = chunk, every_s, False
+            self.chunk, self.every_s, self.released = chunk, every_s, ""
 
         def read1(self, n: int) -> bytes:
             time.sleep(self.every_s)
             return self.chunk
 
         def release_conn(self) -> None:
-            self.released = True
+            self.released = "pool"
+
+        def close(self) -> None:
+            self.released = "closed"
 
     monkeypatch.setattr(scheduler, "MAX_API_ANSWER_BYTES", 1 << 20)
     monkeypatch.setattr(scheduler, "API_ANSWER_DEADLINE_S", 0.5)
@@ -192,4 +201,4 @@ def test_a_list_answer_is_read_within_its_size_and_time(monkeypatch) -> None:
     slow = Resp(b" ", every_s=0.1)
     with pytest.raises(scheduler.ApiAnswerError, match=r"within 0\.5 s"):
         scheduler.read_json_answer(slow)
-    assert big.released and slow.released
+    assert big.released == slow.released == "closed"  # a half-read one is not reused

@@ -256,3 +256,16 @@ def test_an_answer_that_trickles_is_cut_at_its_deadline() -> None:
         assert e.value.reason == "timeout" and time.monotonic() - t0 < 10
     finally:
         srv.close()
+
+
+def test_an_answer_that_stalls_or_breaks_midway_is_a_query_error() -> None:
+    """Read raw, urllib3's own errors (a read timeout mid-body, a cut connection) escaped
+    as themselves and ended a whole usage read (review of round 8's fix)."""
+    srv = _Streaming(every_s=3.0)  # the first byte, then nothing for longer than the timeout
+    try:
+        with PrometheusSource(srv.url, ["a"], timeout_s=0.5, retries=0) as src, \
+                pytest.raises(PrometheusQueryError) as e:
+            src.instant("up")
+        assert e.value.reason == "timeout"
+    finally:
+        srv.close()

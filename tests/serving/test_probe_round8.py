@@ -137,7 +137,9 @@ def test_a_live_lookahead_reload_is_held_to_a_decisions_worth_of_rollouts(tmp_pa
 
     root = str(tmp_path)
     for spec in ("lookahead:k8s-default?k=64&horizon=100&samples=100",
-                 "lookahead:fgd?k=64", "lookahead:fgd?rollout=lookahead:fgd"):
+                 "lookahead:fgd?k=64", "lookahead:fgd?rollout=lookahead:fgd",
+                 "lookahead:fgd??k=+64&horizon=+100&samples=+100", "lookahead:fgd?k=6_4",
+                 "lookahead:fgd?k=%C2%B2"):
         with pytest.raises(ValidationError) as e:
             resolve_reload_profile(spec, root)
         assert e.value.field == "profile", spec

@@ -72,28 +72,36 @@ def check_kubeconfig(path: str, allow_exec: bool = False) -> None:
     from smartsched.paths import read_regular_file
 
     doc = read_yaml(path, "kubeconfig")
-    users = doc.get("users") if isinstance(doc, dict) else None
-    for i, entry in enumerate(users if isinstance(users, list) else []):
-        user = entry.get("user") if isinstance(entry, dict) else None
-        if not isinstance(user, dict):
+    if not isinstance(doc, dict):
+        return  # the client names what is wrong with it
+
+    def entry(kind: str, name: Any) -> dict[str, Any]:
+        """The ``kind`` (user, cluster) the current context names, as the client loads
+        only that one (an unused user's exec plugin never runs)."""
+        for e in doc.get(f"{kind}s") or []:
+            if isinstance(e, dict) and e.get("name") == name and isinstance(e.get(kind), dict):
+                return e[kind]
+        return {}
+
+    context = entry("context", doc.get("current-context"))
+    user, cluster = entry("user", context.get("user")), entry("cluster", context.get("cluster"))
+    runs = [k for k in COMMAND_CREDENTIALS if user.get(k)]
+    if runs and not allow_exec:
+        raise ValidationError("kubeconfig", f"user {context.get('user')!r} gets its "
+                              f"credentials by running a command ({runs[0]}): the client "
+                              "would run it while loading the config; give "
+                              "--allow-exec-auth to allow that")
+    for where, key in [*(("user", k) for k in CREDENTIAL_FILES),
+                       ("cluster", "certificate-authority")]:
+        named = (user if where == "user" else cluster).get(key)
+        if not isinstance(named, str) or not named:
             continue
-        name = entry.get("name", i)
-        runs = [k for k in COMMAND_CREDENTIALS if user.get(k)]
-        if runs and not allow_exec:
-            raise ValidationError("kubeconfig", f"user {name!r} gets its credentials by "
-                                  f"running a command ({runs[0]}): the client would run it "
-                                  "while loading the config; give --allow-exec-auth to allow "
-                                  "that")
-        for key in CREDENTIAL_FILES:
-            named = user.get(key)
-            if not isinstance(named, str) or not named:
-                continue
-            target = Path(named) if Path(named).is_absolute() else Path(path).parent / named
-            try:
-                read_regular_file(target, MAX_CREDENTIAL_BYTES)
-            except OSError as e:
-                raise ValidationError("kubeconfig", f"user {name!r}: {key} {named!r}: "
-                                      f"{e.strerror or e}") from None
+        target = Path(named) if Path(named).is_absolute() else Path(path).parent / named
+        try:
+            read_regular_file(target, MAX_CREDENTIAL_BYTES)
+        except OSError as e:
+            raise ValidationError("kubeconfig", f"{where} {context.get(where)!r}: {key} "
+                                  f"{named!r}: {e.strerror or e}") from None
 
 
 def kube_clients(kubeconfig: str | None = None, allow_exec: bool = False

@@ -77,7 +77,8 @@ def read_json_answer(resp: Any) -> Any:
     """The JSON of an API answer read unparsed (``_preload_content=False``), one socket
     read at a time within MAX_API_ANSWER_BYTES and API_ANSWER_DEADLINE_S; its connection
     given back either way. ``ApiAnswerError`` for anything that is not a JSON answer
-    (JSON nested thousands deep raised a RecursionError traceback)."""
+    (JSON nested thousands deep raised a RecursionError traceback). A connection whose
+    answer was cut is closed, not given back (the next request on it failed)."""
     import json
 
     chunks: list[bytes] = []
@@ -92,8 +93,10 @@ def read_json_answer(resp: Any) -> Any:
                 raise ApiAnswerError(f"did not finish its answer within "
                                      f"{API_ANSWER_DEADLINE_S:g} s")
             chunks.append(chunk)
-    finally:
-        resp.release_conn()
+    except BaseException:
+        resp.close()  # cut short: dropped, never handed back to the pool half-read
+        raise
+    resp.release_conn()
     try:
         return json.loads(b"".join(chunks))
     except (ValueError, RecursionError):

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
+from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.exceptions import ReadTimeoutError
 
 from smartsched.model.errors import SmartSchedError, ValidationError
 
@@ -268,6 +270,12 @@ class PrometheusSource:
             except _AnswerTooSlow:
                 reason, detail = "timeout", (f"the answer did not end within "
                                              f"{ANSWER_DEADLINE_FACTOR * self.timeout_s:g} s")
+                continue
+            except ReadTimeoutError as e:  # (read raw: urllib3's own errors, not requests')
+                reason, detail = "timeout", f"no answer within {self.timeout_s} s ({e})"
+                continue
+            except Urllib3Error as e:  # a connection cut mid-answer, a body that is not gzip
+                reason, detail = "connection", f"the answer broke off ({_short(e)})"
                 continue
             except requests.ConnectionError as e:
                 reason, detail = "connection", f"cannot reach {self.url} ({_short(e)})"
@@ -508,6 +516,8 @@ class _AnswerTooSlow(Exception):
 
 def _bounded_body(r: Any, deadline: float) -> str:
     """The answer's text, read in chunks: at most ``MAX_ANSWER_BYTES``, by ``deadline``."""
+    import codecs
+
     chunks, size = [], 0
     try:
         # One socket read at a time (``read1``): a fixed-size read waits to fill its chunk,
@@ -520,9 +530,15 @@ def _bounded_body(r: Any, deadline: float) -> str:
             if time.monotonic() > deadline:
                 raise _AnswerTooSlow
             chunks.append(chunk)
-    finally:
-        r.close()
-    return b"".join(chunks).decode(r.encoding or "utf-8", errors="replace")
+    except BaseException:
+        r.close()  # cut short: the connection is dropped, never reused half-read
+        raise
+    r.raw.release_conn()  # read to its end: back to the pool for the next query
+    try:
+        charset = codecs.lookup(r.encoding or "utf-8").name
+    except LookupError:  # a charset nobody knows: Prometheus answers UTF-8
+        charset = "utf-8"
+    return b"".join(chunks).decode(charset, errors="replace")
 
 
 def _json(text: str) -> dict[str, Any]:

@@ -390,7 +390,7 @@ RELOAD_LOOKAHEAD_ROLLOUTS = 256
 def _check_lookahead_reload(parsed: dict[str, list[str]]) -> None:
     """A ``lookahead:`` reload's rollout work within RELOAD_LOOKAHEAD_ROLLOUTS, and its
     rollout profile not another search (a wrapper); else a ValidationError naming
-    ``profile``. Malformed values are left to the scheduler's own checks."""
+    ``profile``. Every size must be written as digits."""
     import inspect
 
     from smartsched.scheduling.lookahead import LookaheadScheduler
@@ -399,7 +399,11 @@ def _check_lookahead_reload(parsed: dict[str, list[str]]) -> None:
     work = 1
     for key in ("k", "horizon", "samples"):
         raw = parsed.get(key, [None])[-1]
-        work *= int(raw) if raw is not None and raw.isdigit() else defaults[key].default
+        if raw is not None and not (raw.isascii() and raw.isdigit()):
+            # ('+64' and '6_4' read as 64 past a digits-only check, and '²' failed later)
+            raise ValidationError("profile", f"lookahead: {key} must be a whole number "
+                                  "written as digits in a live reload")
+        work *= int(raw) if raw is not None else defaults[key].default
     if work > RELOAD_LOOKAHEAD_ROLLOUTS:
         raise ValidationError("profile", f"lookahead: k x horizon x samples is {work:,} "
                               f"pods a decision; at most {RELOAD_LOOKAHEAD_ROLLOUTS} in a "
