@@ -46,7 +46,8 @@ def make_windows(series: Sequence[Series], lookback: int, horizon: int,
     k = series[0].values.shape[1]
     count = sum(len(range(lookback - 1, len(s) - horizon, stride)) for s in series
                 if lookback + horizon <= len(s))
-    need = count * (lookback + horizon) * k * 4  # float32
+    # float32, three times: the windows picked, their concatenation, its float32 copy
+    need = 3 * count * (lookback + horizon) * k * 4
     if need > MAX_WINDOW_BYTES:  # (a day of 10-s steps is 8,640: windows that long grew
         # past 5 GB for a 14 MB file before anything said so)
         step = series[0].step_s

@@ -287,8 +287,12 @@ class SiteDeployment:
 
     async def node_green(self, start: int = 0, count: int = NODE_PAGE) -> dict[str, float]:
         """A page of the site's node scores (``NODE_PAGE``: a whole site's 20,000 names of
-        253 characters passed the hop's 4 MiB, and /metrics answered 503 for good)."""
-        return dict(list(self.tier.node_green().items())[start:start + count])
+        253 characters passed the hop's 4 MiB, and /metrics answered 503 for good). The
+        first page takes the reading the later pages come from: scored once, and a node
+        switched on or off between pages shifts nothing."""
+        if start == 0 or getattr(self, "_green_pages", None) is None:
+            self._green_pages = list(self.tier.node_green().items())
+        return dict(self._green_pages[start:start + count])
 
     async def drop_gang_hold(self, gang: str) -> bool:
         return self.tier.drop_gang_hold(gang)
@@ -310,8 +314,10 @@ class SiteDeployment:
 
     async def node_names(self, start: int = 0, count: int = NODE_PAGE) -> list[str]:
         """A page of the nodes this site holds, the ones registered through the API
-        included (paged as ``node_green``)."""
-        return list(self.tier.placer.state.names[start:start + count])
+        included (paged as ``node_green``, from the first page's reading)."""
+        if start == 0 or getattr(self, "_name_pages", None) is None:
+            self._name_pages = list(self.tier.placer.state.names)
+        return self._name_pages[start:start + count]
 
     async def apply_node_updates(self, updates: list, usage: dict,
                                  dry_run: bool = False) -> dict[str, Any]:

@@ -89,6 +89,7 @@ class AnswerCache(OrderedDict):
     def __setitem__(self, key: str, value: Any) -> None:
         if dict.__contains__(self, key):
             self._forget(key)
+            super().move_to_end(key)  # newest in both orders, as its scope's re-insert is
         super().__setitem__(key, value)
         n = self.size(value)
         scope = idempotency_scope_of(key)
@@ -124,14 +125,28 @@ class AnswerCache(OrderedDict):
         """Forget answers until both bounds hold: each time the oldest of the scope that
         holds the most (pods past the pod bound, answers past the count); the newest
         answer stays."""
-        while len(self) > 1 and (len(self) > self.keep or self.pods > self.keep_pods):
+        def over() -> bool:
+            return len(self) > 1 and (len(self) > self.keep or self.pods > self.keep_pods)
+
+        while over():
             by_pods = self.pods > self.keep_pods
+
+            def weight(s: str, by_pods: bool = by_pods) -> int:
+                return self._scope_pods[s] if by_pods else len(self._scopes[s])
+
             newest = next(reversed(self))
-            for scope in sorted(self._scopes, key=lambda s: -(
-                    self._scope_pods[s] if by_pods else len(self._scopes[s]))):
-                key = next((k for k in self._scopes[scope] if k != newest), None)
-                if key is not None:
+            ranked = heapq.nlargest(2, self._scopes, key=weight)
+            scope, floor = ranked[0], (weight(ranked[1]) if len(ranked) > 1 else -1)
+            if list(self._scopes[scope]) == [newest]:  # the newest stays: the next gives way
+                scope, floor = ranked[1], -1
+            # From the heaviest scope while it stays the heaviest: one ranking per run of
+            # evictions, not per eviction (a sort per eviction took 0.3 s at 1,000 tenants).
+            for key in list(self._scopes[scope]):
+                if not over() or weight(scope) < floor:
+                    break
+                if key != newest:
                     del self[key]
+                if scope not in self._scopes:
                     break
 
     def recount(self) -> None:

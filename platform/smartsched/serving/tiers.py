@@ -625,6 +625,17 @@ class CloudTier:
                   for k, groups in self._sent.items()
                   for g, sites in groups.items() for s in sites)]
 
+    def _note_round(self, key: str, buckets: dict[tuple[str, str], list[_Plan]]) -> None:
+        """Note where each group of request ``key`` goes this round (regions only), on
+        disk before any site can book: one journal group, one fsync, for the round."""
+        new = [(g, site) for (kind, site), bucket in buckets.items() if kind == "region"
+               for g in map(_group_of, bucket) if self._note_sent(key, g, site)]
+        if new and self.journal is not None:
+            with self.journal.group():
+                for g, site in new:
+                    self.journal.append({"op": "sent", "key": key, "group": g,
+                                         "site": site})
+
     def _note_sent(self, key: str, group: str, site: str) -> bool:
         """Record that ``group`` of request ``key`` was sent to ``site``; whether that is
         new (the last IDEMPOTENCY_KEEP requests are kept)."""
@@ -703,6 +714,8 @@ class CloudTier:
                     buckets.setdefault((kind, site), []).append(plan)
             if not buckets:
                 break
+            if request_id is not None:
+                self._note_round(request_id, buckets)
             # Every call of the round ends before a failure is raised: a retry waiting for
             # this try must not start while its other calls are still booking.
             done = await asyncio.gather(*(self._call(kind, site, bucket, ttl_s, request_id,
@@ -807,13 +820,6 @@ class CloudTier:
             if kind == "region":
                 plan.stages.append(_stage("cloud", "global", "escalated", f"try {site}: {why}"))
         call = self.edges[site] if kind == "edge" else self.regions[site]
-        if request_id is not None and kind == "region":
-            new = [g for g in map(_group_of, bucket) if self._note_sent(request_id, g, site)]
-            if new and self.journal is not None:  # on disk before the site can book
-                with self.journal.group():
-                    for g in new:
-                        self.journal.append({"op": "sent", "key": request_id, "group": g,
-                                             "site": site})
         res = await call(pods, ttl_s, rid, validate)
         by_id = {r["pod_id"]: r for r in res}
         for plan in bucket:
