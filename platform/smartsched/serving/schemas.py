@@ -195,22 +195,10 @@ class PlacementRequest(BaseModel):
         "sandbox policy may validate it anyway)"))
 
 
-def _one_id_each(pods: list[PodSpec]) -> list[PodSpec]:
-    """A batch whose pods share an id is refused: each pod's answer is keyed by its id, so
-    two pods of one id were both booked and answered with one of the two answers."""
-    seen: set[str] = set()
-    for pod in pods:
-        if pod.id in seen:
-            raise ValueError("two pods of a batch have one id: give each pod its own")
-        seen.add(pod.id)
-    return pods
-
-
 class BatchPlacementRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     request_id: RequestId | None = None
-    pods: Annotated[list[PodSpec], AfterValidator(_one_id_each)] = Field(
-        min_length=1, max_length=MAX_BATCH)
+    pods: list[PodSpec] = Field(min_length=1, max_length=MAX_BATCH)
     ttl_s: Num | None = Field(None, ge=MIN_TTL_S, le=86_400, allow_inf_nan=False,
                               description="Reservation lifetime (default: the service's "
                               "default_ttl_s)")
