@@ -897,6 +897,15 @@ def make_fastapi(owner: Any = None, title: str = API_TITLE,
         return _error(409, _named_for(request, getattr(c, "field", "request")),
                       getattr(c, "message", str(c)))
 
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, e: Exception) -> JSONResponse:
+        # Anything no handler above maps was Starlette's bare text 500: the service's error
+        # shape instead, nothing of the exception in it (it goes to the log).
+        log.error("unexpected error answering %s %s", request.method, request.url.path,
+                  exc_info=e)
+        return JSONResponse({"detail": [{"loc": ["service"], "msg": (
+            "an internal error: the service logged it")}]}, status_code=500)
+
     return app
 
 
