@@ -183,7 +183,7 @@ def test_a_list_answer_is_read_within_its_size_and_time(monkeypatch) -> None:
         def __init__(self, chunk: bytes, every_s: float = 0.0) -> None:
             self.chunk, self.every_s, self.released = chunk, every_s, ""
 
-        def read1(self, n: int) -> bytes:
+        def read1(self, n: int, **_: object) -> bytes:
             time.sleep(self.every_s)
             return self.chunk
 

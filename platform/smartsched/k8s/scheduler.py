@@ -81,24 +81,19 @@ def read_json_answer(resp: Any) -> Any:
     answer was cut is closed, not given back (the next request on it failed)."""
     import json
 
-    chunks: list[bytes] = []
-    size, deadline = 0, time.monotonic() + API_ANSWER_DEADLINE_S
+    from smartsched.prometheus.source import AnswerTooLarge, AnswerTooSlow, read_bounded
+
     try:
-        while chunk := resp.read1(1 << 16):
-            size += len(chunk)
-            if size > MAX_API_ANSWER_BYTES:
-                raise ApiAnswerError(f"answered with more than {MAX_API_ANSWER_BYTES:,} "
-                                     "bytes")
-            if time.monotonic() > deadline:
-                raise ApiAnswerError(f"did not finish its answer within "
-                                     f"{API_ANSWER_DEADLINE_S:g} s")
-            chunks.append(chunk)
-    except BaseException:
-        resp.close()  # cut short: dropped, never handed back to the pool half-read
-        raise
-    resp.release_conn()
+        body = read_bounded(resp, MAX_API_ANSWER_BYTES,
+                            time.monotonic() + API_ANSWER_DEADLINE_S)
+    except AnswerTooLarge:
+        raise ApiAnswerError(f"answered with more than {MAX_API_ANSWER_BYTES:,} "
+                             "bytes") from None
+    except AnswerTooSlow:
+        raise ApiAnswerError(f"did not finish its answer within "
+                             f"{API_ANSWER_DEADLINE_S:g} s") from None
     try:
-        return json.loads(b"".join(chunks))
+        return json.loads(body)
     except (ValueError, RecursionError):
         raise ApiAnswerError("answered with something that is not JSON") from None
 # A pod's unchanged FailedScheduling event is recorded again after this long at most

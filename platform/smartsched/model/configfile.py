@@ -103,7 +103,7 @@ _StrictLoader.add_implicit_resolver(
 _NOT_JSON = object()
 
 
-def _as_json(text: str, field: str, source: str | None, kind: str) -> Any:
+def _as_json(text: str) -> Any:
     """``text`` parsed as JSON when it is JSON (YAML's subset, as `kubectl get -o json`
     writes a node list), ``_NOT_JSON`` otherwise: Python's JSON reader takes 0.1 s where
     YAML's constructor takes 30 s for 10 MB. The same rules as the YAML path: a key twice
@@ -132,7 +132,7 @@ def read_yaml_text(text: str, field: str, source: str | None = None, *,
                    kind: str = "YAML") -> Any:
     """The parsed YAML document in ``text`` (read from ``source``); errors are named ``field``
     and fit on one line."""
-    doc = _as_json(text, field, source, kind)
+    doc = _as_json(text)
     try:
         if doc is _NOT_JSON:
             doc = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader: no tag runs code

@@ -261,13 +261,13 @@ class PrometheusSource:
                                   stream=True)
                 text = _bounded_body(r, time.monotonic() + ANSWER_DEADLINE_FACTOR
                                      * self.timeout_s)
-            except _AnswerTooLarge as e:  # not Prometheus, or a query far too wide
+            except AnswerTooLarge as e:  # not Prometheus, or a query far too wide
                 self.failures += 1
                 raise PrometheusQueryError(expr, "too_large", str(e), attempts) from None
             except requests.Timeout as e:
                 reason, detail = "timeout", f"no answer within {self.timeout_s} s ({e})"
                 continue
-            except _AnswerTooSlow:
+            except AnswerTooSlow:
                 reason, detail = "timeout", (f"the answer did not end within "
                                              f"{ANSWER_DEADLINE_FACTOR * self.timeout_s:g} s")
                 continue
@@ -506,39 +506,51 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024
 ANSWER_DEADLINE_FACTOR = 4
 
 
-class _AnswerTooLarge(Exception):
-    pass
+class AnswerTooLarge(Exception):
+    """An HTTP answer past the reader's byte limit."""
 
 
-class _AnswerTooSlow(Exception):
-    pass
+class AnswerTooSlow(Exception):
+    """An HTTP answer not whole by the reader's deadline."""
+
+
+def read_bounded(raw: Any, limit: int, deadline: float) -> bytes:
+    """The body of the urllib3 response ``raw``, read one socket read at a time
+    (``read1``: a fixed-size read waits to fill its chunk, and an answer without a
+    length or chunks is read to its end by one call): ``AnswerTooLarge`` past ``limit``
+    bytes, ``AnswerTooSlow`` past ``deadline`` (``time.monotonic``). A whole answer's
+    connection goes back to the pool; a cut one is closed, never reused half-read.
+    Shared by this client and the Kubernetes scheduler's own reads."""
+    chunks, size = [], 0
+    try:
+        while chunk := raw.read1(1 << 16, decode_content=True):  # gzip undone
+            size += len(chunk)
+            if size > limit:
+                raise AnswerTooLarge
+            if time.monotonic() > deadline:
+                raise AnswerTooSlow
+            chunks.append(chunk)
+    except BaseException:
+        raw.close()
+        raise
+    raw.release_conn()
+    return b"".join(chunks)
 
 
 def _bounded_body(r: Any, deadline: float) -> str:
-    """The answer's text, read in chunks: at most ``MAX_ANSWER_BYTES``, by ``deadline``."""
+    """The answer's text: at most ``MAX_ANSWER_BYTES``, by ``deadline``."""
     import codecs
 
-    chunks, size = [], 0
     try:
-        # One socket read at a time (``read1``): a fixed-size read waits to fill its chunk,
-        # and an answer without a length or chunks is read to its end by one call.
-        while chunk := r.raw.read1(1 << 16, decode_content=True):
-            size += len(chunk)
-            if size > MAX_ANSWER_BYTES:
-                raise _AnswerTooLarge(f"the answer passed {MAX_ANSWER_BYTES:,} bytes: narrow "
-                                      "the query (or the URL is not Prometheus's)")
-            if time.monotonic() > deadline:
-                raise _AnswerTooSlow
-            chunks.append(chunk)
-    except BaseException:
-        r.close()  # cut short: the connection is dropped, never reused half-read
-        raise
-    r.raw.release_conn()  # read to its end: back to the pool for the next query
+        body = read_bounded(r.raw, MAX_ANSWER_BYTES, deadline)
+    except AnswerTooLarge:
+        raise AnswerTooLarge(f"the answer passed {MAX_ANSWER_BYTES:,} bytes: narrow the "
+                             "query (or the URL is not Prometheus's)") from None
     try:
         charset = codecs.lookup(r.encoding or "utf-8").name
     except LookupError:  # a charset nobody knows: Prometheus answers UTF-8
         charset = "utf-8"
-    return b"".join(chunks).decode(charset, errors="replace")
+    return body.decode(charset, errors="replace")
 
 
 def _json(text: str) -> dict[str, Any]:
